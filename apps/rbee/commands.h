@@ -1,0 +1,9 @@
+/* Sub-commands of the `rbee` command-line tool; each lives in its own
+ * cmd_<name>.c file and returns a process exit code. */
+#ifndef RBEE_APP_COMMANDS_H
+#define RBEE_APP_COMMANDS_H
+
+int rb_cmd_devices(int argc, char **argv);
+int rb_cmd_bench_ops(int argc, char **argv);
+
+#endif

@@ -1,0 +1,40 @@
+/* `rbee`: the command-line tool. Dispatches to the sub-commands in
+ * commands.h and prints usage. */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"devices", rb_cmd_devices, "list the compute devices this binary can use"},
+    {"bench-ops", rb_cmd_bench_ops, "benchmark core ops (matmul, softmax, rms_norm) on the CPU"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rbee <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "\nrun `rbee <command> --help` for the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("rbee %s\n", RBEE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (strcmp(argv[1], k_commands[i].name) == 0) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "rbee: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,82 @@
+/* The backend interface: one device of one kind (CPU, CUDA, ROCm) behind a
+ * single vtable. Backends are created at run time by name ("cpu", "cuda:0",
+ * "rocm:1"); a build without a backend reports that clearly. Memory lives in
+ * rb_buffer objects owned by a backend; the operations that compute on
+ * tensors are declared in ops.h. */
+#ifndef RBEE_BACKEND_H
+#define RBEE_BACKEND_H
+
+#include "rbee/status.h"
+#include "rbee/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rb_device_kind {
+    RB_DEVICE_CPU = 0,
+    RB_DEVICE_CUDA = 1,
+    RB_DEVICE_ROCM = 2,
+} rb_device_kind;
+
+typedef struct rb_device_info {
+    rb_device_kind kind;
+    int index;             /* N in "cuda:N"; 0 for the CPU */
+    char name[128];        /* e.g. "Intel(R) Xeon(R) ... (avx512)" or "NVIDIA H100 80GB HBM3" */
+    char features[128];    /* e.g. "avx2 fma f16c avx512f" or "sm_90" */
+    size_t mem_total;      /* bytes */
+    size_t mem_free;       /* bytes, as reported now by the OS / driver */
+    int compute_units;     /* CPU threads in use, or GPU multiprocessors */
+} rb_device_info;
+
+typedef struct rb_backend_config {
+    int n_threads;       /* CPU: worker threads; <= 0 means all available cores */
+    const char *cpu_isa; /* CPU: "auto" (NULL), "scalar", "avx2", "avx512" */
+} rb_backend_config;
+
+/* Creates a backend from a spec: "cpu", "cuda", "cuda:N", "rocm", "rocm:N".
+ * cfg may be NULL for defaults. RB_E_UNSUPPORTED names the backends this
+ * binary was built with when the kind is not one of them. */
+rb_status rb_backend_create(const char *spec, const rb_backend_config *cfg, rb_backend **out, rb_error *err);
+void rb_backend_destroy(rb_backend *be);
+
+/* Backend kinds compiled into this binary, e.g. "cpu" or "cpu,cuda". */
+const char *rb_backends_compiled(void);
+/* Enumerates devices of every compiled kind; writes up to max entries and the
+ * total count to *n. Kinds compiled in but with no device report nothing. */
+rb_status rb_devices_list(rb_device_info *infos, int max, int *n, rb_error *err);
+
+const char *rb_backend_name(const rb_backend *be); /* "cpu", "cuda:0", ... */
+rb_device_kind rb_backend_kind(const rb_backend *be);
+rb_status rb_backend_device_info(rb_backend *be, rb_device_info *info);
+/* Message of the last failed call on this backend ("" if none). */
+const char *rb_backend_last_error(const rb_backend *be);
+/* Waits until all queued work has finished. */
+rb_status rb_backend_sync(rb_backend *be);
+
+/* Buffers. */
+rb_status rb_buffer_alloc(rb_backend *be, size_t size, rb_buffer **out);
+/* Wraps caller-owned host memory (e.g. an mmap'ed model file) without copying
+ * where the backend can address it (CPU); other backends copy it to device
+ * memory. The memory must outlive the buffer. */
+rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out);
+void rb_buffer_free(rb_buffer *buf);
+size_t rb_buffer_size(const rb_buffer *buf);
+rb_backend *rb_buffer_backend(const rb_buffer *buf);
+/* Host-addressable pointer to the buffer's memory, or NULL for device memory. */
+void *rb_buffer_host_ptr(const rb_buffer *buf);
+rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n);
+rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n);
+rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, size_t src_offs, size_t n);
+
+/* Convenience: allocate a contiguous tensor with its own buffer (free with
+ * rb_tensor_free), and copy whole contiguous tensors from/to host memory. */
+rb_status rb_tensor_alloc(rb_backend *be, rb_dtype dtype, int ndim, const int64_t *ne, rb_tensor *out);
+void rb_tensor_free(rb_tensor *t);
+rb_status rb_tensor_set(rb_tensor *t, const void *src, size_t n); /* n must equal the contiguous size */
+rb_status rb_tensor_get(const rb_tensor *t, void *dst, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

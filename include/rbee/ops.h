@@ -1,0 +1,160 @@
+/* Tensor operations of the model runtime. Each call validates shapes, dtypes
+ * and buffers (all tensors must live on `be`), then runs the op on that
+ * backend; on failure it returns a status and rb_backend_last_error(be) says
+ * why. Ops are eager: they are queued on the backend in call order and may
+ * complete asynchronously (rb_backend_sync waits).
+ *
+ * Conventions (ggml order, ne[0] innermost):
+ *  - "row" = the ne[0] elements of one (i1,i2,i3).
+ *  - Elementwise ops accept f32, f16 and bf16 (computed in f32) and any
+ *    strides; dst may alias a source only if it has the identical view.
+ *  - Broadcasting: an input dim of extent 1 is repeated to dst's extent.
+ *  - i32 is the index dtype (token ids, positions, slots, argsort output). */
+#ifndef RBEE_OPS_H
+#define RBEE_OPS_H
+
+#include "rbee/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rb_unary_op {
+    RB_UNARY_NEG, RB_UNARY_ABS, RB_UNARY_SQR, RB_UNARY_SQRT, RB_UNARY_RSQRT, RB_UNARY_EXP, RB_UNARY_LOG,
+    RB_UNARY_SIN, RB_UNARY_COS, RB_UNARY_TANH, RB_UNARY_SIGMOID, RB_UNARY_RELU,
+    RB_UNARY_SILU,      /* x * sigmoid(x) */
+    RB_UNARY_GELU,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    RB_UNARY_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    RB_UNARY_RECIP,
+    RB_UNARY_COUNT_
+} rb_unary_op;
+
+typedef enum rb_binary_op {
+    RB_BINARY_ADD, RB_BINARY_SUB, RB_BINARY_MUL, RB_BINARY_DIV, RB_BINARY_MAX, RB_BINARY_MIN,
+    RB_BINARY_COUNT_
+} rb_binary_op;
+
+typedef enum rb_reduce_op {
+    RB_REDUCE_SUM, RB_REDUCE_MEAN, RB_REDUCE_MAX, RB_REDUCE_MIN,
+    RB_REDUCE_ARGMAX, /* dst i32; first index of the maximum */
+    RB_REDUCE_COUNT_
+} rb_reduce_op;
+
+/* dst[...] = value. */
+rb_status rb_fill(rb_backend *be, rb_tensor *dst, float value);
+/* dst = src * scale + bias (same shape). */
+rb_status rb_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float scale, float bias);
+rb_status rb_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
+/* dst = a op b, a and b broadcast to dst's shape. */
+rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+/* dst = cond != 0 ? a : b; cond is i32 or float, all three broadcast to dst. */
+rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
+/* Copies src into dst converting dtype (same element count per dim): any
+ * plain dtype to any plain dtype, quantized -> float (dequantize), float ->
+ * quantized (reference quantizer; dst rows contiguous). Also the way to make a
+ * strided view contiguous. */
+rb_status rb_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
+
+/* Reduces each row: dst has ne[0] == 1 and src's other dims. Reduce another
+ * dimension by passing a permuted view. */
+rb_status rb_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
+/* dst = softmax(src * scale + mask) over each row. mask (nullable; f32 or f16)
+ * has ne[0] == src->ne[0] and broadcasts over the other dims; -INFINITY
+ * entries mask out; a fully masked row yields zeros. */
+rb_status rb_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
+/* dst = src / sqrt(mean(src^2) + eps) * w over each row; w (nullable) has ne[0] elements. */
+rb_status rb_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+/* dst = (src - mean) / sqrt(var + eps) * w + b over each row; w, b nullable. */
+rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
+                        const rb_tensor *b, float eps);
+/* Group norm over src [W, H, C, N]: channels (dim 2) split into n_groups
+ * groups; each (group, n) normalised over W*H*(C/n_groups) values; then
+ * per-channel w and b (each [C], nullable). */
+rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
+                        const rb_tensor *b, float eps);
+
+/* Embedding gather: dst row i = table row ids[i]. table [D, V] in any dtype
+ * (quantized too); ids i32 [T] (or [T, B] with dst [D, T, B]); dst f32/f16.
+ * Out-of-range ids fail with RB_E_RANGE before anything is written. */
+rb_status rb_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);
+/* dst = src with dimension dim indexed by ids (i32 [n]): dst->ne[dim] == n. */
+rb_status rb_index_select(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids, int dim);
+/* Scatter rows (KV-cache write): dst[:, ids[i], ...] = src[:, i, ...] along dim 1.
+ * src [D, n, A, B], dst [D, S, A, B], ids i32 [n] (slot numbers < S); dst may
+ * be f32/f16/bf16 (converted). */
+rb_status rb_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids);
+
+/* Indices (i32) that sort each row; stable. */
+rb_status rb_argsort(rb_backend *be, rb_tensor *dst, const rb_tensor *src, bool descending);
+/* The k largest of each row, in descending order: values (src dtype or f32)
+ * and i32 indices, both with ne[0] == k. Ties keep the lower index first. */
+rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const rb_tensor *src, int k);
+
+/* Matrix product with ggml semantics: both operands hold rows of length K.
+ *   a: [K, N, A2, A3]  weights; f32, f16, bf16 or any quantized dtype
+ *   b: [K, M, B2, B3]  activations; f32, f16 or bf16, any strides
+ *   dst: [N, M, B2, B3] f32 (or f16): dst[m][n] = sum_k a[n][k] * b[m][k]
+ * a's dims 2 and 3 broadcast over b's (B2 % A2 == 0, B3 % A3 == 0: grouped-
+ * query attention style). Quantized a may quantize b internally (to q8_0 /
+ * q8_1 / q8_K blocks) as ggml does. */
+rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+
+typedef enum rb_rope_mode {
+    RB_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): GGUF llama layout */
+    RB_ROPE_NEOX = 2,   /* rotate halves (x[i], x[i + n_rot/2]): HF layout, qwen2, gemma, phi3 */
+} rb_rope_mode;
+
+typedef struct rb_rope_params {
+    int n_rot;                     /* rotated dims (<= head dim, even); the rest pass through */
+    rb_rope_mode mode;
+    float freq_base;               /* theta, e.g. 10000 */
+    float freq_scale;              /* linear position scaling (1 = none) */
+    float attn_factor;             /* multiplies cos/sin (1 = none) */
+    const rb_tensor *freq_factors; /* nullable f32 [n_rot/2]: theta_i /= factors[i] (llama3, longrope) */
+} rb_rope_params;
+
+/* Rotary embedding. src/dst [head_dim, n_heads, T, B]; pos i32 [T] absolute
+ * positions. Angle for pair i: pos * freq_scale * base^(-2i/n_rot) / factor_i. */
+rb_status rb_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,
+                  const rb_rope_params *p);
+
+typedef struct rb_attn_params {
+    float scale;           /* usually 1/sqrt(head_dim) */
+    float softcap;         /* > 0: scores = softcap * tanh(scores / softcap) (gemma2) */
+    bool causal;           /* key j visible to query i iff j <= pos(i) */
+    int window;            /* > 0: also require pos(i) - j < window (sliding window) */
+    int64_t q_pos0;        /* absolute position of query 0; query i is at q_pos0 + i */
+    const rb_tensor *mask; /* nullable additive mask f32/f16 [Tk, Tq] (broadcast over heads) */
+} rb_attn_params;
+
+/* Scaled dot-product attention with grouped-query heads:
+ *   q [D, Tq, Hq, B], k [D, Tk, Hkv, B], v [Dv, Tk, Hkv, B] (Hq % Hkv == 0;
+ *   query head h uses kv head h / (Hq/Hkv)); f32/f16/bf16, any strides.
+ *   dst [Dv, Hq, Tq, B] f32: ready to reshape to [Dv*Hq, Tq, B].
+ * Keys are at positions 0..Tk-1. Memory stays linear in Tk (no [Tq, Tk]
+ * matrix is required). A query with no visible key gets zeros. */
+rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
+                       const rb_attn_params *p);
+
+/* 1-D convolution (cross-correlation): x [L, Cin, N], w [K, Cin/groups, Cout],
+ * bias nullable [Cout]; dst [Lout, Cout, N] with
+ * Lout = (L + 2 pad - dilation (K - 1) - 1) / stride + 1. f32 (w may be f16). */
+rb_status rb_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
+                    int stride, int pad, int dilation, int groups);
+/* 2-D convolution: x [W, H, Cin, N], w [KW, KH, Cin/groups, Cout], bias
+ * nullable [Cout]; dst [Wout, Hout, Cout, N]; stride/pad/dilation are {x, y}. */
+rb_status rb_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
+                    const int stride[2], const int pad[2], const int dilation[2], int groups);
+
+typedef enum rb_upsample_mode {
+    RB_UPSAMPLE_NEAREST,
+    RB_UPSAMPLE_BILINEAR, /* align_corners = false, like torch */
+} rb_upsample_mode;
+
+/* Resizes dims 0 and 1 of src [W, H, C, N] to dst [W', H', C, N]. */
+rb_status rb_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

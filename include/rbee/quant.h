@@ -1,0 +1,111 @@
+/* ggml-compatible block-quantized formats: block structs with byte layouts
+ * identical to ggml's (so GGUF tensors are used in place), and the reference
+ * quantize / dequantize routines. Half-precision fields are stored as raw
+ * IEEE binary16 bits (rb_f16). The SIMD dot products that consume these
+ * blocks live in the CPU backend; these routines are the portable reference. */
+#ifndef RBEE_QUANT_H
+#define RBEE_QUANT_H
+
+#include "rbee/dtype.h"
+#include "rbee/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RB_QK4_0 32
+#define RB_QK4_1 32
+#define RB_QK5_0 32
+#define RB_QK5_1 32
+#define RB_QK8_0 32
+#define RB_QK8_1 32
+#define RB_QK_K 256
+#define RB_K_SCALE_SIZE 12
+
+typedef struct { rb_f16 d; uint8_t qs[RB_QK4_0 / 2]; } rb_block_q4_0;
+typedef struct { rb_f16 d; rb_f16 m; uint8_t qs[RB_QK4_1 / 2]; } rb_block_q4_1;
+typedef struct { rb_f16 d; uint8_t qh[4]; uint8_t qs[RB_QK5_0 / 2]; } rb_block_q5_0;
+typedef struct { rb_f16 d; rb_f16 m; uint8_t qh[4]; uint8_t qs[RB_QK5_1 / 2]; } rb_block_q5_1;
+typedef struct { rb_f16 d; int8_t qs[RB_QK8_0]; } rb_block_q8_0;
+/* q8_1: d = scale, s = d * sum(qs) (used for activations against q4_1/q5_1) */
+typedef struct { rb_f16 d; rb_f16 s; int8_t qs[RB_QK8_1]; } rb_block_q8_1;
+
+typedef struct {
+    uint8_t scales[RB_QK_K / 16]; /* 4-bit scales (low) and mins (high) */
+    uint8_t qs[RB_QK_K / 4];      /* 2-bit quants */
+    rb_f16 d;                     /* super-block scale for scales */
+    rb_f16 dmin;                  /* super-block scale for mins */
+} rb_block_q2_K;
+
+typedef struct {
+    uint8_t hmask[RB_QK_K / 8]; /* high bit of the quants */
+    uint8_t qs[RB_QK_K / 4];    /* low 2 bits */
+    uint8_t scales[12];         /* 6-bit scales, packed */
+    rb_f16 d;
+} rb_block_q3_K;
+
+typedef struct {
+    rb_f16 d;
+    rb_f16 dmin;
+    uint8_t scales[RB_K_SCALE_SIZE]; /* 6-bit scales and mins, packed */
+    uint8_t qs[RB_QK_K / 2];
+} rb_block_q4_K;
+
+typedef struct {
+    rb_f16 d;
+    rb_f16 dmin;
+    uint8_t scales[RB_K_SCALE_SIZE];
+    uint8_t qh[RB_QK_K / 8];
+    uint8_t qs[RB_QK_K / 2];
+} rb_block_q5_K;
+
+typedef struct {
+    uint8_t ql[RB_QK_K / 2];     /* low 4 bits */
+    uint8_t qh[RB_QK_K / 4];     /* high 2 bits */
+    int8_t scales[RB_QK_K / 16]; /* 8-bit scales */
+    rb_f16 d;
+} rb_block_q6_K;
+
+/* q8_K: activations for k-quant dot products; bsums = sums of groups of 16 */
+typedef struct {
+    float d;
+    int8_t qs[RB_QK_K];
+    int16_t bsums[RB_QK_K / 16];
+} rb_block_q8_K;
+
+_Static_assert(sizeof(rb_block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(rb_block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(rb_block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(rb_block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(rb_block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(rb_block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(rb_block_q2_K) == 84, "q2_K layout");
+_Static_assert(sizeof(rb_block_q3_K) == 110, "q3_K layout");
+_Static_assert(sizeof(rb_block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(rb_block_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(rb_block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(rb_block_q8_K) == 292, "q8_K layout");
+
+/* Decodes n elements (a multiple of the block size) of type t into f32.
+ * Works for every dtype (plain types are converted). RB_E_INVALID if n is not
+ * a multiple of the block size or t is unknown. */
+rb_status rb_dequantize_row(rb_dtype t, const void *src, float *dst, int64_t n);
+
+/* Reference quantizer: encodes n f32 values into type t, producing exactly the
+ * bytes ggml's quantize_row_<t>_ref produces (byte-identical for the legacy
+ * formats q4_0, q4_1, q5_0, q5_1, q8_0, q8_1; the k-quants follow ggml's
+ * reference algorithm without importance matrix). Plain types are converted. */
+rb_status rb_quantize_row(rb_dtype t, const float *src, void *dst, int64_t n);
+
+/* Quantizes nrows rows of n_per_row values each (row-major, contiguous);
+ * returns RB_OK and writes rows * rb_dtype_row_size(t, n_per_row) bytes. */
+rb_status rb_quantize_rows(rb_dtype t, const float *src, void *dst, int64_t nrows, int64_t n_per_row);
+
+/* Whether rb_quantize_row supports t as a target (all weight formats plus the
+ * activation formats q8_1 and q8_K). */
+bool rb_quant_can_quantize(rb_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

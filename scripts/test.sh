@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README's test command and CI run it:
+# install dependencies, then build and test with gcc (-Werror), build and test
+# with clang, the ASan+UBSan build of the suite, and a short libFuzzer smoke
+# run of the file-format parsers. Each stage's wall time is logged.
+# Environment: RBEE_JOBS (parallel jobs, default nproc), RBEE_FUZZ_SECONDS
+# (per fuzz target, default 20), RBEE_SKIP_STAGES (space-separated names).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${RBEE_JOBS:-$(nproc)}
+FUZZ_SECONDS=${RBEE_FUZZ_SECONDS:-20}
+SKIP=" ${RBEE_SKIP_STAGES:-} "
+declare -a SUMMARY=()
+
+stage() { # stage NAME command...
+  local name=$1; shift
+  if [[ "$SKIP" == *" $name "* ]]; then echo "=== $name: skipped"; SUMMARY+=("$name skipped"); return; fi
+  echo "=== $name"
+  local t0=$SECONDS
+  "$@"
+  local dt=$((SECONDS - t0))
+  echo "=== $name: ${dt}s"
+  SUMMARY+=("$name ${dt}s")
+}
+
+configure_build() { # dir cc extra-cmake-args...
+  local dir=$1 cc=$2; shift 2
+  CC=$cc cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_ctest() { ctest --test-dir "$1" -j "$JOBS" --output-on-failure; }
+
+stage setup scripts/setup.sh
+stage gcc-build configure_build build/gcc gcc
+stage gcc-test run_ctest build/gcc
+stage clang-build configure_build build/clang clang
+stage clang-test run_ctest build/clang
+stage sanitize-build configure_build build/asan clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRBEE_SANITIZE=ON
+stage sanitize-test env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan -j "$JOBS" --output-on-failure
+stage fuzz-build configure_build build/fuzz clang -DRBEE_FUZZ=ON -DRBEE_TESTS=OFF
+stage fuzz-smoke tests/fuzz/run-smoke.sh build/fuzz "$FUZZ_SECONDS"
+
+echo "=== stage times: ${SUMMARY[*]}"

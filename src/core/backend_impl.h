@@ -1,0 +1,92 @@
+/* Internal: the vtable every backend implements, and the structs behind the
+ * opaque rb_backend / rb_buffer handles. The public front-ends (backend.c for
+ * memory, ops.c for operations) validate arguments and then call these, so an
+ * implementation may assume: every tensor's buffer belongs to this backend,
+ * the view lies inside its buffer, and shapes/dtypes are consistent with the
+ * contract in include/rbee/ops.h. Unsupported dtype combinations are still
+ * the backend's to refuse with RB_E_UNSUPPORTED. */
+#ifndef RBEE_BACKEND_IMPL_H
+#define RBEE_BACKEND_IMPL_H
+
+#include "rbee/backend.h"
+#include "rbee/ops.h"
+
+#include <stdarg.h>
+
+typedef struct rb_backend_vtable {
+    void (*destroy)(rb_backend *be);
+    rb_status (*device_info)(rb_backend *be, rb_device_info *info);
+    rb_status (*sync)(rb_backend *be);
+
+    /* memory: buffer_alloc/from_host fill buf->impl / buf->host_ptr */
+    rb_status (*buffer_alloc)(rb_backend *be, rb_buffer *buf, size_t size);
+    rb_status (*buffer_from_host)(rb_backend *be, rb_buffer *buf, void *ptr, size_t size);
+    void (*buffer_free)(rb_backend *be, rb_buffer *buf);
+    rb_status (*buffer_set)(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n);
+    rb_status (*buffer_get)(rb_backend *be, const rb_buffer *buf, size_t offs, void *dst, size_t n);
+    rb_status (*buffer_copy)(rb_backend *be, rb_buffer *dst, size_t dst_offs, const rb_buffer *src,
+                             size_t src_offs, size_t n);
+
+    /* operations: same meaning as the rb_* front-ends in ops.h */
+    rb_status (*fill)(rb_backend *be, rb_tensor *dst, float value);
+    rb_status (*affine)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float scale, float bias);
+    rb_status (*unary)(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
+    rb_status (*binary)(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+    rb_status (*where)(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a,
+                       const rb_tensor *b);
+    rb_status (*cast)(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
+    rb_status (*reduce)(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
+    rb_status (*softmax)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
+    rb_status (*rms_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+    rb_status (*layer_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
+                            const rb_tensor *b, float eps);
+    rb_status (*group_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups,
+                            const rb_tensor *w, const rb_tensor *b, float eps);
+    rb_status (*get_rows)(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);
+    rb_status (*index_select)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids,
+                              int dim);
+    rb_status (*set_rows)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids);
+    rb_status (*argsort)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, bool descending);
+    rb_status (*topk)(rb_backend *be, rb_tensor *values, rb_tensor *indices, const rb_tensor *src, int k);
+    rb_status (*matmul)(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+    rb_status (*rope)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,
+                      const rb_rope_params *p);
+    rb_status (*attention)(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                           const rb_tensor *v, const rb_attn_params *p);
+    rb_status (*conv1d)(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w,
+                        const rb_tensor *bias, int stride, int pad, int dilation, int groups);
+    rb_status (*conv2d)(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w,
+                        const rb_tensor *bias, const int stride[2], const int pad[2], const int dilation[2],
+                        int groups);
+    rb_status (*upsample)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
+} rb_backend_vtable;
+
+struct rb_backend {
+    const rb_backend_vtable *vt;
+    rb_device_kind kind;
+    int index;
+    char name[32];                 /* "cpu", "cuda:0" */
+    char last_error[RB_ERROR_MSG_MAX];
+};
+
+struct rb_buffer {
+    rb_backend *backend;
+    size_t size;
+    void *host_ptr; /* host-addressable memory or NULL */
+    void *impl;     /* backend-private (device pointer, ...) */
+    bool owned;     /* false for rb_buffer_from_host wrappers on the CPU */
+};
+
+/* Records a message in be->last_error and returns code. */
+rb_status rb_backend_fail(rb_backend *be, rb_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Each backend kind's constructor; defined by the backend library, called by
+ * the registry (src/backends/registry.c). */
+rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, rb_error *err);
+rb_status rb_cpu_devices_list(rb_device_info *infos, int max, int *n, rb_error *err);
+
+#endif

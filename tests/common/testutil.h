@@ -1,0 +1,45 @@
+/* Shared helpers for the cmocka test programs: a seeded RNG, fixture paths,
+ * error norms, and loading whole files. */
+#ifndef RBEE_TESTUTIL_H
+#define RBEE_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "rbee/status.h"
+
+/* xoshiro256** generator; deterministic for a given seed. */
+typedef struct tu_rng { uint64_t s[4]; } tu_rng;
+void tu_rng_seed(tu_rng *r, uint64_t seed);
+uint64_t tu_rng_u64(tu_rng *r);
+double tu_rng_uniform(tu_rng *r);                 /* [0, 1) */
+float tu_rng_range(tu_rng *r, float lo, float hi); /* [lo, hi) */
+float tu_rng_normal(tu_rng *r);                   /* N(0, 1) */
+void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
+
+/* Absolute path of a file under the fixtures folder (RBEE_FIXTURES_DIR, may be
+ * overridden by the environment variable of the same name), in a static
+ * per-call buffer of the caller: writes into buf and returns it. Fails the
+ * test if the file does not exist. */
+const char *tu_fixture(char *buf, size_t len, const char *relpath);
+
+/* Reads a whole file into a malloc'ed buffer; fails the test on error. */
+void *tu_read_file(const char *path, size_t *size);
+
+/* ||a - b||_2 / ||b||_2 (b = reference), computed in double. */
+double tu_rel_l2(const float *a, const double *ref, size_t n);
+double tu_rel_l2_f(const float *a, const float *ref, size_t n);
+/* max_i |a - b| / max(|b|, floor) */
+double tu_max_rel(const float *a, const double *ref, size_t n, double floor);
+
+/* Asserts a status is RB_OK, printing the error message if not. */
+#define TU_OK(expr)                                                                  \
+    do {                                                                             \
+        rb_status tu_s_ = (expr);                                                    \
+        if (tu_s_ != RB_OK) fail_msg("%s -> %s", #expr, rb_status_str(tu_s_));       \
+    } while (0)
+
+#endif
