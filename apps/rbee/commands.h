@@ -5,5 +5,7 @@
 
 int rb_cmd_devices(int argc, char **argv);
 int rb_cmd_bench_ops(int argc, char **argv);
+int rb_cmd_logits(int argc, char **argv);
+int rb_cmd_generate(int argc, char **argv);
 
 #endif

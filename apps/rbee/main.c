@@ -14,6 +14,10 @@ typedef struct {
 static const command k_commands[] = {
     {"devices", rb_cmd_devices, "list the compute devices this binary can use"},
     {"bench-ops", rb_cmd_bench_ops, "benchmark core ops (matmul, softmax, rms_norm) on the CPU"},
+#ifdef RBEE_CLI_HAVE_RUNTIME
+    {"generate", rb_cmd_generate, "generate text from a prompt, streaming to stdout"},
+    {"logits", rb_cmd_logits, "write the raw f32 logits of a token sequence"},
+#endif
 };
 
 static void usage(FILE *f) {

@@ -49,6 +49,13 @@ const char *tu_fixture(char *buf, size_t len, const char *relpath) {
     return buf;
 }
 
+const char *tu_data(char *buf, size_t len, const char *relpath) {
+    snprintf(buf, len, "%s/%s", RBEE_TEST_DATA_DIR, relpath);
+    struct stat st;
+    if (stat(buf, &st) != 0) fail_msg("test data missing: %s", buf);
+    return buf;
+}
+
 void *tu_read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("cannot open %s", path);

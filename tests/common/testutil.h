@@ -26,6 +26,9 @@ void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
  * test if the file does not exist. */
 const char *tu_fixture(char *buf, size_t len, const char *relpath);
 
+/* Same for a file under the repository's tests/data folder. */
+const char *tu_data(char *buf, size_t len, const char *relpath);
+
 /* Reads a whole file into a malloc'ed buffer; fails the test on error. */
 void *tu_read_file(const char *path, size_t *size);
 

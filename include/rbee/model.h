@@ -1,0 +1,108 @@
+/* Decoder-only transformer models (Llama 2/3, TinyLlama, Mistral, Qwen2,
+ * Gemma, Gemma 2, Phi-3), written once against the ops of ops.h and loaded
+ * from a GGUF file (llama.cpp's names and metadata) or a Hugging Face folder
+ * (config.json + safetensors). The model holds weights on one backend; a
+ * KV cache holds one sequence's keys and values; rb_model_forward runs a
+ * batch of consecutive tokens of that sequence. */
+#ifndef RBEE_MODEL_H
+#define RBEE_MODEL_H
+
+#include "rbee/backend.h"
+#include "rbee/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rb_arch {
+    RB_ARCH_LLAMA = 0, /* Llama 2/3/3.1/3.2, TinyLlama */
+    RB_ARCH_MISTRAL,
+    RB_ARCH_QWEN2,
+    RB_ARCH_GEMMA,
+    RB_ARCH_GEMMA2,
+    RB_ARCH_PHI3,
+    RB_ARCH_COUNT_
+} rb_arch;
+
+const char *rb_arch_name(rb_arch a); /* GGUF general.architecture value */
+/* Comma-separated list of supported architectures, for error messages. */
+const char *rb_arch_supported_list(void);
+
+typedef struct rb_model_config {
+    rb_arch arch;
+    int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    float norm_eps;
+    /* rotary embedding */
+    rb_rope_mode rope_mode; /* NORMAL for GGUF llama/mistral (permuted q/k), NEOX otherwise */
+    int n_rot;
+    float rope_theta;
+    float rope_freq_scale; /* linear scaling: 1 / factor */
+    float rope_attn_factor;
+    bool has_rope_factors; /* per-dimension factors (llama3 / longrope short) */
+    bool has_rope_long;    /* longrope: long factors used once positions reach rope_orig_ctx */
+    int64_t rope_orig_ctx; /* longrope: original context length */
+    /* variants */
+    bool tied_embeddings;
+    bool qkv_bias;         /* qwen2 */
+    bool gelu_act;         /* gelu-tanh MLP (gemma) instead of silu */
+    bool embd_scale;       /* multiply embeddings by sqrt(n_embd) (gemma) */
+    bool post_norms;       /* gemma2: post-attention and post-ffn norms */
+    bool fused_qkv;        /* phi3: one qkv projection */
+    bool fused_gate_up;    /* phi3: one gate_up projection */
+    int sliding_window;    /* 0 = none */
+    int swa_pattern;       /* 0: all layers use the window; 2: even layers only (gemma2) */
+    float attn_softcap;    /* 0 = none */
+    float final_softcap;   /* 0 = none */
+    float attn_scale;      /* 1/sqrt(head_dim) or query_pre_attn_scalar^-1/2 */
+    /* special tokens known from the model files (-1 if unknown) */
+    int32_t bos_id;
+    int32_t eos_ids[4];
+    int n_eos;
+} rb_model_config;
+
+typedef struct rb_model rb_model;
+
+typedef struct rb_model_load_opts {
+    int reserved; /* for future options (dtype override, progress callback) */
+} rb_model_load_opts;
+
+/* path: a .gguf file or a folder with config.json + safetensors. Unknown
+ * architectures fail with RB_E_UNSUPPORTED listing the supported ones; missing
+ * or mis-shaped tensors with RB_E_FORMAT naming the tensor. */
+rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_opts *opts, rb_model **out,
+                        rb_error *err);
+void rb_model_free(rb_model *m);
+const rb_model_config *rb_model_get_config(const rb_model *m);
+rb_backend *rb_model_backend(const rb_model *m);
+/* Bytes of weights held by the model (mapped or device-resident). */
+size_t rb_model_weight_bytes(const rb_model *m);
+/* The most common weight dtype (e.g. q8_0) for reports. */
+rb_dtype rb_model_weight_dtype(const rb_model *m);
+/* The GGUF file the model was loaded from, or NULL (HF folder). Owned by the model. */
+const struct rb_gguf *rb_model_gguf(const rb_model *m);
+/* The folder the model was loaded from (HF), or NULL. */
+const char *rb_model_hf_dir(const rb_model *m);
+
+/* ---- KV cache: one sequence's keys/values for every layer ---- */
+typedef struct rb_kv_cache rb_kv_cache;
+/* dtype RB_F16 (default) or RB_F32; n_ctx slots. */
+rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_cache **out, rb_error *err);
+void rb_kv_cache_free(rb_kv_cache *kv);
+int64_t rb_kv_cache_size(const rb_kv_cache *kv); /* n_ctx */
+int64_t rb_kv_cache_used(const rb_kv_cache *kv); /* positions filled */
+/* Forgets positions >= n (n <= used). */
+void rb_kv_cache_truncate(rb_kv_cache *kv, int64_t n);
+size_t rb_kv_cache_bytes(const rb_kv_cache *kv);
+
+/* Runs tokens[0..n) at positions used..used+n of kv and appends them to it.
+ * Writes logits (f32, host memory) for the last token only (all_logits false:
+ * logits has n_vocab floats) or for every token (n * n_vocab floats).
+ * RB_E_RANGE if the cache is too small. Processes at most max_batch tokens
+ * per pass internally (prefill in chunks). */
+rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
+                           float *logits, rb_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,57 @@
+/* One sequence's KV cache: per layer, keys and values as [head_dim * n_kv_heads,
+ * n_ctx] tensors (one row per position) in f16 or f32, plus the scratch arena
+ * the forward pass uses for activations of this sequence. */
+#include "models/kv_cache_internal.h"
+
+#include <stdlib.h>
+
+rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_cache **out, rb_error *err) {
+    if (!m || !out) return rb_error_set(err, RB_E_INVALID, "rb_kv_cache_create: NULL argument");
+    if (dtype != RB_F16 && dtype != RB_F32 && dtype != RB_BF16)
+        return rb_error_set(err, RB_E_INVALID, "KV cache dtype must be f16, bf16 or f32 (got %s)", rb_dtype_name(dtype));
+    if (n_ctx <= 0 || n_ctx > (1 << 24)) return rb_error_set(err, RB_E_RANGE, "context size %lld out of range",
+                                                           (long long)n_ctx);
+    const rb_model_config *c = &m->cfg;
+    rb_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    kv->m = m;
+    kv->n_ctx = n_ctx;
+    kv->dtype = dtype;
+    kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
+    kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
+    if (!kv->k || !kv->v) {
+        rb_kv_cache_free(kv);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    }
+    const int64_t row = c->head_dim * c->n_head_kv;
+    const size_t per = rb_dtype_row_size(dtype, row) * (size_t)n_ctx;
+    kv->bytes = per * 2 * (size_t)c->n_layer;
+    rb_status s = rb_buffer_alloc(m->be, kv->bytes, &kv->buf);
+    if (s != RB_OK) {
+        rb_kv_cache_free(kv);
+        return rb_error_set(err, s, "cannot allocate a KV cache of %.1f MiB on %s: %s", (double)kv->bytes / 1048576.0,
+                            rb_backend_name(m->be), rb_backend_last_error(m->be));
+    }
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        rb_tensor_init4(&kv->k[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il) * per);
+        rb_tensor_init4(&kv->v[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il + 1) * per);
+    }
+    *out = kv;
+    return RB_OK;
+}
+
+void rb_kv_cache_free(rb_kv_cache *kv) {
+    if (!kv) return;
+    if (kv->buf) rb_buffer_free(kv->buf);
+    if (kv->arena) rb_buffer_free(kv->arena);
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int64_t rb_kv_cache_size(const rb_kv_cache *kv) { return kv->n_ctx; }
+int64_t rb_kv_cache_used(const rb_kv_cache *kv) { return kv->used; }
+void rb_kv_cache_truncate(rb_kv_cache *kv, int64_t n) {
+    if (n >= 0 && n < kv->used) kv->used = n;
+}
+size_t rb_kv_cache_bytes(const rb_kv_cache *kv) { return kv->bytes; }

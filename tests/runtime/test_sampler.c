@@ -1,0 +1,173 @@
+/* Sampler: greedy choice, seeded reproducibility, the empirical distribution
+ * of temperature sampling against the exact softmax, top-k / top-p / min-p
+ * support sets computed by hand, the penalty formulas, and bad parameters. */
+#include "testutil.h"
+
+#include "rbee/sampler.h"
+
+#include <math.h>
+#include <string.h>
+
+#define V 8
+
+static const float k_logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.5f, 2.9f, -3.0f, 0.0f};
+
+static rb_sampler *make(rb_sampler_params p) {
+    rb_sampler *s = NULL;
+    TU_OK(rb_sampler_create(&p, V, &s, NULL));
+    return s;
+}
+
+static int32_t draw(rb_sampler *s, const int32_t *hist, size_t nh) {
+    float l[V];
+    memcpy(l, k_logits, sizeof l);
+    return rb_sampler_sample(s, l, hist, nh);
+}
+
+static void test_greedy(void **state) {
+    (void)state;
+    rb_sampler *s = make(rb_sampler_default_params());
+    for (int i = 0; i < 5; i++) assert_int_equal(draw(s, NULL, 0), 1);
+    /* ties resolve to the first index */
+    float l[V] = {0, 5, 5, 0, 0, 0, 0, 0};
+    assert_int_equal(rb_sampler_sample(s, l, NULL, 0), 1);
+    rb_sampler_free(s);
+}
+
+static void test_seeded_reproducible(void **state) {
+    (void)state;
+    rb_sampler_params p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.seed = 1234;
+    rb_sampler *a = make(p), *b = make(p);
+    int differs_from_greedy = 0;
+    for (int i = 0; i < 200; i++) {
+        int32_t x = draw(a, NULL, 0), y = draw(b, NULL, 0);
+        assert_int_equal(x, y);
+        differs_from_greedy += x != 1;
+    }
+    assert_true(differs_from_greedy > 50); /* really sampling */
+    rb_sampler_reseed(a, 99);
+    rb_sampler_reseed(b, 99);
+    for (int i = 0; i < 50; i++) assert_int_equal(draw(a, NULL, 0), draw(b, NULL, 0));
+    rb_sampler_free(a);
+    rb_sampler_free(b);
+}
+
+static void test_distribution_matches_softmax(void **state) {
+    (void)state;
+    rb_sampler_params p = rb_sampler_default_params();
+    p.temperature = 0.7f;
+    p.seed = 7;
+    rb_sampler *s = make(p);
+    const int N = 200000;
+    int counts[V] = {0};
+    for (int i = 0; i < N; i++) counts[draw(s, NULL, 0)]++;
+    double z = 0, pr[V];
+    for (int i = 0; i < V; i++) z += exp(k_logits[i] / 0.7);
+    for (int i = 0; i < V; i++) {
+        pr[i] = exp(k_logits[i] / 0.7) / z;
+        double sd = sqrt(N * pr[i] * (1 - pr[i]));
+        assert_true(fabs(counts[i] - N * pr[i]) < 5 * sd + 1);
+    }
+    rb_sampler_free(s);
+}
+
+/* every draw lies in the expected support and every support member occurs */
+static void check_support(rb_sampler_params p, const int *support, int n_support) {
+    rb_sampler *s = make(p);
+    int seen[V] = {0};
+    for (int i = 0; i < 20000; i++) seen[draw(s, NULL, 0)]++;
+    for (int t = 0; t < V; t++) {
+        int in = 0;
+        for (int j = 0; j < n_support; j++) in |= support[j] == t;
+        if (in) assert_true(seen[t] > 0);
+        else assert_int_equal(seen[t], 0);
+    }
+    rb_sampler_free(s);
+}
+
+static void test_filters(void **state) {
+    (void)state;
+    rb_sampler_params p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.top_k = 3;
+    const int topk[] = {1, 5, 2};
+    check_support(p, topk, 3);
+
+    /* top_p: probabilities at T=1 sorted: 3.0, 2.9, 2.5, 1.0, ... */
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(k_logits[i]);
+    double p1 = exp(3.0) / z, p5 = exp(2.9) / z;
+    p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.top_p = (float)(p1 + p5 * 0.5); /* needs tokens 1 and 5 */
+    const int nucleus[] = {1, 5};
+    check_support(p, nucleus, 2);
+
+    /* min_p 0.5: keep tokens with p >= 0.5 p_max: exp(l - 3) >= 0.5 -> l >= 2.307 */
+    p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.min_p = 0.5f;
+    const int minp[] = {1, 5, 2};
+    check_support(p, minp, 3);
+}
+
+static void test_penalties(void **state) {
+    (void)state;
+    rb_sampler_params p = rb_sampler_default_params();
+    p.repetition_penalty = 2.0f;
+    rb_sampler *s = make(p);
+    float l[V];
+    memcpy(l, k_logits, sizeof l);
+    const int32_t hist[] = {1, 3, 1};
+    rb_sampler_sample(s, l, hist, 3);
+    assert_float_equal(l[1], 1.5f, 0);  /* positive: divided once, not twice */
+    assert_float_equal(l[3], -2.0f, 0); /* negative: multiplied */
+    assert_float_equal(l[5], 2.9f, 0);
+    rb_sampler_free(s);
+
+    p = rb_sampler_default_params();
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    p.penalty_last_n = 2; /* only the last two tokens: 3, 1 */
+    s = make(p);
+    memcpy(l, k_logits, sizeof l);
+    const int32_t hist2[] = {5, 5, 3, 1};
+    int32_t t = rb_sampler_sample(s, l, hist2, 4);
+    assert_float_equal(l[1], 3.0f - 0.5f - 0.25f, 1e-6);
+    assert_float_equal(l[3], -1.0f - 0.5f - 0.25f, 1e-6);
+    assert_float_equal(l[5], 2.9f, 0); /* outside the window */
+    assert_int_equal(t, 5);
+    rb_sampler_free(s);
+}
+
+static void test_bad_params(void **state) {
+    (void)state;
+    rb_sampler *s = NULL;
+    rb_error e;
+    rb_sampler_params p = rb_sampler_default_params();
+    p.top_p = 1.5f;
+    assert_int_equal(rb_sampler_create(&p, V, &s, &e), RB_E_RANGE);
+    assert_non_null(strstr(e.msg, "top_p"));
+    p = rb_sampler_default_params();
+    p.temperature = NAN;
+    assert_int_equal(rb_sampler_create(&p, V, &s, &e), RB_E_RANGE);
+    p = rb_sampler_default_params();
+    p.repetition_penalty = 0.0f;
+    assert_int_equal(rb_sampler_create(&p, V, &s, &e), RB_E_RANGE);
+    p = rb_sampler_default_params();
+    assert_int_equal(rb_sampler_create(&p, 0, &s, &e), RB_E_RANGE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_seeded_reproducible),
+        cmocka_unit_test(test_distribution_matches_softmax),
+        cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_bad_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
