@@ -102,6 +102,13 @@ size_t rb_kv_cache_bytes(const rb_kv_cache *kv);
 rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
                            float *logits, rb_error *err);
 
+/* One decode step for n sequences at once (continuous batching): tokens[i] is
+ * appended to kvs[i] at that cache's own next position. The matrix products
+ * run as one batch of n rows; attention runs per sequence. Writes n rows of
+ * n_vocab logits. Each KV cache may appear once; all belong to m. */
+rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                                 float *logits, rb_error *err);
+
 #ifdef __cplusplus
 }
 #endif

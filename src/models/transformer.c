@@ -82,19 +82,27 @@ static rb_tensor view3(const rb_tensor *t, size_t offs, int64_t ne0, int64_t ne1
             return rb_error_set(err, s_, "%s (layer %d): %s", #expr, il, rb_backend_last_error(be));           \
     } while (0)
 
-static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t T, bool all_logits,
-                                float *logits, rb_error *err) {
+/* Rows of a micro-batch that belong to one sequence: consecutive tokens at
+ * positions p0.. appended to kv. A prefill chunk is one group of T rows; a
+ * batched decode step is n groups of one row each. */
+typedef struct seq_group {
+    rb_kv_cache *kv;
+    int64_t row0, n, p0;
+} seq_group;
+
+static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *tokens, int64_t T,
+                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, rb_error *err) {
     const rb_model_config *c = &m->cfg;
     rb_backend *be = m->be;
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff, V = c->n_vocab;
-    const int64_t p0 = kv->used;
     int il = -1;
     fwd_bufs b;
-    layout(c, T, all_logits, kv->arena, &b);
+    layout(c, T, all_logits, arena, &b);
 
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
     if (!pos) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-    for (int64_t i = 0; i < T; i++) pos[i] = (int32_t)(p0 + i);
+    for (int64_t gi = 0; gi < n_grp; gi++)
+        for (int64_t i = 0; i < grp[gi].n; i++) pos[grp[gi].row0 + i] = (int32_t)(grp[gi].p0 + i);
     rb_status st = rb_tensor_set(&b.pos, pos, sizeof(int32_t) * (size_t)T);
     free(pos);
     if (st != RB_OK) return rb_error_set(err, st, "cannot upload positions: %s", rb_backend_last_error(be));
@@ -111,10 +119,6 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
         .attn_factor = c->rope_attn_factor,
         .freq_factors = c->has_rope_factors ? &m->rope_factors : NULL,
     };
-    /* longrope (transformers' dynamic rule): long factors once this batch
-     * reaches positions beyond the original context */
-    if (c->has_rope_long && p0 + T > c->rope_orig_ctx) rp.freq_factors = &m->rope_factors_long;
-    const size_t es = rb_dtype_info((int)kv->dtype)->type_size;
     const int64_t kvrow = D * Hkv;
     const size_t qkv_row = (size_t)((Hq + 2 * Hkv) * D) * sizeof(float);
 
@@ -122,7 +126,7 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
         const rb_layer_weights *L = &m->layers[il];
         CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
 
-        /* projections into the qkv region: q | k | v per token row */
+        /* projections into the qkv region */
         rb_tensor q, k, v;
         if (c->fused_qkv) {
             CK(rb_matmul(be, &b.qkv, &L->wqkv, &b.h));
@@ -131,14 +135,12 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
             k = view3(&b.qkv, (size_t)(Hq * D) * sizeof(float), D, Hkv, T, D * sizeof(float), qkv_row);
             v = view3(&b.qkv, (size_t)((Hq + Hkv) * D) * sizeof(float), kvrow, T, 1, qkv_row, qkv_row * (size_t)T);
         } else {
-            rb_tensor q2 = view3(&b.qkv, 0, Hq * D, T, 1, (size_t)(Hq * D) * sizeof(float), 0);
+            rb_tensor q2 = view3(&b.qkv, 0, Hq * D, T, 1, (size_t)(Hq * D) * sizeof(float),
+                                 (size_t)(Hq * D * T) * sizeof(float));
             rb_tensor k2 = view3(&b.qkv, (size_t)(Hq * D * T) * sizeof(float), kvrow, T, 1,
-                                 (size_t)kvrow * sizeof(float), 0);
+                                 (size_t)kvrow * sizeof(float), (size_t)(kvrow * T) * sizeof(float));
             rb_tensor v2 = view3(&b.qkv, (size_t)((Hq * D + kvrow) * T) * sizeof(float), kvrow, T, 1,
-                                 (size_t)kvrow * sizeof(float), 0);
-            q2.nb[2] = q2.nb[3] = q2.nb[1] * (size_t)T;
-            k2.nb[2] = k2.nb[3] = k2.nb[1] * (size_t)T;
-            v2.nb[2] = v2.nb[3] = v2.nb[1] * (size_t)T;
+                                 (size_t)kvrow * sizeof(float), (size_t)(kvrow * T) * sizeof(float));
             CK(rb_matmul(be, &q2, &L->wq, &b.h));
             CK(rb_matmul(be, &k2, &L->wk, &b.h));
             CK(rb_matmul(be, &v2, &L->wv, &b.h));
@@ -149,31 +151,59 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
             k = view3(&k2, 0, D, Hkv, T, D * sizeof(float), k2.nb[1]);
             v = v2;
         }
-        CK(rb_rope(be, &b.qr, &q, &b.pos, &rp));
-        CK(rb_rope(be, &b.kr, &k, &b.pos, &rp));
-
-        /* append this batch's keys and values at rows p0.. of the cache */
-        rb_tensor kdst = view3(&kv->k[il], (size_t)p0 * (size_t)kvrow * es, D, Hkv, T, D * es, (size_t)kvrow * es);
-        rb_tensor vdst = view3(&kv->v[il], (size_t)p0 * (size_t)kvrow * es, kvrow, T, 1, (size_t)kvrow * es,
-                               (size_t)kvrow * es * (size_t)T);
-        CK(rb_cast(be, &kdst, &b.kr));
-        CK(rb_cast(be, &vdst, &v));
-
-        /* attention over positions 0..p0+T-1 */
-        const int64_t Tk = p0 + T;
-        rb_tensor qa = view3(&b.qr, 0, D, T, Hq, (size_t)(D * Hq) * sizeof(float), (size_t)D * sizeof(float));
-        rb_tensor ka = view3(&kv->k[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
-        rb_tensor va = view3(&kv->v[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
+        if (!c->has_rope_long) {
+            CK(rb_rope(be, &b.qr, &q, &b.pos, &rp));
+            CK(rb_rope(be, &b.kr, &k, &b.pos, &rp));
+        } else { /* longrope (transformers' dynamic rule): long factors once a
+                  * sequence's batch reaches past the original context */
+            for (int64_t gi = 0; gi < n_grp; gi++) {
+                const seq_group *g = &grp[gi];
+                rb_rope_params rpg = rp;
+                if (g->p0 + g->n > c->rope_orig_ctx) rpg.freq_factors = &m->rope_factors_long;
+                rb_tensor qs, ks, qd, kd, ps;
+                CK(rb_tensor_slice(&q, 2, g->row0, g->n, &qs));
+                CK(rb_tensor_slice(&k, 2, g->row0, g->n, &ks));
+                CK(rb_tensor_slice(&b.qr, 2, g->row0, g->n, &qd));
+                CK(rb_tensor_slice(&b.kr, 2, g->row0, g->n, &kd));
+                CK(rb_tensor_slice(&b.pos, 0, g->row0, g->n, &ps));
+                CK(rb_rope(be, &qd, &qs, &ps, &rpg));
+                CK(rb_rope(be, &kd, &ks, &ps, &rpg));
+            }
+        }
         const bool swa = c->sliding_window > 0 && (c->swa_pattern == 0 || il % c->swa_pattern == 0);
-        rb_attn_params ap = {
-            .scale = c->attn_scale,
-            .softcap = c->attn_softcap,
-            .causal = true,
-            .window = swa ? c->sliding_window : 0,
-            .q_pos0 = p0,
-            .mask = NULL,
-        };
-        CK(rb_attention(be, &b.att, &qa, &ka, &va, &ap));
+        for (int64_t gi = 0; gi < n_grp; gi++) {
+            const seq_group *g = &grp[gi];
+            rb_kv_cache *kv = g->kv;
+            const size_t es = rb_dtype_info((int)kv->dtype)->type_size;
+            /* append this group's keys and values at rows p0.. of its cache */
+            rb_tensor kdst = view3(&kv->k[il], (size_t)g->p0 * (size_t)kvrow * es, D, Hkv, g->n, D * es,
+                                   (size_t)kvrow * es);
+            rb_tensor vdst = view3(&kv->v[il], (size_t)g->p0 * (size_t)kvrow * es, kvrow, g->n, 1,
+                                   (size_t)kvrow * es, (size_t)kvrow * es * (size_t)g->n);
+            rb_tensor ksrc, vsrc;
+            CK(rb_tensor_slice(&b.kr, 2, g->row0, g->n, &ksrc));
+            CK(rb_tensor_slice(&v, 1, g->row0, g->n, &vsrc));
+            CK(rb_cast(be, &kdst, &ksrc));
+            CK(rb_cast(be, &vdst, &vsrc));
+
+            /* attention over positions 0..p0+n-1 of this sequence */
+            const int64_t Tk = g->p0 + g->n;
+            rb_tensor qa = view3(&b.qr, (size_t)(g->row0 * D * Hq) * sizeof(float), D, g->n, Hq,
+                                 (size_t)(D * Hq) * sizeof(float), (size_t)D * sizeof(float));
+            rb_tensor ka = view3(&kv->k[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
+            rb_tensor va = view3(&kv->v[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
+            rb_tensor ad = view3(&b.att, (size_t)(g->row0 * D * Hq) * sizeof(float), D, Hq, g->n,
+                                 (size_t)D * sizeof(float), (size_t)(D * Hq) * sizeof(float));
+            rb_attn_params ap = {
+                .scale = c->attn_scale,
+                .softcap = c->attn_softcap,
+                .causal = true,
+                .window = swa ? c->sliding_window : 0,
+                .q_pos0 = g->p0,
+                .mask = NULL,
+            };
+            CK(rb_attention(be, &ad, &qa, &ka, &va, &ap));
+        }
 
         rb_tensor att2 = view3(&b.att, 0, Hq * D, T, 1, (size_t)(Hq * D) * sizeof(float),
                                (size_t)(Hq * D * T) * sizeof(float));
@@ -184,20 +214,21 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
 
         /* gated MLP */
         CK(rb_rms_norm(be, &b.h, &b.x, &L->ffn_norm, c->norm_eps));
-        rb_tensor gate, up;
+        const rb_unary_op act = c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
         if (c->fused_gate_up) {
             CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
-            gate = view3(&b.g, 0, F, T, 1, (size_t)(2 * F) * sizeof(float), (size_t)(2 * F * T) * sizeof(float));
-            up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
-                       (size_t)(2 * F * T) * sizeof(float));
-            CK(rb_unary(be, c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU, &b.u, &gate));
+            rb_tensor gate = view3(&b.g, 0, F, T, 1, (size_t)(2 * F) * sizeof(float),
+                                   (size_t)(2 * F * T) * sizeof(float));
+            rb_tensor up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
+                                 (size_t)(2 * F * T) * sizeof(float));
+            CK(rb_unary(be, act, &b.u, &gate));
             CK(rb_binary(be, RB_BINARY_MUL, &b.u, &b.u, &up));
             CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
         } else {
             rb_tensor g1 = view3(&b.g, 0, F, T, 1, (size_t)F * sizeof(float), (size_t)(F * T) * sizeof(float));
             CK(rb_matmul(be, &g1, &L->w_gate, &b.h));
             CK(rb_matmul(be, &b.u, &L->w_up, &b.h));
-            CK(rb_unary(be, c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU, &g1, &g1));
+            CK(rb_unary(be, act, &g1, &g1));
             CK(rb_binary(be, RB_BINARY_MUL, &g1, &g1, &b.u));
             CK(rb_matmul(be, &b.o, &L->w_down, &g1));
         }
@@ -205,8 +236,7 @@ static rb_status forward_ubatch(rb_model *m, rb_kv_cache *kv, const int32_t *tok
         CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
     }
     il = -1;
-
-    kv->used = p0 + T;
+    for (int64_t gi = 0; gi < n_grp; gi++) grp[gi].kv->used = grp[gi].p0 + grp[gi].n;
     if (!logits) return RB_OK; /* an inner micro-batch of a longer prompt */
 
     /* output head: every row, or only the last one */
@@ -250,9 +280,39 @@ rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, 
         float *out = NULL;
         if (all_logits) out = logits ? logits + done * V : NULL;
         else if (last) out = logits;
-        s = forward_ubatch(m, kv, tokens + done, T, all_logits, out, err);
+        seq_group g = {.kv = kv, .row0 = 0, .n = T, .p0 = kv->used};
+        s = forward_rows(m, kv->arena, tokens + done, T, &g, 1, all_logits, out, err);
         if (s != RB_OK) return s;
         done += T;
     }
     return RB_OK;
+}
+
+rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                                 float *logits, rb_error *err) {
+    if (!m || !kvs || !tokens || !logits || n <= 0)
+        return rb_error_set(err, RB_E_INVALID, "rb_model_forward_batch: bad arguments");
+    const int64_t V = m->cfg.n_vocab;
+    seq_group *g = malloc(sizeof(seq_group) * (size_t)n);
+    if (!g) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    rb_status s = RB_OK;
+    for (int64_t i = 0; i < n && s == RB_OK; i++) {
+        rb_kv_cache *kv = kvs[i];
+        if (!kv || kv->m != m) s = rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
+        else if (kv->used + 1 > kv->n_ctx)
+            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: context of %lld is full", (long long)i, (long long)kv->n_ctx);
+        else if (tokens[i] < 0 || tokens[i] >= V)
+            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i, tokens[i]);
+        for (int64_t j = 0; j < i && s == RB_OK; j++)
+            if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
+        g[i] = (seq_group){.kv = kv, .row0 = i, .n = 1, .p0 = kv ? kv->used : 0};
+    }
+    for (int64_t done = 0; s == RB_OK && done < n; done += RB_MAX_UBATCH) {
+        const int64_t T = n - done < RB_MAX_UBATCH ? n - done : RB_MAX_UBATCH;
+        if ((s = ensure_arena(kvs[0], T, err)) != RB_OK) break;
+        for (int64_t i = 0; i < T; i++) g[done + i].row0 = i;
+        s = forward_rows(m, kvs[0]->arena, tokens + done, T, g + done, T, true, logits + done * V, err);
+    }
+    free(g);
+    return s;
 }
