@@ -33,6 +33,7 @@ typedef struct rb_gguf_kv {
     rb_gguf_type arr_type; /* element type when type == RB_GGUF_ARRAY */
     uint64_t arr_len;      /* element count when type == RB_GGUF_ARRAY */
     const void *data;      /* scalar value, or first array element (strings: see rb_gguf_arr_str) */
+                           /* (may be unaligned: read with memcpy; a STRING scalar's data is an rb_gguf_str) */
 } rb_gguf_kv;
 
 typedef struct rb_gguf_tensor_info {
@@ -96,6 +97,13 @@ rb_status rb_gguf_writer_set_u64(rb_gguf_writer *w, const char *key, uint64_t v)
 rb_status rb_gguf_writer_set_f32(rb_gguf_writer *w, const char *key, float v);
 rb_status rb_gguf_writer_set_bool(rb_gguf_writer *w, const char *key, bool v);
 rb_status rb_gguf_writer_set_str(rb_gguf_writer *w, const char *key, const char *v);
+/* The remaining scalar types (added by the formats layer). */
+rb_status rb_gguf_writer_set_u8(rb_gguf_writer *w, const char *key, uint8_t v);
+rb_status rb_gguf_writer_set_i8(rb_gguf_writer *w, const char *key, int8_t v);
+rb_status rb_gguf_writer_set_u16(rb_gguf_writer *w, const char *key, uint16_t v);
+rb_status rb_gguf_writer_set_i16(rb_gguf_writer *w, const char *key, int16_t v);
+rb_status rb_gguf_writer_set_i64(rb_gguf_writer *w, const char *key, int64_t v);
+rb_status rb_gguf_writer_set_f64(rb_gguf_writer *w, const char *key, double v);
 /* Array of a scalar type: n elements of the type's natural C size. */
 rb_status rb_gguf_writer_set_arr(rb_gguf_writer *w, const char *key, rb_gguf_type elem_type, const void *data,
                                  uint64_t n);

@@ -71,7 +71,8 @@ float rb_f16_to_f32(rb_f16 h) {
         float v = (float)mant * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
+    /* inf, or NaN returned quiet (payload kept), as the F16C instruction does */
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x00400000u : 0u));
     return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 

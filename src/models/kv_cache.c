@@ -28,9 +28,10 @@ rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_c
     kv->bytes = per * 2 * (size_t)c->n_layer;
     rb_status s = rb_buffer_alloc(m->be, kv->bytes, &kv->buf);
     if (s != RB_OK) {
+        const double mib = (double)kv->bytes / 1048576.0;
         rb_kv_cache_free(kv);
-        return rb_error_set(err, s, "cannot allocate a KV cache of %.1f MiB on %s: %s", (double)kv->bytes / 1048576.0,
-                            rb_backend_name(m->be), rb_backend_last_error(m->be));
+        return rb_error_set(err, s, "cannot allocate a KV cache of %.1f MiB on %s: %s", mib, rb_backend_name(m->be),
+                            rb_backend_last_error(m->be));
     }
     for (int64_t il = 0; il < c->n_layer; il++) {
         rb_tensor_init4(&kv->k[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il) * per);

@@ -35,7 +35,7 @@ static int32_t *read_ids(const rb_json_config *j, const char *key, size_t *n) {
 }
 
 static void check_model(rb_backend *be, const char *dir, const char *name) {
-    char path[2048];
+    char path[2200];
     rb_error err;
     rb_error_clear(&err);
     snprintf(path, sizeof path, "%s/ref.json", dir);

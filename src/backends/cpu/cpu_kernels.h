@@ -1,0 +1,63 @@
+/* The CPU backend's SIMD kernel table. One constant table exists per
+ * instruction set (scalar C, AVX2+FMA+F16C, AVX-512 with VNNI); the backend
+ * picks one at creation (rb_cpu_kernels_get) and stores it in
+ * rb_cpu_backend.kern, so ops dispatch through it at run time and nothing
+ * outside the ISA-specific files is compiled with -mavx2 / -mavx512*.
+ *
+ * Dot-product convention: x is a weight row (any weight dtype), y is an
+ * activation row already converted to vec_dot_type[x's dtype] (q8_0, q8_1,
+ * q8_K for the quantized formats; f32 for f32/f16/bf16). n is the row length
+ * in elements and must be a multiple of the weight dtype's block size. */
+#ifndef RBEE_CPU_KERNELS_H
+#define RBEE_CPU_KERNELS_H
+
+#include "backends/cpu/cpu_internal.h"
+#include "rbee/dtype.h"
+#include "rbee/quant.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* *s = dot(x[0..n), y[0..n)). */
+typedef void (*rb_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* Converts one f32 row of n values into dtype-specific blocks (identical to
+ * rb_quantize_row of quant.h for the quantized activation formats). */
+typedef void (*rb_from_f32_fn)(const float *x, void *y, int64_t n);
+/* Tile of dot products: for r < nr and c < nc,
+ *   dst[c * ldd + r] = dot(row r of x, row c of y)
+ * rows of x are lda bytes apart, rows of y ldb bytes apart. nc is at most
+ * RB_CPU_TILE_MAX and nr * nc at most RB_CPU_TILE_MAX^2 (long runs of rows
+ * with nc == 1 for matrix-vector products); any smaller size works. */
+typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb,
+                                float *dst, size_t ldd);
+#define RB_CPU_TILE_MAX 8
+
+struct rb_cpu_kernels {
+    rb_cpu_isa isa;
+    /* Indexed by weight dtype; vec_dot[t] == NULL means t cannot be a weight. */
+    rb_dtype vec_dot_type[RB_DTYPE_END_];
+    rb_vec_dot_fn vec_dot[RB_DTYPE_END_];
+    /* Optional blocked kernels for prefill (NULL: matmul loops vec_dot). */
+    rb_gemm_tile_fn gemm_tile[RB_DTYPE_END_];
+    /* Indexed by activation dtype (f32, q8_0, q8_1, q8_K). */
+    rb_from_f32_fn from_f32[RB_DTYPE_END_];
+    /* Row conversions usable by any op. */
+    void (*f16_to_f32)(const rb_f16 *src, float *dst, int64_t n);
+    void (*f32_to_f16)(const float *src, rb_f16 *dst, int64_t n);
+    void (*bf16_to_f32)(const rb_bf16 *src, float *dst, int64_t n);
+};
+
+/* Kernel table for isa; falls back to the best supported table below isa if
+ * that ISA was not compiled in. Never NULL. */
+const struct rb_cpu_kernels *rb_cpu_kernels_get(rb_cpu_isa isa);
+
+/* Per-ISA tables (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c). */
+extern const struct rb_cpu_kernels rb_cpu_kernels_scalar;
+#if defined(RBEE_CPU_HAVE_AVX2)
+extern const struct rb_cpu_kernels rb_cpu_kernels_avx2;
+#endif
+#if defined(RBEE_CPU_HAVE_AVX512)
+extern const struct rb_cpu_kernels rb_cpu_kernels_avx512;
+#endif
+
+#endif

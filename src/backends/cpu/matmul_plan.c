@@ -1,0 +1,166 @@
+/* The two parallel phases of rb_cpu_matmul (see matmul_plan.h): activation
+ * conversion into scratch, then tiled dot products over the weight rows. */
+#include "backends/cpu/matmul_plan.h"
+
+#include <string.h>
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *dst, const rb_tensor *a,
+                          const rb_tensor *b) {
+    memset(p, 0, sizeof *p);
+    p->k = cb->kern;
+    p->dst = *dst;
+    p->a = *a;
+    p->b = *b;
+    p->K = a->ne[0];
+    p->N = a->ne[1];
+    p->M = b->ne[1];
+    p->B2 = b->ne[2];
+    p->B3 = b->ne[3];
+    p->r2 = b->ne[2] / a->ne[2];
+    p->r3 = b->ne[3] / a->ne[3];
+    p->vt = p->k->vec_dot_type[a->dtype];
+    p->row_b = rb_dtype_row_size(p->vt, p->K);
+    p->nth = cb->pool ? rb_threadpool_size(cb->pool) : 1;
+    /* prefill: 4 x 4 tiles. decode: long runs of weight rows per call (up to
+     * RB_CPU_TILE_MAX^2) so per-call activation preparation is amortized, as
+     * long as every thread still gets several runs. */
+    p->tile_c = 4;
+    p->tile_r = 4;
+    if (p->M == 1) {
+        int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
+        p->tile_r = per_thread >= 64 ? 64 : per_thread >= 16 ? 16 : 8;
+    }
+    p->a_row = rb_dtype_row_size(a->dtype, p->K);
+    const rb_dtype_traits *ta = rb_dtype_info((int)a->dtype);
+    bool a_strided = a->nb[0] != ta->type_size;
+
+    size_t n_act_rows = (size_t)(p->M * p->B2 * p->B3);
+    if (p->row_b == 0 || p->a_row == 0 || n_act_rows > SIZE_MAX / p->row_b)
+        return rb_backend_fail(&cb->base, RB_E_RANGE, "matmul: activation scratch too large");
+    size_t act_bytes = align64(n_act_rows * p->row_b);
+    size_t fbuf_bytes = align64((size_t)p->K * sizeof(float));
+    p->abuf_stride = a_strided ? align64((size_t)p->tile_r * p->a_row) : 0;
+    size_t total = act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth;
+    char *s = rb_cpu_scratch(cb, total);
+    if (!s) return rb_backend_fail(&cb->base, RB_E_NOMEM, "matmul: cannot allocate %zu bytes of scratch", total);
+    p->act = s;
+    p->fbuf = (float *)(s + act_bytes);
+    p->abuf = a_strided ? s + act_bytes + fbuf_bytes * (size_t)p->nth : NULL;
+    p->fbuf = (float *)(s + act_bytes);
+    (void)fbuf_bytes;
+    return RB_OK;
+}
+
+/* Loads element i of a strided plain-dtype row as f32. */
+static float load_elem(rb_dtype t, const char *row, size_t nb0, int64_t i) {
+    const char *e = row + (size_t)i * nb0;
+    switch (t) {
+    case RB_F32: { float v; memcpy(&v, e, 4); return v; }
+    case RB_F16: { rb_f16 v; memcpy(&v, e, 2); return rb_f16_to_f32(v); }
+    case RB_BF16: { rb_bf16 v; memcpy(&v, e, 2); return rb_bf16_to_f32(v); }
+    default: return 0.0f;
+    }
+}
+
+void rb_mm_convert_task(void *ctx, int ith, int nth) {
+    rb_mm_plan *p = ctx;
+    const rb_tensor *b = &p->b;
+    int64_t rows = p->M * p->B2 * p->B3;
+    int64_t lo = rows * ith / nth, hi = rows * (ith + 1) / nth;
+    size_t fstride = ((size_t)p->K * sizeof(float) + 63) & ~(size_t)63;
+    float *tmp = (float *)((char *)p->fbuf + fstride * (size_t)ith);
+    const char *base = rb_cpu_data(b);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t m = r % p->M, i2 = (r / p->M) % p->B2, i3 = r / (p->M * p->B2);
+        const char *src = base + (size_t)m * b->nb[1] + (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3];
+        char *out = p->act + (size_t)r * p->row_b;
+        float *x = p->vt == RB_F32 ? (float *)out : tmp;
+        if (b->dtype == RB_F32 && b->nb[0] == 4) {
+            memcpy(x, src, (size_t)p->K * 4);
+        } else if (b->dtype == RB_F16 && b->nb[0] == 2) {
+            p->k->f16_to_f32((const rb_f16 *)src, x, p->K);
+        } else if (b->dtype == RB_BF16 && b->nb[0] == 2) {
+            p->k->bf16_to_f32((const rb_bf16 *)src, x, p->K);
+        } else {
+            for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
+        }
+        if (p->vt != RB_F32) p->k->from_f32[p->vt](x, out, p->K);
+    }
+}
+
+/* Writes an nr x nc tile (tile[c * ldt + r]) to dst at (n0, m0) of batch (i2, i3). */
+static void store_tile(const rb_mm_plan *p, const float *tile, int ldt, int nr, int nc, int64_t n0, int64_t m0,
+                       int64_t i2, int64_t i3) {
+    const rb_tensor *d = &p->dst;
+    char *base = rb_cpu_data(d) + (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3];
+    for (int c = 0; c < nc; c++) {
+        char *row = base + (size_t)(m0 + c) * d->nb[1] + (size_t)n0 * d->nb[0];
+        const float *t = tile + (size_t)c * (size_t)ldt;
+        if (d->dtype == RB_F32) {
+            if (d->nb[0] == 4) {
+                memcpy(row, t, (size_t)nr * 4);
+            } else {
+                for (int r = 0; r < nr; r++) memcpy(row + (size_t)r * d->nb[0], &t[r], 4);
+            }
+        } else {
+            for (int r = 0; r < nr; r++) {
+                rb_f16 h = rb_f32_to_f16(t[r]);
+                memcpy(row + (size_t)r * d->nb[0], &h, 2);
+            }
+        }
+    }
+}
+
+/* Packs nr rows of a strided plain-dtype weight matrix into contiguous rows. */
+static void pack_rows(const rb_mm_plan *p, const char *src, int nr, char *out) {
+    size_t es = rb_dtype_row_size(p->a.dtype, 1);
+    for (int r = 0; r < nr; r++) {
+        const char *s = src + (size_t)r * p->a.nb[1];
+        char *o = out + (size_t)r * p->a_row;
+        for (int64_t i = 0; i < p->K; i++) memcpy(o + (size_t)i * es, s + (size_t)i * p->a.nb[0], es);
+    }
+}
+
+void rb_mm_compute_task(void *ctx, int ith, int nth) {
+    rb_mm_plan *p = ctx;
+    const struct rb_cpu_kernels *k = p->k;
+    rb_vec_dot_fn dot = k->vec_dot[p->a.dtype];
+    rb_gemm_tile_fn gemm = k->gemm_tile[p->a.dtype];
+    const int R = p->tile_r, C = p->tile_c;
+    int64_t nblk = (p->N + R - 1) / R;
+    int64_t items = nblk * p->B2 * p->B3;
+    int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
+    float tile[RB_CPU_TILE_MAX * RB_CPU_TILE_MAX]; /* tile_r * tile_c <= this */
+    const char *abase = rb_cpu_data(&p->a);
+
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t batch = it / nblk, blk = it % nblk;
+        int64_t i2 = batch % p->B2, i3 = batch / p->B2;
+        int64_t n0 = blk * R;
+        int nr = (int)(p->N - n0 < R ? p->N - n0 : R);
+        const char *arow = abase + (size_t)(i2 / p->r2) * p->a.nb[2] + (size_t)(i3 / p->r3) * p->a.nb[3] +
+                           (size_t)n0 * p->a.nb[1];
+        size_t lda = p->a.nb[1];
+        if (p->abuf) {
+            char *packed = p->abuf + p->abuf_stride * (size_t)ith;
+            pack_rows(p, arow, nr, packed);
+            arow = packed;
+            lda = p->a_row;
+        }
+        const char *acts = p->act + (size_t)(batch * p->M) * p->row_b;
+        for (int64_t m0 = 0; m0 < p->M; m0 += C) {
+            int nc = (int)(p->M - m0 < C ? p->M - m0 : C);
+            const char *y = acts + (size_t)m0 * p->row_b;
+            if (gemm && (nc > 1 || nr > 1)) {
+                gemm(p->K, nr, nc, arow, lda, y, p->row_b, tile, (size_t)R);
+            } else {
+                for (int c = 0; c < nc; c++)
+                    for (int r = 0; r < nr; r++)
+                        dot(p->K, &tile[c * R + r], arow + (size_t)r * lda, y + (size_t)c * p->row_b);
+            }
+            store_tile(p, tile, R, nr, nc, n0, m0, i2, i3);
+        }
+    }
+}

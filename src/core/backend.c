@@ -1,0 +1,194 @@
+/* Memory front-ends of include/rbee/backend.h: they check every argument
+ * (NULLs, ranges, ownership) and then call the backend's vtable, so backend
+ * implementations only ever see valid requests. Also the small accessors
+ * (name, kind, last error) and rb_backend_fail, the error recorder. */
+#include "core/backend_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+rb_status rb_backend_fail(rb_backend *be, rb_status code, const char *fmt, ...) {
+    if (!be) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(be->last_error, sizeof be->last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void rb_backend_destroy(rb_backend *be) {
+    if (be && be->vt && be->vt->destroy) be->vt->destroy(be);
+}
+
+const char *rb_backend_name(const rb_backend *be) { return be ? be->name : "(null)"; }
+
+rb_device_kind rb_backend_kind(const rb_backend *be) { return be ? be->kind : RB_DEVICE_CPU; }
+
+const char *rb_backend_last_error(const rb_backend *be) { return be ? be->last_error : "no backend"; }
+
+rb_status rb_backend_device_info(rb_backend *be, rb_device_info *info) {
+    if (!be) return RB_E_INVALID;
+    if (!info) return rb_backend_fail(be, RB_E_INVALID, "rb_backend_device_info: info is NULL");
+    return be->vt->device_info(be, info);
+}
+
+rb_status rb_backend_sync(rb_backend *be) {
+    if (!be) return RB_E_INVALID;
+    return be->vt->sync(be);
+}
+
+/* ---- buffers ---- */
+
+static rb_status new_buffer(rb_backend *be, size_t size, rb_buffer **out) {
+    rb_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf) return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a buffer descriptor");
+    buf->backend = be;
+    buf->size = size;
+    *out = buf;
+    return RB_OK;
+}
+
+rb_status rb_buffer_alloc(rb_backend *be, size_t size, rb_buffer **out) {
+    if (!be) return RB_E_INVALID;
+    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_alloc: out is NULL");
+    *out = NULL;
+    rb_buffer *buf = NULL;
+    rb_status s = new_buffer(be, size, &buf);
+    if (s != RB_OK) return s;
+    buf->owned = true;
+    s = be->vt->buffer_alloc(be, buf, size);
+    if (s != RB_OK) {
+        free(buf);
+        return s;
+    }
+    *out = buf;
+    return RB_OK;
+}
+
+rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out) {
+    if (!be) return RB_E_INVALID;
+    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: out is NULL");
+    *out = NULL;
+    if (!ptr && size > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: ptr is NULL");
+    rb_buffer *buf = NULL;
+    rb_status s = new_buffer(be, size, &buf);
+    if (s != RB_OK) return s;
+    s = be->vt->buffer_from_host(be, buf, ptr, size);
+    if (s != RB_OK) {
+        free(buf);
+        return s;
+    }
+    *out = buf;
+    return RB_OK;
+}
+
+void rb_buffer_free(rb_buffer *buf) {
+    if (!buf) return;
+    buf->backend->vt->buffer_free(buf->backend, buf);
+    free(buf);
+}
+
+size_t rb_buffer_size(const rb_buffer *buf) { return buf ? buf->size : 0; }
+rb_backend *rb_buffer_backend(const rb_buffer *buf) { return buf ? buf->backend : NULL; }
+void *rb_buffer_host_ptr(const rb_buffer *buf) { return buf ? buf->host_ptr : NULL; }
+
+/* offs + n within size, without overflow. */
+static bool range_ok(size_t size, size_t offs, size_t n) { return offs <= size && n <= size - offs; }
+
+rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n) {
+    if (!buf) return RB_E_INVALID;
+    rb_backend *be = buf->backend;
+    if (!src && n > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set: src is NULL");
+    if (!range_ok(buf->size, offs, n))
+        return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_set: bytes [%zu, +%zu) outside buffer of %zu bytes",
+                               offs, n, buf->size);
+    if (n == 0) return RB_OK;
+    return be->vt->buffer_set(be, buf, offs, src, n);
+}
+
+rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n) {
+    if (!buf) return RB_E_INVALID;
+    rb_backend *be = buf->backend;
+    if (!dst && n > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_get: dst is NULL");
+    if (!range_ok(buf->size, offs, n))
+        return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_get: bytes [%zu, +%zu) outside buffer of %zu bytes",
+                               offs, n, buf->size);
+    if (n == 0) return RB_OK;
+    return be->vt->buffer_get(be, buf, offs, dst, n);
+}
+
+rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, size_t src_offs, size_t n) {
+    if (!dst || !src) return RB_E_INVALID;
+    rb_backend *be = dst->backend;
+    if (!range_ok(dst->size, dst_offs, n) || !range_ok(src->size, src_offs, n))
+        return rb_backend_fail(be, RB_E_RANGE,
+                               "rb_buffer_copy: %zu bytes from offset %zu (of %zu) to offset %zu (of %zu) out of range",
+                               n, src_offs, src->size, dst_offs, dst->size);
+    if (n == 0) return RB_OK;
+    if (src->backend == be) return be->vt->buffer_copy(be, dst, dst_offs, src, src_offs, n);
+    /* across backends: go through host memory */
+    if (src->host_ptr) return be->vt->buffer_set(be, dst, dst_offs, (const char *)src->host_ptr + src_offs, n);
+    if (dst->host_ptr)
+        return src->backend->vt->buffer_get(src->backend, src, src_offs, (char *)dst->host_ptr + dst_offs, n);
+    void *tmp = malloc(n);
+    if (!tmp) return rb_backend_fail(be, RB_E_NOMEM, "rb_buffer_copy: no host memory for %zu bytes", n);
+    rb_status s = src->backend->vt->buffer_get(src->backend, src, src_offs, tmp, n);
+    if (s == RB_OK) s = be->vt->buffer_set(be, dst, dst_offs, tmp, n);
+    free(tmp);
+    return s;
+}
+
+/* ---- whole tensors ---- */
+
+rb_status rb_tensor_alloc(rb_backend *be, rb_dtype dtype, int ndim, const int64_t *ne, rb_tensor *out) {
+    if (!be) return RB_E_INVALID;
+    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_tensor_alloc: out is NULL");
+    rb_tensor t;
+    if (rb_tensor_init(&t, dtype, ndim, ne, NULL, 0) != RB_OK)
+        return rb_backend_fail(be, RB_E_INVALID,
+                               "rb_tensor_alloc: bad shape for dtype %s (ndim %d, extents must be >= 0 and "
+                               "ne[0] a multiple of the block size)",
+                               rb_dtype_name(dtype), ndim);
+    size_t bytes = rb_tensor_nbytes_contig(&t);
+    rb_status s = rb_buffer_alloc(be, bytes, &t.buf);
+    if (s != RB_OK) return s;
+    *out = t;
+    return RB_OK;
+}
+
+void rb_tensor_free(rb_tensor *t) {
+    if (!t) return;
+    rb_buffer_free(t->buf);
+    t->buf = NULL;
+}
+
+static rb_status check_whole(const rb_tensor *t, size_t n, const char *fn) {
+    if (!t || !t->buf) return RB_E_INVALID;
+    rb_backend *be = t->buf->backend;
+    if (!rb_dtype_info((int)t->dtype)) return rb_backend_fail(be, RB_E_INVALID, "%s: invalid dtype", fn);
+    char d[96];
+    if (!rb_tensor_is_contiguous(t))
+        return rb_backend_fail(be, RB_E_INVALID, "%s: tensor %s is not contiguous", fn,
+                               rb_tensor_describe(t, d, sizeof d));
+    size_t bytes = rb_tensor_nbytes_contig(t);
+    if (n != bytes)
+        return rb_backend_fail(be, RB_E_INVALID, "%s: %zu bytes given, tensor %s holds %zu", fn, n,
+                               rb_tensor_describe(t, d, sizeof d), bytes);
+    if (!range_ok(t->buf->size, t->offs, bytes))
+        return rb_backend_fail(be, RB_E_RANGE, "%s: tensor %s at offset %zu lies outside its buffer of %zu bytes",
+                               fn, rb_tensor_describe(t, d, sizeof d), t->offs, t->buf->size);
+    return RB_OK;
+}
+
+rb_status rb_tensor_set(rb_tensor *t, const void *src, size_t n) {
+    rb_status s = check_whole(t, n, "rb_tensor_set");
+    if (s != RB_OK) return s;
+    return rb_buffer_set(t->buf, t->offs, src, n);
+}
+
+rb_status rb_tensor_get(const rb_tensor *t, void *dst, size_t n) {
+    rb_status s = check_whole(t, n, "rb_tensor_get");
+    if (s != RB_OK) return s;
+    return rb_buffer_get(t->buf, t->offs, dst, n);
+}

@@ -1,0 +1,118 @@
+/* Seed corpus generator for the fuzz targets: writes small valid GGUF files
+ * (through the library's writer), safetensors images and JSON configs into
+ * OUTDIR/{gguf,safetensors,json_config}. Usage: fuzz_gen_seeds OUTDIR */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "rbee/gguf.h"
+
+static int make_dir(const char *p) { return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1; }
+
+static int write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+static int gguf_seed(const char *path, int variant) {
+    rb_gguf_writer *w = NULL;
+    rb_error err;
+    if (rb_gguf_writer_create(&w, &err) != RB_OK) return -1;
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
+    static const float scores[] = {0.0f, 0.0f, 0.0f, -1.0f, -2.0f, -3.0f};
+    static const int32_t types[] = {2, 3, 3, 1, 1, 1};
+    rb_gguf_writer_set_str(w, "general.architecture", "llama");
+    rb_gguf_writer_set_u32(w, "llama.block_count", 1);
+    rb_gguf_writer_set_u32(w, "llama.embedding_length", 32);
+    rb_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    rb_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    rb_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
+    rb_gguf_writer_set_arr(w, "tokenizer.ggml.scores", RB_GGUF_FLOAT32, scores, 6);
+    rb_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", RB_GGUF_INT32, types, 6);
+    if (variant == 1) {
+        rb_gguf_writer_set_u8(w, "x.u8", 1);
+        rb_gguf_writer_set_i8(w, "x.i8", -1);
+        rb_gguf_writer_set_u16(w, "x.u16", 2);
+        rb_gguf_writer_set_i16(w, "x.i16", -2);
+        rb_gguf_writer_set_i32(w, "x.i32", -3);
+        rb_gguf_writer_set_u64(w, "x.u64", 4);
+        rb_gguf_writer_set_i64(w, "x.i64", -5);
+        rb_gguf_writer_set_f64(w, "x.f64", 0.5);
+    }
+    float f32[64];
+    for (int i = 0; i < 64; i++) f32[i] = (float)i * 0.25f - 3.0f;
+    uint8_t q[34 * 2];
+    for (size_t i = 0; i < sizeof q; i++) q[i] = (uint8_t)(i * 37);
+    const int64_t ne_a[2] = {8, 4}, ne_b[1] = {32}, ne_q[2] = {32, 2}, ne_h[1] = {16};
+    if (variant != 2) {
+        rb_gguf_writer_add_tensor(w, "token_embd.weight", RB_F32, 2, ne_a, f32, 128);
+        rb_gguf_writer_add_tensor(w, "output_norm.weight", RB_F32, 1, ne_b, f32, 128);
+        rb_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", RB_Q8_0, 2, ne_q, q, 68);
+        rb_gguf_writer_add_tensor(w, "blk.0.h", RB_F16, 1, ne_h, q, 32);
+    }
+    rb_status st = rb_gguf_writer_write(w, path, variant == 1 ? 64 : 0, &err);
+    rb_gguf_writer_free(w);
+    if (st != RB_OK) fprintf(stderr, "%s\n", err.msg);
+    return st == RB_OK ? 0 : -1;
+}
+
+static int st_seed(const char *path, const char *json, size_t data_len) {
+    size_t jl = strlen(json), padded = (jl + 7) / 8 * 8, n = 8 + padded + data_len;
+    uint8_t *p = calloc(1, n);
+    if (!p) return -1;
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(p + 8, json, jl);
+    memset(p + 8 + jl, ' ', padded - jl);
+    for (size_t i = 0; i < data_len; i++) p[8 + padded + i] = (uint8_t)(i * 11);
+    int r = write_bytes(path, p, n);
+    free(p);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
+        return 2;
+    }
+    char p[4096];
+    int bad = make_dir(argv[1]);
+    static const char *const sub[] = {"gguf", "safetensors", "json_config"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", argv[1], sub[i]);
+        bad |= make_dir(p);
+    }
+    for (int v = 0; v < 3; v++) {
+        snprintf(p, sizeof p, "%s/gguf/seed%d.gguf", argv[1], v);
+        bad |= gguf_seed(p, v);
+    }
+    snprintf(p, sizeof p, "%s/safetensors/seed0.safetensors", argv[1]);
+    bad |= st_seed(p,
+                   "{\"__metadata__\":{\"format\":\"pt\"},"
+                   "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                   "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+                   "\"c\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[32,40]}}",
+                   40);
+    snprintf(p, sizeof p, "%s/safetensors/seed1.safetensors", argv[1]);
+    bad |= st_seed(p,
+                   "{\"m.w\":{\"dtype\":\"F16\",\"shape\":[1,2,2,2],\"data_offsets\":[0,16]},"
+                   "\"m.z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[16,16]},"
+                   "\"m.b\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[16,19]}}",
+                   19);
+    static const char *const configs[] = {
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"rms_norm_eps\":1e-05,"
+        "\"rope_scaling\":{\"factor\":8.0,\"type\":\"llama3\"},\"eos_token_id\":[128001,128009],"
+        "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"bos_token_id\":null}",
+        "{\"a\":{\"b\":{\"c\":1}},\"a.b\":{\"c\":2},\"x\":{\"y\":[1,2.5,\"s\",true,null,{}]}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/json_config/seed%d.json", argv[1], i);
+        bad |= write_bytes(p, configs[i], strlen(configs[i]));
+    }
+    if (bad) fprintf(stderr, "fuzz_gen_seeds: failed to write some seeds under %s\n", argv[1]);
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,226 @@
+/* Per-ISA CPU kernels against independent references: activation quantizers
+ * byte-identical to rb_quantize_row; every weight dtype's dot product against
+ * a double-precision dot of the decoded weights and decoded activations (the
+ * integer kernels must agree to float rounding); each SIMD table against the
+ * scalar table; the blocked gemm tiles against the same ISA's dot product. */
+#include "mm_testlib.h"
+
+#include "backends/cpu/cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bound on |kernel - reference| relative to sum |x_i y_i| when both operands
+ * are the exact decoded values: float rounding of block scales and partial
+ * sums (~1e-6). q4_1/q5_1 use q8_1's stored s = f16(d * sum(q)) for the min
+ * term, which adds the f16 rounding of s (2^-11 relative) of that term. */
+static double dot_tol(rb_dtype w) { return (w == RB_Q4_1 || w == RB_Q5_1) ? 1e-3 : 2e-6; }
+
+static void test_isa_detect(void **state) {
+    (void)state;
+    rb_cpu_isa best = rb_cpu_isa_detect(), isa;
+    assert_true(rb_cpu_isa_parse("scalar", &isa));
+    assert_int_equal(isa, RB_CPU_ISA_SCALAR);
+    assert_true(rb_cpu_isa_parse("auto", &isa));
+    assert_int_equal(isa, best);
+    assert_true(rb_cpu_isa_parse(NULL, &isa));
+    assert_int_equal(isa, best);
+    assert_false(rb_cpu_isa_parse("sse9", &isa));
+    assert_true(rb_cpu_isa_parse("SCALAR", &isa));
+    assert_int_equal(isa, RB_CPU_ISA_SCALAR);
+    assert_string_equal(rb_cpu_isa_name(RB_CPU_ISA_AVX2), "avx2");
+    assert_string_equal(rb_cpu_isa_name(RB_CPU_ISA_AVX512), "avx512");
+    /* an ISA above the detected one is refused */
+    if (best < RB_CPU_ISA_AVX512) assert_false(rb_cpu_isa_parse("avx512", &isa));
+    if (best < RB_CPU_ISA_AVX2) assert_false(rb_cpu_isa_parse("avx2", &isa));
+    for (int i = 0; i <= (int)best; i++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)i);
+        assert_non_null(k);
+        assert_int_equal(k->isa, i);
+        assert_true(rb_cpu_isa_parse(rb_cpu_isa_name((rb_cpu_isa)i), &isa));
+        assert_int_equal(isa, i);
+    }
+}
+
+/* f32 rows with edge cases: exact .5 ties after scaling, a zero block, +/-
+ * equal maxima, tiny and large magnitudes. */
+static void act_row(tu_rng *r, float *x, int64_t n, int variant) {
+    mm_fill(r, x, (size_t)n, variant == 3 ? 1e-4f : 1.0f);
+    if (variant == 1) {
+        /* amax 127 -> scale 1, values k + 0.5 tie under roundf and nearest-even */
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(tu_rng_u64(r) % 200) - 100) + 0.5f;
+        for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
+    } else if (variant == 2) {
+        for (int64_t i = 0; i < 32 && i < n; i++) x[i] = 0.0f;              /* zero legacy block */
+        for (int64_t i = 256; i < 512 && i < n; i++) x[i] = 0.0f;           /* zero super-block */
+        if (n > 600) { x[520] = 9.0f; x[530] = -9.0f; }                      /* equal |max|, + first */
+        if (n > 800) { x[700] = -7.0f; x[760] = 7.0f; }                     /* equal |max|, - first */
+    }
+}
+
+static void test_act_quant_identical(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 1234);
+    const int64_t n = 256 * 5;
+    float *x = malloc(sizeof(float) * n);
+    assert_non_null(x);
+    const rb_dtype vts[] = {RB_Q8_0, RB_Q8_1, RB_Q8_K};
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        for (int variant = 0; variant < 4; variant++) {
+            act_row(&r, x, n, variant);
+            for (int v = 0; v < 3; v++) {
+                size_t rs = rb_dtype_row_size(vts[v], n);
+                char *want = malloc(rs), *got = malloc(rs);
+                assert_true(want && got);
+                memset(got, 0xA5, rs);
+                TU_OK(rb_quantize_row(vts[v], x, want, n));
+                assert_non_null(k->from_f32[vts[v]]);
+                k->from_f32[vts[v]](x, got, n);
+                if (memcmp(want, got, rs) != 0)
+                    fail_msg("isa %s: %s quantizer differs from rb_quantize_row (variant %d)",
+                             rb_cpu_isa_name((rb_cpu_isa)isa), rb_dtype_name(vts[v]), variant);
+                free(want);
+                free(got);
+            }
+        }
+    }
+    free(x);
+}
+
+static void test_conversions(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 99);
+    const int64_t n = 203;
+    float x[203], y[203], z[203];
+    rb_f16 h[203], h2[203];
+    rb_bf16 bh[203];
+    mm_fill(&r, x, n, 3.0f);
+    rb_f32_to_f16_row(x, h, n);
+    rb_f32_to_bf16_row(x, bh, n);
+    rb_f16_to_f32_row(h, y, n);
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        k->f16_to_f32(h, z, n);
+        assert_memory_equal(y, z, sizeof y);
+        k->f32_to_f16(x, h2, n);
+        assert_memory_equal(h, h2, sizeof h);
+        k->bf16_to_f32(bh, z, n);
+        for (int64_t i = 0; i < n; i++) assert_true(z[i] == rb_bf16_to_f32(bh[i]));
+    }
+}
+
+/* One weight row and one activation row of length n through every ISA. */
+static void check_dot(tu_rng *r, rb_dtype w, int64_t n) {
+    float *xw = malloc(sizeof(float) * n), *xa = malloc(sizeof(float) * n);
+    assert_true(xw && xa);
+    mm_fill(r, xw, (size_t)n, 0.5f);
+    for (int64_t i = 0; i < n; i++) xw[i] += 0.05f; /* nonzero mean exercises the min terms */
+    mm_fill(r, xa, (size_t)n, 1.0f);
+    void *qw = mm_encode(w, xw, 1, n);
+    float *dw = mm_decode(w, qw, 1, n);
+    const struct rb_cpu_kernels *ks = rb_cpu_kernels_get(RB_CPU_ISA_SCALAR);
+    rb_dtype vt = ks->vec_dot_type[w];
+    void *qa = mm_encode(vt, xa, 1, n);
+    float *da = mm_decode(vt, qa, 1, n);
+    double abs_sum, ref = mm_dot_ref(dw, da, n, &abs_sum);
+    float s_scalar = NAN;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        assert_int_equal(k->vec_dot_type[w], vt);
+        float s = NAN;
+        k->vec_dot[w](n, &s, qw, qa);
+        double err = fabs((double)s - ref);
+        if (!(err <= dot_tol(w) * abs_sum + 1e-30))
+            fail_msg("%s n=%lld isa %s: dot %.9g ref %.9g (err %.3g, bound %.3g)", rb_dtype_name(w), (long long)n,
+                     rb_cpu_isa_name((rb_cpu_isa)isa), s, ref, err, dot_tol(w) * abs_sum);
+        if (isa == 0) s_scalar = s;
+        else if (!(fabs((double)s - s_scalar) <= 2e-6 * abs_sum))
+            fail_msg("%s isa %s vs scalar: %.9g vs %.9g", rb_dtype_name(w), rb_cpu_isa_name((rb_cpu_isa)isa), s,
+                     s_scalar);
+    }
+    free(xw); free(xa); free(qw); free(dw); free(qa); free(da);
+}
+
+static void test_vec_dot_all_dtypes(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 777);
+    for (int i = 0; i < mm_n_weight_dtypes; i++) {
+        rb_dtype w = mm_weight_dtypes[i];
+        check_dot(&r, w, 256);
+        check_dot(&r, w, 256 * 7);
+        if (mm_small_block(w)) {
+            check_dot(&r, w, 32);  /* a single block: odd block count for the paired kernels */
+            check_dot(&r, w, 96);
+            check_dot(&r, w, 32 * 37);
+        }
+        if (w == RB_F32 || w == RB_F16 || w == RB_BF16) check_dot(&r, w, 203); /* tails */
+    }
+}
+
+/* gemm tiles equal the same ISA's dot product for every (row, column) */
+static void test_gemm_tiles(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 4242);
+    const int64_t n = 256 * 3;
+    const int NR = 7, NC = 6;
+    float *xw = malloc(sizeof(float) * n * NR), *xa = malloc(sizeof(float) * n * NC);
+    assert_true(xw && xa);
+    int tested = 0;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        for (int i = 0; i < mm_n_weight_dtypes; i++) {
+            rb_dtype w = mm_weight_dtypes[i];
+            if (!k->gemm_tile[w]) continue;
+            const int64_t lens[3] = {n, 32 * 5, 32};
+            for (int li = 0; li < 3; li++) {
+                const int64_t len = lens[li];
+                if (len % rb_dtype_info((int)w)->block_size) continue;
+                mm_fill(&r, xw, (size_t)(len * NR), 1.0f);
+                mm_fill(&r, xa, (size_t)(len * NC), 1.0f);
+                rb_dtype vt = k->vec_dot_type[w];
+                char *qw = mm_encode(w, xw, NR, len), *qa = mm_encode(vt, xa, NC, len);
+                size_t lda = rb_dtype_row_size(w, len), ldb = rb_dtype_row_size(vt, len);
+                for (int nr = 1; nr <= NR; nr++) {
+                    for (int nc = 1; nc <= NC; nc++) {
+                        float tile[8 * 8];
+                        for (int j = 0; j < 64; j++) tile[j] = NAN;
+                        k->gemm_tile[w](len, nr, nc, qw, lda, qa, ldb, tile, 8);
+                        for (int c = 0; c < nc; c++)
+                            for (int rr = 0; rr < nr; rr++) {
+                                float s;
+                                k->vec_dot[w](len, &s, qw + rr * lda, qa + c * ldb);
+                                float got = tile[c * 8 + rr];
+                                if (!(fabsf(got - s) <= 1e-5f * (fabsf(s) + 1.0f)))
+                                    fail_msg("%s isa %s tile %dx%d [%d,%d]: %.9g vs dot %.9g", rb_dtype_name(w),
+                                             rb_cpu_isa_name((rb_cpu_isa)isa), nr, nc, rr, c, got, s);
+                            }
+                        tested++;
+                    }
+                }
+                free(qw);
+                free(qa);
+            }
+        }
+    }
+    free(xw);
+    free(xa);
+    /* the tile path must actually exist where the ISA provides it */
+    if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(tested > 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_isa_detect),
+        cmocka_unit_test(test_act_quant_identical),
+        cmocka_unit_test(test_conversions),
+        cmocka_unit_test(test_vec_dot_all_dtypes),
+        cmocka_unit_test(test_gemm_tiles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
