@@ -2,7 +2,8 @@
  * byte-identical to rb_quantize_row; every weight dtype's dot product against
  * a double-precision dot of the decoded weights and decoded activations (the
  * integer kernels must agree to float rounding); each SIMD table against the
- * scalar table; the blocked gemm tiles against the same ISA's dot product. */
+ * scalar table; the blocked gemm tiles against the same ISA's dot product;
+ * the matvec runs and packed prefill kernels against double references. */
 #include "mm_testlib.h"
 
 #include "backends/cpu/cpu_kernels.h"
@@ -214,9 +215,87 @@ static void test_gemm_tiles(void **state) {
     if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(tested > 0);
 }
 
+/* The decode and prefill fast paths against double references on decoded
+ * data: matrix-vector runs (gemm_tile with nc == 1, 1-3 trailing blocks) and
+ * the packed prefill kernels (pack_rows + gemm_packed, partial row groups and
+ * column counts that are not multiples of the register tile). */
+static void test_matvec_and_packed(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 5151);
+    const int NR = 19, NC = 11;
+    const int64_t lens[4] = {32 * 9, 32 * 10, 32 * 11, 32 * 64};
+    int packed_tested = 0;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        for (int i = 0; i < mm_n_weight_dtypes; i++) {
+            const rb_dtype w = mm_weight_dtypes[i];
+            if (!k->gemm_tile[w] || !mm_small_block(w) || rb_dtype_info((int)w)->block_size != 32) continue;
+            for (int li = 0; li < 4; li++) {
+                const int64_t n = lens[li];
+                float *xw = malloc(sizeof(float) * (size_t)(n * NR)), *xa = malloc(sizeof(float) * (size_t)(n * NC));
+                assert_true(xw && xa);
+                mm_fill(&r, xw, (size_t)(n * NR), 1.0f);
+                mm_fill(&r, xa, (size_t)(n * NC), 1.0f);
+                const rb_dtype vt = k->vec_dot_type[w];
+                char *qw = mm_encode(w, xw, NR, n), *qa = mm_encode(vt, xa, NC, n);
+                float *dw = mm_decode(w, qw, NR, n), *da = mm_decode(vt, qa, NC, n);
+                const size_t lda = rb_dtype_row_size(w, n), ldb = rb_dtype_row_size(vt, n);
+                float out[NR * NC];
+                /* matrix-vector: all NR rows against each activation row */
+                for (int c = 0; c < NC; c++) {
+                    for (int j = 0; j < NR; j++) out[j] = NAN;
+                    k->gemm_tile[w](n, NR, 1, qw, lda, qa + (size_t)c * ldb, ldb, out, NR);
+                    for (int rr = 0; rr < NR; rr++) {
+                        double abs_sum, ref = mm_dot_ref(dw + rr * n, da + c * n, n, &abs_sum);
+                        if (!(fabs(out[rr] - ref) <= dot_tol(w) * abs_sum))
+                            fail_msg("%s isa %s matvec n=%lld row %d col %d: %.9g vs %.9g", rb_dtype_name(w),
+                                     rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, rr, c, out[rr], ref);
+                    }
+                }
+                if (k->pack_rows[w] && k->gemm_packed[w] && vt == RB_Q8_0) {
+                    const int64_t nb = n / 32;
+                    rb_act_aux *aux = malloc(sizeof(rb_act_aux) * (size_t)(nb * NC));
+                    char *packed = aligned_alloc(64, (size_t)nb * RB_CPU_PACK_BLOCK_BYTES);
+                    assert_true(aux && packed);
+                    for (int c = 0; c < NC; c++)
+                        for (int64_t b = 0; b < nb; b++) {
+                            const rb_block_q8_0 *yb = (const rb_block_q8_0 *)(qa + (size_t)c * ldb) + b;
+                            int32_t sum = 0;
+                            for (int j = 0; j < 32; j++) sum += yb->qs[j];
+                            aux[c * nb + b] = (rb_act_aux){rb_f16_to_f32(yb->d), sum};
+                        }
+                    for (int r0 = 0; r0 < NR; r0 += RB_CPU_PACK_ROWS) {
+                        const int nr = NR - r0 < RB_CPU_PACK_ROWS ? NR - r0 : RB_CPU_PACK_ROWS;
+                        k->pack_rows[w](n, nr, qw + (size_t)r0 * lda, lda, packed);
+                        for (int j = 0; j < NR * NC; j++) out[j] = NAN;
+                        k->gemm_packed[w](n, nr, NC, packed, qa, ldb, aux, (size_t)nb, out, NR);
+                        for (int c = 0; c < NC; c++)
+                            for (int rr = 0; rr < nr; rr++) {
+                                double abs_sum, ref = mm_dot_ref(dw + (r0 + rr) * n, da + c * n, n, &abs_sum);
+                                if (!(fabs(out[c * NR + rr] - ref) <= dot_tol(w) * abs_sum))
+                                    fail_msg("%s isa %s packed n=%lld row %d col %d: %.9g vs %.9g",
+                                             rb_dtype_name(w), rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n,
+                                             r0 + rr, c, out[c * NR + rr], ref);
+                            }
+                        for (int c = 0; c < NC; c++) /* nothing written past nr */
+                            for (int rr = nr; rr < NR; rr++) assert_true(isnan(out[c * NR + rr]));
+                    }
+                    packed_tested++;
+                    free(aux);
+                    free(packed);
+                }
+                free(xw); free(xa); free(qw); free(qa); free(dw); free(da);
+            }
+        }
+    }
+    if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(packed_tested >= 8); /* q4_0 and q8_0 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_detect),
+        cmocka_unit_test(test_matvec_and_packed),
         cmocka_unit_test(test_act_quant_identical),
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_vec_dot_all_dtypes),

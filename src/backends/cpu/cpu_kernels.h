@@ -26,11 +26,30 @@ typedef void (*rb_from_f32_fn)(const float *x, void *y, int64_t n);
 /* Tile of dot products: for r < nr and c < nc,
  *   dst[c * ldd + r] = dot(row r of x, row c of y)
  * rows of x are lda bytes apart, rows of y ldb bytes apart. nc is at most
- * RB_CPU_TILE_MAX and nr * nc at most RB_CPU_TILE_MAX^2 (long runs of rows
- * with nc == 1 for matrix-vector products); any smaller size works. */
+ * RB_CPU_TILE_MAX and nr * nc at most RB_CPU_TILE_MAX^2, except that nc == 1
+ * allows runs of up to RB_CPU_MATVEC_RUN rows (matrix-vector products); any
+ * smaller size works. */
 typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb,
                                 float *dst, size_t ldd);
 #define RB_CPU_TILE_MAX 8
+/* Most weight rows per call when nc == 1 (matrix-vector runs). */
+#define RB_CPU_MATVEC_RUN 256
+
+/* Optional packed prefill path (used for several activation rows when both
+ * entries exist): pack_rows stores nr <= RB_CPU_PACK_ROWS weight rows in an
+ * ISA-specific layout of RB_CPU_PACK_BLOCK_BYTES per 32-element block (rows
+ * past nr are zero); gemm_packed then computes dst[c * ldd + r] for r < nr,
+ * c < nc (any nc) from it and q8_0 activation rows, using each activation
+ * row's per-block scale and sum (rb_act_aux, ld_aux entries per row). */
+typedef struct rb_act_aux {
+    float d;     /* the block's scale as f32 */
+    int32_t sum; /* sum of the block's 32 quants */
+} rb_act_aux;
+typedef void (*rb_pack_rows_fn)(int64_t n, int nr, const void *x, size_t lda, void *out);
+typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
+                                  const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+#define RB_CPU_PACK_ROWS 16
+#define RB_CPU_PACK_BLOCK_BYTES 576
 
 struct rb_cpu_kernels {
     rb_cpu_isa isa;
@@ -39,6 +58,9 @@ struct rb_cpu_kernels {
     rb_vec_dot_fn vec_dot[RB_DTYPE_END_];
     /* Optional blocked kernels for prefill (NULL: matmul loops vec_dot). */
     rb_gemm_tile_fn gemm_tile[RB_DTYPE_END_];
+    /* Optional packed prefill kernels (see rb_pack_rows_fn). */
+    rb_pack_rows_fn pack_rows[RB_DTYPE_END_];
+    rb_gemm_packed_fn gemm_packed[RB_DTYPE_END_];
     /* Indexed by activation dtype (f32, q8_0, q8_1, q8_K). */
     rb_from_f32_fn from_f32[RB_DTYPE_END_];
     /* Row conversions usable by any op. */

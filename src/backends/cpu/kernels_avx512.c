@@ -114,6 +114,8 @@ const struct rb_cpu_kernels rb_cpu_kernels_avx512 = {
         [RB_Q4_0] = rb_gemm_q4_0_avx512, [RB_Q8_0] = rb_gemm_q8_0_avx512,
         [RB_Q4_K] = rb_gemm_q4_K_avx2,
     },
+    .pack_rows = {[RB_Q4_0] = rb_pack_q4_0_avx512, [RB_Q8_0] = rb_pack_q8_0_avx512},
+    .gemm_packed = {[RB_Q4_0] = rb_gemm_packed_q4_0_avx512, [RB_Q8_0] = rb_gemm_packed_q8_0_avx512},
     .from_f32 = {
         [RB_Q8_0] = rb_q8_0_from_f32_avx2, [RB_Q8_1] = rb_q8_1_from_f32_avx2, [RB_Q8_K] = rb_q8_K_from_f32_avx2,
     },

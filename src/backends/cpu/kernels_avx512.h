@@ -12,4 +12,18 @@ void rb_gemm_q4_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, c
 void rb_gemm_q8_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
                          size_t ldd);
 
+/* Matrix-vector q4_0 / q8_0 x q8_0 (matvec_vnni_avx512.c): dst[r] = dot(row r
+ * of x, y) for r < nr; n <= RB_MATVEC_MAX_K. */
+#define RB_MATVEC_MAX_K 16384
+void rb_matvec_q4_0_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
+void rb_matvec_q8_0_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
+
+/* Packed prefill kernels (gemm_packed_vnni_avx512.c). */
+void rb_pack_q4_0_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_pack_q8_0_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_gemm_packed_q4_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+void rb_gemm_packed_q8_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+
 #endif

@@ -24,17 +24,30 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     p->row_b = rb_dtype_row_size(p->vt, p->K);
     p->nth = cb->pool ? rb_threadpool_size(cb->pool) : 1;
     /* prefill: 4 x 4 tiles. decode: long runs of weight rows per call (up to
-     * RB_CPU_TILE_MAX^2) so per-call activation preparation is amortized, as
+     * RB_CPU_MATVEC_RUN) so per-call activation preparation is amortized, as
      * long as every thread still gets several runs. */
     p->tile_c = 4;
     p->tile_r = 4;
     if (p->M == 1) {
         int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
-        p->tile_r = per_thread >= 64 ? 64 : per_thread >= 16 ? 16 : 8;
+        p->tile_r = per_thread >= RB_CPU_MATVEC_RUN ? RB_CPU_MATVEC_RUN
+                    : per_thread >= 64             ? 64
+                    : per_thread >= 16             ? 16
+                                                   : 8;
     }
     p->a_row = rb_dtype_row_size(a->dtype, p->K);
     const rb_dtype_traits *ta = rb_dtype_info((int)a->dtype);
     bool a_strided = a->nb[0] != ta->type_size;
+    /* prefill with a packed kernel: 16-row groups packed once, then every
+     * activation row streams past them 8 at a time */
+    p->packed = p->M > 1 && !a_strided && p->vt == RB_Q8_0 && p->k->pack_rows[a->dtype] != NULL &&
+                p->k->gemm_packed[a->dtype] != NULL;
+    if (p->packed) {
+        p->tile_r = RB_CPU_PACK_ROWS;
+        p->tile_c = RB_CPU_TILE_MAX;
+        p->ld_aux = (size_t)(p->K / 32);
+        p->pbuf_stride = align64(p->ld_aux * RB_CPU_PACK_BLOCK_BYTES);
+    }
 
     size_t n_act_rows = (size_t)(p->M * p->B2 * p->B3);
     if (p->row_b == 0 || p->a_row == 0 || n_act_rows > SIZE_MAX / p->row_b)
@@ -42,14 +55,19 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     size_t act_bytes = align64(n_act_rows * p->row_b);
     size_t fbuf_bytes = align64((size_t)p->K * sizeof(float));
     p->abuf_stride = a_strided ? align64((size_t)p->tile_r * p->a_row) : 0;
-    size_t total = act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth;
+    size_t aux_bytes = p->packed ? align64(n_act_rows * p->ld_aux * sizeof(rb_act_aux)) : 0;
+    size_t total = act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth + aux_bytes +
+                   p->pbuf_stride * (size_t)p->nth;
     char *s = rb_cpu_scratch(cb, total);
     if (!s) return rb_backend_fail(&cb->base, RB_E_NOMEM, "matmul: cannot allocate %zu bytes of scratch", total);
     p->act = s;
     p->fbuf = (float *)(s + act_bytes);
     p->abuf = a_strided ? s + act_bytes + fbuf_bytes * (size_t)p->nth : NULL;
-    p->fbuf = (float *)(s + act_bytes);
-    (void)fbuf_bytes;
+    char *tail = s + act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth;
+    if (p->packed) {
+        p->aux = (rb_act_aux *)(void *)tail;
+        p->pbuf = tail + aux_bytes;
+    }
     return RB_OK;
 }
 
@@ -87,6 +105,16 @@ void rb_mm_convert_task(void *ctx, int ith, int nth) {
             for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
         }
         if (p->vt != RB_F32) p->k->from_f32[p->vt](x, out, p->K);
+        if (p->packed) {
+            const rb_block_q8_0 *yb = (const rb_block_q8_0 *)(const void *)out;
+            rb_act_aux *ax = p->aux + (size_t)r * p->ld_aux;
+            for (size_t bi = 0; bi < p->ld_aux; bi++) {
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) sum += yb[bi].qs[j];
+                ax[bi].d = rb_f16_to_f32(yb[bi].d);
+                ax[bi].sum = sum;
+            }
+        }
     }
 }
 
@@ -132,7 +160,7 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
     int64_t nblk = (p->N + R - 1) / R;
     int64_t items = nblk * p->B2 * p->B3;
     int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
-    float tile[RB_CPU_TILE_MAX * RB_CPU_TILE_MAX]; /* tile_r * tile_c <= this */
+    float tile[RB_CPU_MATVEC_RUN]; /* tile_r * tile_c <= this */
     const char *abase = rb_cpu_data(&p->a);
 
     for (int64_t it = lo; it < hi; it++) {
@@ -150,10 +178,22 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
             lda = p->a_row;
         }
         const char *acts = p->act + (size_t)(batch * p->M) * p->row_b;
+        if (p->packed) {
+            char *packed = p->pbuf + p->pbuf_stride * (size_t)ith;
+            k->pack_rows[p->a.dtype](p->K, nr, arow, lda, packed);
+            const rb_act_aux *aux = p->aux + (size_t)(batch * p->M) * p->ld_aux;
+            for (int64_t m0 = 0; m0 < p->M; m0 += C) {
+                int nc = (int)(p->M - m0 < C ? p->M - m0 : C);
+                k->gemm_packed[p->a.dtype](p->K, nr, nc, packed, acts + (size_t)m0 * p->row_b, p->row_b,
+                                           aux + (size_t)m0 * p->ld_aux, p->ld_aux, tile, (size_t)R);
+                store_tile(p, tile, R, nr, nc, n0, m0, i2, i3);
+            }
+            continue;
+        }
         for (int64_t m0 = 0; m0 < p->M; m0 += C) {
             int nc = (int)(p->M - m0 < C ? p->M - m0 : C);
             const char *y = acts + (size_t)m0 * p->row_b;
-            if (gemm && (nc > 1 || nr > 1)) {
+            if (gemm) {
                 gemm(p->K, nr, nc, arow, lda, y, p->row_b, tile, (size_t)R);
             } else {
                 for (int c = 0; c < nc; c++)

@@ -20,6 +20,11 @@ typedef struct rb_mm_plan {
     size_t abuf_stride;   /* bytes per thread in abuf */
     size_t a_row;         /* bytes of one packed weight row */
     int tile_r, tile_c;   /* weight rows and activation rows per tile */
+    bool packed;          /* prefill through pack_rows + gemm_packed */
+    rb_act_aux *aux;      /* packed: per activation row, nb block scales and sums */
+    size_t ld_aux;        /* packed: aux entries per activation row */
+    char *pbuf;           /* packed: per-thread packed weight rows */
+    size_t pbuf_stride;   /* packed: bytes per thread in pbuf */
     int nth;
 } rb_mm_plan;
 

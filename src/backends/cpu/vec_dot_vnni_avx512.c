@@ -110,66 +110,6 @@ RB_AI void tile_q8_0(int64_t n, const char *x, size_t lda, const char *y, size_t
         for (int c = 0; c < C; c++) dst[c * ldd + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-/* Matrix-vector q4_0 x q8_0 (one activation row, many weight rows): the
- * activation pairs are laid out once per call as [b lo16, b+1 lo16, b hi16,
- * b+1 hi16] to match the cheapest weight unpacking, with their -8*sum
- * corrections and scales, so each weight pair costs a few instructions. */
-#define MV_MAX_PAIRS 256 /* K <= 16384 */
-
-static void matvec_q4_0(int64_t n, int nr, const char *x, size_t lda, const rb_block_q8_0 *y, float *dst,
-                        size_t ldd_unused) {
-    (void)ldd_unused;
-    const int64_t nb = n / 32, np = (nb + 1) / 2;
-    _Alignas(64) int8_t ybuf[MV_MAX_PAIRS][64];
-    _Alignas(64) int32_t nbuf[MV_MAX_PAIRS][16];
-    _Alignas(64) float dbuf[MV_MAX_PAIRS][16];
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    const __m512i eight = _mm512_set1_epi8(8), m4 = _mm512_set1_epi8(0x0F);
-    for (int64_t p = 0; p < np; p++) {
-        const int64_t b = 2 * p;
-        const int two = b + 1 < nb;
-        __m128i z = _mm_setzero_si128();
-        __m128i y0l = _mm_loadu_si128((const __m128i *)y[b].qs), y0h = _mm_loadu_si128((const __m128i *)(y[b].qs + 16));
-        __m128i y1l = two ? _mm_loadu_si128((const __m128i *)y[b + 1].qs) : z;
-        __m128i y1h = two ? _mm_loadu_si128((const __m128i *)(y[b + 1].qs + 16)) : z;
-        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(y1l, y0l)), _mm256_set_m128i(y1h, y0h), 1);
-        _mm512_store_si512(ybuf[p], v);
-        _mm512_store_si512(nbuf[p], _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, v)));
-        __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)y[b].d | ((uint32_t)(two ? y[b + 1].d : 0) << 16))));
-        _mm512_store_ps(dbuf[p], _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f)));
-    }
-    for (int r = 0; r < nr; r++) {
-        const rb_block_q4_0 *xr = (const rb_block_q4_0 *)(x + (size_t)r * lda);
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        const int64_t nfull = nb / 2;
-        int64_t p = 0;
-        for (; p < nfull; p++) {
-            const int64_t b = 2 * p;
-            __m256i t = _mm256_loadu2_m128i((const __m128i *)xr[b + 1].qs, (const __m128i *)xr[b].qs);
-            __m512i w = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m4);
-            __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)xr[b].d | ((uint32_t)xr[b + 1].d << 16))));
-            __m512 dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-            __m512i d = _mm512_dpbusd_epi32(_mm512_load_si512(nbuf[p]), w, _mm512_load_si512(ybuf[p]));
-            __m512 s = _mm512_mul_ps(dw, _mm512_load_ps(dbuf[p]));
-            if (p & 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc1);
-            else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc0);
-        }
-        if (nb & 1) { /* lone last block */
-            const int64_t b = 2 * p;
-            __m128i t0 = _mm_loadu_si128((const __m128i *)xr[b].qs);
-            __m256i t = _mm256_castsi128_si256(t0);
-            t = _mm256_inserti128_si256(t, _mm_setzero_si128(), 1);
-            __m512i w = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m4);
-            __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(uint32_t)xr[b].d));
-            __m512 dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-            __m512i d = _mm512_dpbusd_epi32(_mm512_load_si512(nbuf[p]), w, _mm512_load_si512(ybuf[p]));
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_load_ps(dbuf[p])), acc0);
-        }
-        dst[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    }
-}
-
 #define TILE_DISPATCH(NAME, FN)                                                                                   \
     void NAME(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,        \
               size_t ldd) {                                                                                       \
@@ -203,21 +143,28 @@ static void matvec_q4_0(int64_t n, int nr, const char *x, size_t lda, const rb_b
     }
 
 static TILE_DISPATCH(gemm_q4_0_tiles, tile_q4_0)
+static TILE_DISPATCH(gemm_q8_0_tiles, tile_q8_0)
 
+/* One activation row (decode) goes to the streaming matvec kernels, so every
+ * M = 1 product takes the same path whatever the row split. */
 void rb_gemm_q4_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
                          size_t ldd) {
-    if (nc == 1 && nr >= 4 && n / 64 < MV_MAX_PAIRS) {
-        matvec_q4_0(n, nr, x, lda, y, dst, ldd);
-        return;
-    }
-    gemm_q4_0_tiles(n, nr, nc, x, lda, y, ldb, dst, ldd);
+    if (nc == 1 && n <= RB_MATVEC_MAX_K) rb_matvec_q4_0_avx512(n, nr, x, lda, y, dst);
+    else gemm_q4_0_tiles(n, nr, nc, x, lda, y, ldb, dst, ldd);
 }
-TILE_DISPATCH(rb_gemm_q8_0_avx512, tile_q8_0)
+
+void rb_gemm_q8_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
+                         size_t ldd) {
+    if (nc == 1 && n <= RB_MATVEC_MAX_K) rb_matvec_q8_0_avx512(n, nr, x, lda, y, dst);
+    else gemm_q8_0_tiles(n, nr, nc, x, lda, y, ldb, dst, ldd);
+}
 
 void rb_vd_q4_0_avx512(int64_t n, float *s, const void *x, const void *y) {
-    tile_q4_0(n, x, 0, y, 0, s, 1, 1, 1);
+    if (n <= RB_MATVEC_MAX_K) rb_matvec_q4_0_avx512(n, 1, x, 0, y, s);
+    else tile_q4_0(n, x, 0, y, 0, s, 1, 1, 1);
 }
 
 void rb_vd_q8_0_avx512(int64_t n, float *s, const void *x, const void *y) {
-    tile_q8_0(n, x, 0, y, 0, s, 1, 1, 1);
+    if (n <= RB_MATVEC_MAX_K) rb_matvec_q8_0_avx512(n, 1, x, 0, y, s);
+    else tile_q8_0(n, x, 0, y, 0, s, 1, 1, 1);
 }

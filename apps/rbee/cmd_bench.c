@@ -1,0 +1,283 @@
+/* `rbee bench`: model throughput in the spirit of llama-bench. pp = prefill
+ * tokens/s of p tokens in one batch on an empty KV cache; tg = decode
+ * tokens/s of n single-token steps from an empty cache. Each test runs once
+ * to warm up, then r times; the median is reported (with every sample).
+ * `--random SHAPE --type T` first synthesizes a random-weight llama model of a
+ * named shape into a temporary GGUF (see bench_model.c), so no download is
+ * needed; the file is unlinked as soon as the model has mapped it. */
+#include "bench_model.h"
+#include "cli_common.h"
+#include "commands.h"
+
+#include "rbee/gguf.h"
+#include "rbee/model.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_MAX_REPS 100
+
+typedef struct bench_result {
+    const char *kind; /* "pp" or "tg" */
+    int64_t n_tokens;
+    int reps;
+    double samples[BENCH_MAX_REPS]; /* tokens/s */
+    double median_ts, mean_ts, stddev_ts;
+    double cpu_s; /* process CPU seconds over the timed reps */
+    double wall_s;
+} bench_result;
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void summarize(bench_result *r) {
+    double tmp[BENCH_MAX_REPS], sum = 0, sq = 0;
+    memcpy(tmp, r->samples, sizeof(double) * (size_t)r->reps);
+    qsort(tmp, (size_t)r->reps, sizeof *tmp, cmp_double);
+    r->median_ts = r->reps % 2 ? tmp[r->reps / 2] : 0.5 * (tmp[r->reps / 2 - 1] + tmp[r->reps / 2]);
+    for (int i = 0; i < r->reps; i++) sum += r->samples[i];
+    r->mean_ts = sum / r->reps;
+    for (int i = 0; i < r->reps; i++) sq += (r->samples[i] - r->mean_ts) * (r->samples[i] - r->mean_ts);
+    r->stddev_ts = r->reps > 1 ? sqrt(sq / (r->reps - 1)) : 0.0;
+}
+
+/* One timed pass: pp = one forward of n tokens; tg = n forwards of 1 token. */
+static rb_status run_pass(rb_model *m, rb_kv_cache *kv, const int32_t *toks, int64_t n, bool pp, float *logits,
+                          rb_error *err) {
+    rb_kv_cache_truncate(kv, 0);
+    if (pp) return rb_model_forward(m, kv, toks, n, false, logits, err);
+    for (int64_t i = 0; i < n; i++) {
+        rb_status s = rb_model_forward(m, kv, &toks[i], 1, false, logits, err);
+        if (s != RB_OK) return s;
+    }
+    return RB_OK;
+}
+
+static bool run_test(rb_model *m, rb_kv_cache *kv, const int32_t *toks, float *logits, bench_result *r) {
+    rb_error err;
+    rb_error_clear(&err);
+    const bool pp = strcmp(r->kind, "pp") == 0;
+    if (run_pass(m, kv, toks, r->n_tokens, pp, logits, &err) != RB_OK) { /* warm-up */
+        fprintf(stderr, "bench: %s%lld failed: %s\n", r->kind, (long long)r->n_tokens, err.msg);
+        return false;
+    }
+    const double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), w0 = clock_s(CLOCK_MONOTONIC);
+    for (int i = 0; i < r->reps; i++) {
+        const double t0 = clock_s(CLOCK_MONOTONIC);
+        if (run_pass(m, kv, toks, r->n_tokens, pp, logits, &err) != RB_OK) {
+            fprintf(stderr, "bench: %s%lld failed: %s\n", r->kind, (long long)r->n_tokens, err.msg);
+            return false;
+        }
+        const double dt = clock_s(CLOCK_MONOTONIC) - t0;
+        r->samples[i] = (double)r->n_tokens / (dt > 0 ? dt : 1e-9);
+    }
+    r->cpu_s = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    r->wall_s = clock_s(CLOCK_MONOTONIC) - w0;
+    const int64_t nv = rb_model_get_config(m)->n_vocab;
+    for (int64_t i = 0; i < nv; i++)
+        if (!isfinite(logits[i])) {
+            fprintf(stderr, "bench: the model produced a non-finite logit (index %lld)\n", (long long)i);
+            return false;
+        }
+    summarize(r);
+    return true;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: rbee bench (-m MODEL.gguf|HF_DIR | --random SHAPE --type T) [options]\n\n"
+            "  -p, --n-prompt N     prefill test: N tokens in one batch (default 512, 0 = skip)\n"
+            "  -n, --n-gen N        decode test: N single-token steps (default 128, 0 = skip)\n"
+            "  -r, --reps R         timed repetitions after one warm-up; the median is reported (default 5)\n"
+            "  --backend SPEC       cpu (default), cuda:N, rocm:N\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --json               machine-readable output\n"
+            "  --random SHAPE       synthesize random weights of a named shape: %s\n"
+            "  --type T             weight type for --random: %s\n"
+            "  --seed S             seed for --random (default 1)\n",
+            rb_bench_shape_names(), rb_bench_type_names());
+}
+
+/* s as a JSON string literal (quotes, backslashes and control bytes escaped). */
+static void print_json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_json(const char *model, const char *backend, int threads, const rb_model *m, int64_t params,
+                       const bench_result *res, int nres) {
+    const rb_model_config *c = rb_model_get_config(m);
+    printf("{\n  \"model\": ");
+    print_json_str(model);
+    printf(",\n  \"backend\": ");
+    print_json_str(backend);
+    printf(",\n  \"threads\": %d,\n", threads);
+    printf("  \"weight_type\": \"%s\",\n  \"weight_bytes\": %zu,\n  \"n_params\": %lld,\n",
+           rb_dtype_name(rb_model_weight_dtype(m)), rb_model_weight_bytes(m), (long long)params);
+    printf("  \"n_embd\": %lld,\n  \"n_layer\": %lld,\n  \"n_head\": %lld,\n  \"n_head_kv\": %lld,\n"
+           "  \"n_ff\": %lld,\n  \"n_vocab\": %lld,\n  \"results\": [",
+           (long long)c->n_embd, (long long)c->n_layer, (long long)c->n_head, (long long)c->n_head_kv,
+           (long long)c->n_ff, (long long)c->n_vocab);
+    for (int i = 0; i < nres; i++) {
+        const bench_result *r = &res[i];
+        printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"n_tokens\": %lld, \"reps\": %d, "
+               "\"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, \"cpu_s\": %.4f, \"wall_s\": %.4f, "
+               "\"samples_ts\": [",
+               i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, (long long)r->n_tokens, r->reps, r->median_ts,
+               r->mean_ts, r->stddev_ts, r->cpu_s, r->wall_s);
+        for (int j = 0; j < r->reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
+        printf("]}");
+    }
+    printf("\n  ]\n}\n");
+}
+
+static void print_human(const char *model, const char *backend, int threads, const rb_model *m,
+                        const bench_result *res, int nres) {
+    printf("model: %s (%s, %.2f GiB of weights), backend %s, %d threads\n", model,
+           rb_dtype_name(rb_model_weight_dtype(m)), (double)rb_model_weight_bytes(m) / (1u << 30), backend, threads);
+    printf("%-8s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
+    for (int i = 0; i < nres; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%lld", res[i].kind, (long long)res[i].n_tokens);
+        printf("%-8s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
+               res[i].cpu_s);
+    }
+}
+
+enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED };
+
+int rb_cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
+    int64_t n_prompt = 512, n_gen = 128, reps = 5, threads = 0, seed = 1, iv;
+    bool json = false;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'},     {"reps", required_argument, 0, 'r'},
+        {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+        {"json", no_argument, 0, OPT_JSON},       {"random", required_argument, 0, OPT_RANDOM},
+        {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:p:n:r:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'p': if (!cli_parse_int("-p", optarg, 0, 1 << 20, &n_prompt)) return 2; break;
+        case 'n': if (!cli_parse_int("-n", optarg, 0, 1 << 20, &n_gen)) return 2; break;
+        case 'r': if (!cli_parse_int("-r", optarg, 1, BENCH_MAX_REPS, &reps)) return 2; break;
+        case OPT_BACKEND: backend = optarg; break;
+        case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
+        case OPT_JSON: json = true; break;
+        case OPT_RANDOM: shape = optarg; break;
+        case OPT_TYPE: type = optarg; break;
+        case OPT_SEED: if (!cli_parse_int("--seed", optarg, 0, INT64_MAX, &iv)) return 2; seed = iv; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if ((model != NULL) == (shape != NULL)) {
+        fprintf(stderr, "bench: give exactly one of -m MODEL or --random SHAPE\n");
+        usage(stderr);
+        return 2;
+    }
+    if (shape && !type) type = "q4_0";
+    if (type && !shape) {
+        fprintf(stderr, "bench: --type only applies to --random\n");
+        return 2;
+    }
+    if (n_prompt == 0 && n_gen == 0) {
+        fprintf(stderr, "bench: nothing to do (-p 0 and -n 0)\n");
+        return 2;
+    }
+
+    char tmp_path[4096] = "";
+    int64_t n_params = 0;
+    if (shape) {
+        rb_error err;
+        rb_error_clear(&err);
+        if (rb_bench_write_random_model(shape, type, (uint64_t)seed, tmp_path, sizeof tmp_path, &n_params, &err) !=
+            RB_OK) {
+            fprintf(stderr, "bench: %s\n", err.msg);
+            return 2;
+        }
+        model = tmp_path;
+        if (!json) fprintf(stderr, "bench: wrote random %s %s model to %s\n", shape, type, tmp_path);
+    }
+    cli_model cm;
+    const bool opened = cli_open_model(model, backend, (int)threads, false, &cm);
+    if (tmp_path[0]) unlink(tmp_path); /* the mapping stays valid; nothing is left on disk */
+    if (!opened) return 1;
+
+    const rb_model_config *cfg = rb_model_get_config(cm.model);
+    if (!shape) n_params = rb_bench_count_params(cfg);
+    rb_device_info info;
+    int n_threads = (int)threads;
+    if (rb_backend_device_info(cm.be, &info) == RB_OK && info.compute_units > 0) n_threads = info.compute_units;
+
+    const int64_t n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    rb_kv_cache *kv = NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_ctx));
+    float *logits = malloc(sizeof(float) * (size_t)cfg->n_vocab);
+    rb_error err;
+    rb_error_clear(&err);
+    int rc = 0;
+    if (!toks || !logits) {
+        fprintf(stderr, "bench: out of memory\n");
+        rc = 1;
+    } else if (rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv, &err) != RB_OK) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        rc = 1;
+    }
+    bench_result res[2];
+    int nres = 0;
+    if (rc == 0) {
+        uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
+        for (int64_t i = 0; i < n_ctx; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            toks[i] = (int32_t)((s >> 33) % (uint64_t)cfg->n_vocab);
+        }
+        memset(logits, 0, sizeof(float) * (size_t)cfg->n_vocab);
+        if (n_prompt > 0) res[nres++] = (bench_result){.kind = "pp", .n_tokens = n_prompt, .reps = (int)reps};
+        if (n_gen > 0) res[nres++] = (bench_result){.kind = "tg", .n_tokens = n_gen, .reps = (int)reps};
+        for (int i = 0; i < nres && rc == 0; i++)
+            if (!run_test(cm.model, kv, toks, logits, &res[i])) rc = 1;
+    }
+    if (rc == 0) {
+        char rname[160];
+        const char *name = model;
+        if (shape) {
+            snprintf(rname, sizeof rname, "random:%.64s:%.16s", shape, type);
+            name = rname;
+        }
+        if (json) print_json(name, rb_backend_name(cm.be), n_threads, cm.model, n_params, res, nres);
+        else print_human(name, rb_backend_name(cm.be), n_threads, cm.model, res, nres);
+    }
+    rb_kv_cache_free(kv);
+    free(toks);
+    free(logits);
+    cli_close_model(&cm);
+    return rc;
+}

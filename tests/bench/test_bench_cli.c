@@ -1,0 +1,156 @@
+/* `rbee bench --random tiny` through the real binary: the JSON report has
+ * every field with sane values (positive, finite rates; the shape that was
+ * asked for; one sample per repetition), the temporary GGUF is deleted, and
+ * bad arguments exit non-zero with a message instead of running. */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs cmd with TMPDIR=dir; returns the exit status and stdout in *out (malloc'ed). */
+static int run(const char *dir, const char *args, char **out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "TMPDIR='%s' '%s' %s 2>/dev/null", dir, RBEE_CLI_PATH, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+    }
+    buf[len] = '\0';
+    int st = pclose(f);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("field '%s' missing or not a number", key);
+    return json_number_value(v);
+}
+
+static void check_result(json_t *r, const char *test, const char *kind, int64_t n_tokens, int reps) {
+    assert_string_equal(json_string_value(json_object_get(r, "test")), test);
+    assert_string_equal(json_string_value(json_object_get(r, "kind")), kind);
+    assert_int_equal((int64_t)num(r, "n_tokens"), n_tokens);
+    assert_int_equal((int)num(r, "reps"), reps);
+    const double med = num(r, "median_ts"), mean = num(r, "mean_ts");
+    assert_true(isfinite(med) && med > 0);
+    assert_true(isfinite(mean) && mean > 0);
+    assert_true(num(r, "stddev_ts") >= 0);
+    assert_true(num(r, "wall_s") > 0);
+    assert_true(num(r, "cpu_s") >= 0);
+    json_t *s = json_object_get(r, "samples_ts");
+    assert_true(json_is_array(s));
+    assert_int_equal(json_array_size(s), (size_t)reps);
+    double lo = INFINITY, hi = 0;
+    for (size_t i = 0; i < json_array_size(s); i++) {
+        const double v = json_number_value(json_array_get(s, i));
+        assert_true(v > 0 && isfinite(v));
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    assert_true(med >= lo && med <= hi); /* the median is one of (or between) the samples */
+}
+
+static void test_random_tiny_json(void **state) {
+    (void)state;
+    char dir[] = "/tmp/rb-bench-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *types[] = {"q4_0", "q8_0", "q4_k", "f16"};
+    const char *names[] = {"q4_0", "q8_0", "q4_K", "f16"};
+    for (int t = 0; t < 4; t++) {
+        char args[256], *out = NULL;
+        snprintf(args, sizeof args, "bench --random tiny --type %s -p 24 -n 5 -r 3 --threads 2 --json", types[t]);
+        int rc = run(dir, args, &out);
+        if (rc != 0) fail_msg("rbee %s exited %d: %s", args, rc, out);
+        json_error_t jerr;
+        json_t *root = json_loads(out, 0, &jerr);
+        if (!root) fail_msg("bad JSON (%s): %s", jerr.text, out);
+        char want_model[64];
+        snprintf(want_model, sizeof want_model, "random:tiny:%s", types[t]);
+        assert_string_equal(json_string_value(json_object_get(root, "model")), want_model);
+        assert_string_equal(json_string_value(json_object_get(root, "backend")), "cpu");
+        assert_string_equal(json_string_value(json_object_get(root, "weight_type")), names[t]);
+        assert_int_equal((int)num(root, "threads"), 2);
+        assert_int_equal((int64_t)num(root, "n_embd"), 256);
+        assert_int_equal((int64_t)num(root, "n_layer"), 2);
+        assert_int_equal((int64_t)num(root, "n_head"), 4);
+        assert_int_equal((int64_t)num(root, "n_head_kv"), 2);
+        assert_int_equal((int64_t)num(root, "n_ff"), 768);
+        assert_int_equal((int64_t)num(root, "n_vocab"), 512);
+        /* 2 x (256 x 512) embeddings/output + 2 layers x (2x256x256 + 2x256x128 + 3x256x768 + 2x256) + 256 */
+        assert_int_equal((int64_t)num(root, "n_params"), 2 * 256 * 512 + 2 * (2 * 65536 + 2 * 32768 + 3 * 196608 + 512) + 256);
+        assert_true(num(root, "weight_bytes") > 0);
+        json_t *res = json_object_get(root, "results");
+        assert_true(json_is_array(res));
+        assert_int_equal(json_array_size(res), 2);
+        check_result(json_array_get(res, 0), "pp24", "pp", 24, 3);
+        check_result(json_array_get(res, 1), "tg5", "tg", 5, 3);
+        json_decref(root);
+        free(out);
+        assert_int_equal(count_entries(dir), 0); /* the temporary GGUF is gone */
+    }
+    rmdir(dir);
+}
+
+static void test_bad_arguments(void **state) {
+    (void)state;
+    char dir[] = "/tmp/rb-bench-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *bad[] = {
+        "bench --random no-such-shape --type q4_0",  /* unknown shape */
+        "bench --random tiny --type q5_9",           /* unknown type */
+        "bench --random tiny --type q4_1",           /* a dtype, but not a bench type */
+        "bench",                                     /* no model */
+        "bench -m /nonexistent/model.gguf",          /* missing file */
+        "bench --random tiny -m x.gguf",             /* both */
+        "bench --random tiny -p 0 -n 0",             /* nothing to do */
+        "bench --random tiny -r 0",                  /* reps out of range */
+        "bench --random tiny -p -3",                 /* negative */
+        "bench --random tiny --threads many",        /* not a number */
+        "bench -m x.gguf --type q4_0",               /* --type without --random */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        int rc = run(dir, bad[i], &out);
+        if (rc == 0) fail_msg("'%s' succeeded", bad[i]);
+        assert_int_equal(strstr(out, "\"results\"") != NULL, 0);
+        free(out);
+    }
+    assert_int_equal(count_entries(dir), 0);
+    rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_tiny_json),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
