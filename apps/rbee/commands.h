@@ -7,5 +7,11 @@ int rb_cmd_devices(int argc, char **argv);
 int rb_cmd_bench_ops(int argc, char **argv);
 int rb_cmd_logits(int argc, char **argv);
 int rb_cmd_generate(int argc, char **argv);
+int rb_cmd_convert(int argc, char **argv);
+int rb_cmd_quantize(int argc, char **argv);
+int rb_cmd_tokenize(int argc, char **argv);
+int rb_cmd_detokenize(int argc, char **argv);
+int rb_cmd_chat_render(int argc, char **argv);
+int rb_cmd_bench(int argc, char **argv);
 
 #endif

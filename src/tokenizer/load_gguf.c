@@ -241,6 +241,8 @@ rb_status rb_tokenizer_load_gguf(const rb_gguf *g, rb_tokenizer **out, rb_error 
             goto fail;
         }
         st = byte_level_pipeline(t, pre, err);
+        bool im; /* written by rb_tokenizer_write_gguf when it differs from the pre's default */
+        if (!st && rb_gguf_get_bool(g, "tokenizer.rbee.ignore_merges", &im) == RB_OK) t->ignore_merges = im;
     }
     t->pre_name = pre;
     pre = NULL;

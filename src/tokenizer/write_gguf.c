@@ -46,7 +46,9 @@ static const char *byte_level_pre(const rb_tokenizer *t) {
         t->pres[1].add_prefix_space)
         return NULL;
     const char *re = t->pres[0].regex_src;
-    if (!strcmp(re, TOK_RE_LLAMA3) && t->n_norms == 0 && t->ignore_merges) return "llama-bpe";
+    /* llama.cpp's llama-bpe implies ignore_merges; a tokenizer trained without it
+     * (HF's default) additionally gets tokenizer.rbee.ignore_merges = false */
+    if (!strcmp(re, TOK_RE_LLAMA3) && t->n_norms == 0) return "llama-bpe";
     if (!strcmp(re, TOK_RE_QWEN2) && t->n_norms == 1 && t->norms[0].kind == NORM_NFC && !t->ignore_merges) return "qwen2";
     return NULL;
 }
@@ -146,6 +148,9 @@ rb_status rb_tokenizer_write_gguf(const rb_tokenizer *t, rb_gguf_writer *w, rb_e
     if (st) goto done;
     if ((st = wr(rb_gguf_writer_set_str(w, "tokenizer.ggml.model", model), err, "tokenizer.ggml.model")) ||
         (st = wr(rb_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), err, "tokenizer.ggml.pre")) ||
+        (!strcmp(pre, "llama-bpe") && !t->ignore_merges &&
+         (st = wr(rb_gguf_writer_set_bool(w, "tokenizer.rbee.ignore_merges", false), err,
+                  "tokenizer.rbee.ignore_merges"))) ||
         (st = wr(rb_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n), err,
                  "tokenizer.ggml.tokens")) ||
         (st = wr(rb_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", RB_GGUF_INT32, types, (uint64_t)n), err,

@@ -87,13 +87,11 @@ static int32_t *greedy(loaded *L, const int32_t *prompt, size_t np, size_t n) {
     return out;
 }
 
-/* Mean negative log-likelihood over heldout.txt with the reference method:
- * stream = per chapter [bos] + tokens + [eos]; non-overlapping windows of 512
- * from an empty cache; position i predicts the next token. */
-static double heldout_nll(loaded *L, int64_t *n_scored) {
+/* Token stream of heldout.txt as the reference builds it: per chapter
+ * (split on blank lines) [bos] + tokens + [eos]. */
+static int32_t *heldout_stream(loaded *L, size_t *n_out) {
     size_t len = 0;
     char *text = tu_read_file(MODELS "/heldout.txt", &len);
-    const int64_t V = rb_model_get_config(L->m)->n_vocab;
     int32_t *stream = malloc(sizeof(int32_t) * (len + 16));
     assert_non_null(stream);
     size_t n = 0;
@@ -118,6 +116,17 @@ static double heldout_nll(loaded *L, int64_t *n_scored) {
         p = sep ? sep + 2 : end;
     }
     free(text);
+    *n_out = n;
+    return stream;
+}
+
+/* Mean negative log-likelihood with the reference method: non-overlapping
+ * windows of 512 from an empty cache; position i predicts the next token. */
+static double heldout_nll(loaded *L, int64_t *n_scored) {
+    size_t n = 0;
+    rb_error err;
+    int32_t *stream = heldout_stream(L, &n);
+    const int64_t V = rb_model_get_config(L->m)->n_vocab;
     const int64_t W = 512;
     float *lg = malloc(sizeof(float) * (size_t)(W * V));
     rb_kv_cache *kv = NULL;
@@ -218,11 +227,44 @@ static void test_hf_perplexity(void **state) {
     unload(&L);
 }
 
+/* The Q8_0 GGUF bundled with the repository, made by
+ * `rbee convert models/default/hf -o models/default/rbee-default-q8_0.gguf --type q8_0`. */
+static void test_gguf_q8_0(void **state) {
+    (void)state;
+    loaded G = {0}, H = {0};
+    load(&G, GGUF_Q8);
+    load(&H, HF_DIR);
+    assert_int_equal(rb_model_weight_dtype(G.m), RB_Q8_0);
+    /* the tokenizer embedded in the GGUF tokenizes the whole held-out text like tokenizer.json */
+    size_t ng = 0, nh = 0;
+    int32_t *sg = heldout_stream(&G, &ng), *sh = heldout_stream(&H, &nh);
+    assert_int_equal(ng, nh);
+    assert_memory_equal(sg, sh, ng * sizeof(int32_t));
+    free(sg);
+    free(sh);
+    /* recorded greedy continuation of the README's prompt (same as transformers' f32 one) */
+    const int32_t prompt[] = {0, 298, 388, 390};
+    const int32_t want[] = {323, 334, 13,  1323, 519, 346, 411, 424, 404, 1719, 13,  442, 360, 519,
+                            411, 424, 404, 1719, 281, 298, 311, 390, 323, 334,  13,  1408, 13, 269,
+                            411, 343, 369, 13,   269, 304, 394, 411, 343, 397,  27,  269};
+    int32_t *out = greedy(&G, prompt, 4, 40);
+    assert_memory_equal(out, want, sizeof want);
+    free(out);
+    /* perplexity below the value stated in MODEL_CARD.md for this file */
+    int64_t ns = 0;
+    double nll = heldout_nll(&G, &ns);
+    print_message("default model (Q8_0 GGUF): held-out ppl %.3f (model card: below 25.40)\n", exp(nll));
+    assert_true(exp(nll) < 25.40);
+    unload(&G);
+    unload(&H);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_hf_logits_and_greedy),
         cmocka_unit_test(test_hf_perplexity),
+        cmocka_unit_test(test_gguf_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,62 @@
+/* `rbee convert HF_DIR -o OUT.gguf [--type T] [--name NAME]`: converts a
+ * Hugging Face model folder into a GGUF file llama.cpp and rbee both load
+ * (see src/convert/convert.h), with a progress bar on a terminal. */
+#include "commands.h"
+#include "convert/convert.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rbee convert HF_DIR -o OUT.gguf [--type TYPE] [--name NAME] [--quiet]\n\n"
+               "Converts a Hugging Face model folder (config.json, *.safetensors, optional tokenizer.json and\n"
+               "tokenizer_config.json) to GGUF. TYPE applies to 2-D weights (default f16): %s.\n"
+               "Norms and biases stay f32; weights whose rows are not whole blocks are written as f16.\n",
+            rb_convert_type_list());
+}
+
+int rb_cmd_convert(int argc, char **argv) {
+    const char *out = NULL, *type_name = "f16", *name = NULL;
+    bool quiet = false;
+    static const struct option opts[] = {{"out", required_argument, 0, 'o'},  {"type", required_argument, 0, 't'},
+                                         {"name", required_argument, 0, 'n'}, {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:t:n:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 't': type_name = optarg; break;
+        case 'n': name = optarg; break;
+        case 'q': quiet = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc - 1 || !out) {
+        usage(stderr);
+        return 2;
+    }
+    rb_dtype type;
+    if (!rb_dtype_from_name(type_name, &type) || !rb_convert_type_ok(type)) {
+        fprintf(stderr, "error: unknown --type '%s' (supported: %s)\n", type_name, rb_convert_type_list());
+        return 2;
+    }
+    rb_convert_opts o = {.type = type, .name = name, .log = quiet ? NULL : stderr};
+    if (!quiet && isatty(fileno(stderr))) {
+        o.progress = rb_convert_progress_bar;
+        o.progress_ud = stderr;
+    }
+    rb_convert_stats st;
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_convert_hf_to_gguf(argv[optind], out, &o, &st, &err) != RB_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    if (!quiet)
+        fprintf(stderr, "wrote %s: %lld tensors, %lld weights as %s, %lld as f16 (fallback), %.2f MiB\n", out,
+                (long long)st.n_tensors, (long long)st.n_quantized, rb_dtype_name(type), (long long)st.n_fallback,
+                (double)st.bytes_out / (1024.0 * 1024.0));
+    return 0;
+}

@@ -1,0 +1,56 @@
+/* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every 2-D weight of a
+ * GGUF file in another type (see rb_quantize_gguf), keeping metadata. */
+#include "commands.h"
+#include "convert/convert.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rbee quantize IN.gguf OUT.gguf TYPE [--quiet]\n\n"
+               "Requantizes every 2-D weight to TYPE (%s); 1-D tensors become f32,\n"
+               "metadata is copied with general.file_type updated.\n",
+            rb_convert_type_list());
+}
+
+int rb_cmd_quantize(int argc, char **argv) {
+    bool quiet = false;
+    static const struct option opts[] = {
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'q': quiet = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (argc - optind != 3) {
+        usage(stderr);
+        return 2;
+    }
+    const char *in = argv[optind], *out = argv[optind + 1], *type_name = argv[optind + 2];
+    rb_dtype type;
+    if (!rb_dtype_from_name(type_name, &type) || !rb_convert_type_ok(type)) {
+        fprintf(stderr, "error: unknown type '%s' (supported: %s)\n", type_name, rb_convert_type_list());
+        return 2;
+    }
+    rb_convert_opts o = {.type = type, .log = quiet ? NULL : stderr};
+    if (!quiet && isatty(fileno(stderr))) {
+        o.progress = rb_convert_progress_bar;
+        o.progress_ud = stderr;
+    }
+    rb_convert_stats st;
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_quantize_gguf(in, out, &o, &st, &err) != RB_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    if (!quiet)
+        fprintf(stderr, "wrote %s: %lld tensors, %lld weights as %s, %lld as f16 (fallback), %.2f MiB\n", out,
+                (long long)st.n_tensors, (long long)st.n_quantized, rb_dtype_name(type), (long long)st.n_fallback,
+                (double)st.bytes_out / (1024.0 * 1024.0));
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* Implementation of hf_metadata.h. Key names and value types follow the
+ * files llama.cpp's convert_hf_to_gguf.py writes (u32 sizes, f32 floats). */
+#include "convert/hf_metadata.h"
+
+#include "convert/convert.h"
+#include "rbee/json_config.h"
+#include "rbee/tokenizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *cv_gguf_arch(const rb_model_config *c) {
+    return c->arch == RB_ARCH_MISTRAL ? "llama" : rb_arch_name(c->arch);
+}
+
+typedef struct kvw {
+    rb_gguf_writer *w;
+    const char *arch;
+    rb_status st;
+    char failed[160];
+} kvw;
+
+static void note(kvw *k, rb_status s, const char *key) {
+    if (s != RB_OK && k->st == RB_OK) {
+        k->st = s;
+        snprintf(k->failed, sizeof k->failed, "%s", key);
+    }
+}
+static void u32k(kvw *k, const char *sfx, int64_t v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", k->arch, sfx);
+    note(k, v < 0 || v > UINT32_MAX ? RB_E_RANGE : rb_gguf_writer_set_u32(k->w, key, (uint32_t)v), key);
+}
+static void f32k(kvw *k, const char *sfx, float v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", k->arch, sfx);
+    note(k, rb_gguf_writer_set_f32(k->w, key, v), key);
+}
+
+rb_status cv_write_model_kv(rb_gguf_writer *w, const rb_model_config *c, const char *name, rb_dtype type,
+                            rb_error *err) {
+    const bool gemma = c->arch == RB_ARCH_GEMMA || c->arch == RB_ARCH_GEMMA2;
+    if (c->sliding_window > 0) {
+        /* what a GGUF loader infers: gemma2 alternates (even layers), others use the window everywhere */
+        int implied = c->arch == RB_ARCH_GEMMA2 ? 2 : 0;
+        if (c->swa_pattern != implied)
+            return rb_error_set(err, RB_E_UNSUPPORTED,
+                                "this layout of sliding-window layers cannot be expressed in %s GGUF metadata",
+                                cv_gguf_arch(c));
+    }
+    kvw k = {.w = w, .arch = cv_gguf_arch(c), .st = RB_OK};
+    note(&k, rb_gguf_writer_set_str(w, "general.architecture", k.arch), "general.architecture");
+    note(&k, rb_gguf_writer_set_str(w, "general.name", name), "general.name");
+    note(&k, rb_gguf_writer_set_u32(w, "general.file_type", rb_convert_file_type(type)), "general.file_type");
+    note(&k, rb_gguf_writer_set_u32(w, "general.quantization_version", 2), "general.quantization_version");
+    u32k(&k, "vocab_size", c->n_vocab);
+    if (c->n_ctx_train > 0) u32k(&k, "context_length", c->n_ctx_train);
+    u32k(&k, "embedding_length", c->n_embd);
+    u32k(&k, "block_count", c->n_layer);
+    u32k(&k, "feed_forward_length", c->n_ff);
+    u32k(&k, "attention.head_count", c->n_head);
+    u32k(&k, "attention.head_count_kv", c->n_head_kv);
+    if (gemma || c->head_dim * c->n_head != c->n_embd) {
+        u32k(&k, "attention.key_length", c->head_dim);
+        u32k(&k, "attention.value_length", c->head_dim);
+    }
+    f32k(&k, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    u32k(&k, "rope.dimension_count", c->n_rot);
+    f32k(&k, "rope.freq_base", c->rope_theta);
+    if (c->rope_freq_scale > 0 && c->rope_freq_scale != 1.0f) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", k.arch);
+        note(&k, rb_gguf_writer_set_str(w, key, "linear"), key);
+        f32k(&k, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
+    }
+    if (c->has_rope_long) {
+        f32k(&k, "rope.scaling.attn_factor", c->rope_attn_factor);
+        u32k(&k, "rope.scaling.original_context_length", c->rope_orig_ctx);
+    }
+    if (c->sliding_window > 0) u32k(&k, "attention.sliding_window", c->sliding_window);
+    if (c->attn_softcap > 0) f32k(&k, "attn_logit_softcapping", c->attn_softcap);
+    if (c->final_softcap > 0) f32k(&k, "final_logit_softcapping", c->final_softcap);
+    if (c->arch == RB_ARCH_GEMMA2) f32k(&k, "attention.scale", c->attn_scale); /* query_pre_attn_scalar^-1/2 */
+    if (k.st != RB_OK) return rb_error_set(err, k.st, "cannot write metadata key '%s'", k.failed);
+    return RB_OK;
+}
+
+static bool file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* chat template without a tokenizer.json: tokenizer_config.json's string, else chat_template.jinja */
+static rb_status write_template_only(rb_gguf_writer *w, const char *hf_dir, rb_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", hf_dir);
+    if (file_exists(path)) {
+        rb_json_config *j = NULL;
+        rb_status s = rb_json_config_load(path, &j, err);
+        if (s != RB_OK) return s;
+        const char *tpl = NULL;
+        if (rb_json_config_str(j, "chat_template", &tpl) == RB_OK) {
+            s = rb_gguf_writer_set_str(w, "tokenizer.chat_template", tpl);
+            rb_json_config_free(j);
+            return s == RB_OK ? RB_OK : rb_error_set(err, s, "cannot write tokenizer.chat_template");
+        }
+        rb_json_config_free(j);
+    }
+    snprintf(path, sizeof path, "%s/chat_template.jinja", hf_dir);
+    if (!file_exists(path)) return RB_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return rb_error_set(err, RB_E_IO, "cannot open %s", path);
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    rb_status s = RB_OK;
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) s = rb_error_set(err, RB_E_IO, "cannot read %s", path);
+    fclose(f);
+    if (s == RB_OK) {
+        buf[n] = '\0';
+        if (strlen(buf) != (size_t)n) s = rb_error_set(err, RB_E_FORMAT, "%s contains a NUL byte", path);
+        else if (rb_gguf_writer_set_str(w, "tokenizer.chat_template", buf) != RB_OK)
+            s = rb_error_set(err, RB_E_NOMEM, "cannot write tokenizer.chat_template");
+    }
+    free(buf);
+    return s;
+}
+
+rb_status cv_write_tokenizer_kv(rb_gguf_writer *w, const char *hf_dir, FILE *log, rb_error *err) {
+    char tj[4096], tc[4096];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", hf_dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", hf_dir);
+    if (!file_exists(tj)) {
+        if (log) fprintf(log, "note: %s has no tokenizer.json; the GGUF will have no tokenizer\n", hf_dir);
+        return write_template_only(w, hf_dir, err);
+    }
+    rb_tokenizer *t = NULL;
+    rb_status s = rb_tokenizer_load_hf(tj, file_exists(tc) ? tc : NULL, &t, err);
+    if (s != RB_OK) {
+        rb_error_prefix(err, "tokenizer: ");
+        return s;
+    }
+    s = rb_tokenizer_write_gguf(t, w, err);
+    bool had_template = rb_tokenizer_chat_template(t) != NULL;
+    rb_tokenizer_free(t);
+    if (s != RB_OK) {
+        rb_error_prefix(err, "tokenizer: ");
+        return s;
+    }
+    if (!had_template) {
+        char jp[4096];
+        snprintf(jp, sizeof jp, "%s/chat_template.jinja", hf_dir);
+        if (file_exists(jp)) return write_template_only(w, hf_dir, err);
+    }
+    return RB_OK;
+}

@@ -1,0 +1,147 @@
+/* rb_quantize_gguf: GGUF -> GGUF in another weight type. Every kv is copied
+ * (general.file_type replaced), 2-D float/quantized weights are decoded to
+ * f32 and re-encoded, 1-D tensors become f32, other tensors are copied
+ * as they are; one tensor at a time. */
+#include "convert/convert.h"
+#include "convert/gguf_stream.h"
+#include "convert/tensor_xform.h"
+#include "rbee/gguf.h"
+#include "rbee/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum q_action { Q_COPY, Q_TO_F32, Q_REQUANT } q_action;
+
+static bool decodable(rb_dtype t) {
+    const rb_dtype_traits *tr = rb_dtype_info((int)t);
+    return tr && (tr->is_float || tr->is_quant) && t != RB_Q8_K && t != RB_Q8_1;
+}
+
+static q_action action_of(const rb_gguf_tensor_info *ti) {
+    if (!decodable(ti->dtype)) return Q_COPY;
+    return ti->n_dims >= 2 ? Q_REQUANT : Q_TO_F32;
+}
+
+static rb_status write_meta(rb_gguf_writer *w, const rb_gguf *in, rb_dtype type, rb_error *err) {
+    rb_status s = rb_gguf_writer_copy_kv(w, in, "general.file_type");
+    if (s != RB_OK) return rb_error_set(err, s, "cannot copy metadata");
+    if ((s = rb_gguf_writer_set_u32(w, "general.file_type", rb_convert_file_type(type))) != RB_OK)
+        return rb_error_set(err, s, "cannot write general.file_type");
+    if (!rb_gguf_find_kv(in, "general.quantization_version") &&
+        (s = rb_gguf_writer_set_u32(w, "general.quantization_version", 2)) != RB_OK)
+        return rb_error_set(err, s, "cannot write general.quantization_version");
+    return RB_OK;
+}
+
+static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *opts, rb_convert_stats *stats,
+                     rb_error *err) {
+    const int64_t n = rb_gguf_n_tensors(in);
+    cv_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
+    char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
+    rb_gguf_writer *w = NULL;
+    cv_stream *out = NULL;
+    cv_buf f32 = {0}, enc = {0};
+    rb_status s = RB_OK;
+    int64_t n_lossy = 0;
+    if (!desc || !names) {
+        s = rb_error_set(err, RB_E_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(in, i);
+        if (!(names[i] = malloc((size_t)ti->name.len + 1))) {
+            s = rb_error_set(err, RB_E_NOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(names[i], ti->name.ptr, (size_t)ti->name.len);
+        names[i][ti->name.len] = '\0';
+        cv_tensor_desc *d = &desc[i];
+        d->name = names[i];
+        d->n_dims = ti->n_dims;
+        memcpy(d->ne, ti->ne, sizeof d->ne);
+        switch (action_of(ti)) {
+        case Q_COPY: d->dtype = ti->dtype; break;
+        case Q_TO_F32: d->dtype = RB_F32; break;
+        case Q_REQUANT:
+            d->dtype = rb_convert_weight_dtype(opts->type, ti->ne[0]);
+            if (d->dtype != opts->type) {
+                stats->n_fallback++;
+                if (opts->log)
+                    fprintf(opts->log, "warning: %s: row length %lld is not a multiple of the %s block size; "
+                                       "writing f16\n", names[i], (long long)ti->ne[0], rb_dtype_name(opts->type));
+            } else {
+                stats->n_quantized++;
+            }
+            if (rb_dtype_info((int)ti->dtype)->is_quant && ti->dtype != d->dtype) n_lossy++;
+            break;
+        }
+    }
+    if (n_lossy && opts->log)
+        fprintf(opts->log, "warning: %lld weights are already block-quantized; requantizing to %s cannot restore "
+                           "the precision they lost\n", (long long)n_lossy, rb_dtype_name(opts->type));
+    if ((s = rb_gguf_writer_create(&w, err)) != RB_OK) goto done;
+    if ((s = write_meta(w, in, opts->type, err)) != RB_OK) goto done;
+    if ((s = cv_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(in, i);
+        const size_t nbytes = cv_stream_tensor_bytes(out, (size_t)i);
+        if (desc[i].dtype == ti->dtype && action_of(ti) != Q_REQUANT) {
+            s = cv_stream_write(out, ti->data, ti->nbytes, err);
+        } else {
+            int64_t nel = 1;
+            for (int d = 0; d < RB_MAX_DIMS; d++) nel *= ti->ne[d];
+            if (cv_buf_reserve(&f32, sizeof(float) * (size_t)nel) != RB_OK ||
+                cv_buf_reserve(&enc, nbytes ? nbytes : 1) != RB_OK) {
+                s = rb_error_set(err, RB_E_NOMEM, "out of memory for tensor '%s'", names[i]);
+                break;
+            }
+            if (rb_dequantize_row(ti->dtype, ti->data, f32.p, nel) != RB_OK) {
+                s = rb_error_set(err, RB_E_FORMAT, "cannot decode tensor '%s' (%s)", names[i],
+                                 rb_dtype_name(ti->dtype));
+                break;
+            }
+            if ((s = cv_encode_rows(desc[i].dtype, f32.p, ti->ne[0], nel / ti->ne[0], enc.p)) != RB_OK) {
+                rb_error_set(err, s, "cannot encode '%s' as %s", names[i], rb_dtype_name(desc[i].dtype));
+                break;
+            }
+            s = cv_stream_write(out, enc.p, nbytes, err);
+        }
+        if (s != RB_OK) break;
+        if (opts->progress) opts->progress(opts->progress_ud, i + 1, n, names[i]);
+    }
+    if (s == RB_OK) {
+        stats->n_tensors = n;
+        s = cv_stream_finish(out, &stats->bytes_out, err);
+    } else {
+        cv_stream_abort(out);
+    }
+    out = NULL;
+done:
+    cv_stream_abort(out);
+    cv_buf_free(&f32);
+    cv_buf_free(&enc);
+    rb_gguf_writer_free(w);
+    for (int64_t i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    free(desc);
+    return s;
+}
+
+rb_status rb_quantize_gguf(const char *in_path, const char *out_path, const rb_convert_opts *opts,
+                           rb_convert_stats *stats, rb_error *err) {
+    rb_convert_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!in_path || !out_path || !opts) return rb_error_set(err, RB_E_INVALID, "quantize: NULL argument");
+    if (!rb_convert_type_ok(opts->type))
+        return rb_error_set(err, RB_E_INVALID, "quantize: cannot write weights as %s (supported: %s)",
+                            rb_dtype_name(opts->type), rb_convert_type_list());
+    rb_gguf *in = NULL;
+    rb_status s = rb_gguf_open(in_path, &in, err);
+    if (s != RB_OK) return s;
+    s = run(in, out_path, opts, stats, err);
+    if (s != RB_OK) rb_error_prefix(err, "%s: ", in_path);
+    rb_gguf_close(in);
+    return s;
+}

@@ -1,0 +1,137 @@
+/* Bad input to the converters: unknown model_type (message lists the
+ * supported architectures), a missing or mis-shaped tensor (message names
+ * it, no output file left behind), a path that is not a folder, an
+ * unsupported target type, a garbage GGUF for quantize, an unwritable output
+ * path; plus the type helpers (llama.cpp file types, f16 fallback rule). */
+#include "convert_testutil.h"
+
+#include "convert/convert.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static bool exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static rb_status convert(const char *dir, const char *out, rb_dtype t, rb_error *err) {
+    rb_convert_opts o = {.type = t};
+    rb_error_clear(err);
+    return rb_convert_hf_to_gguf(dir, out, &o, NULL, err);
+}
+
+static void test_unknown_model_type(void **state) {
+    (void)state;
+    char tmp[1024], path[2048], out[2048];
+    ct_tmpdir(tmp, sizeof tmp);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    ct_write_text(path, "{\"model_type\": \"bert\", \"hidden_size\": 64, \"num_hidden_layers\": 2}");
+    snprintf(out, sizeof out, "%s/out.gguf", tmp);
+    rb_error err;
+    assert_int_equal(convert(tmp, out, RB_F16, &err), RB_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "'bert'"));
+    assert_non_null(strstr(err.msg, "llama, mistral, qwen2, gemma, gemma2, phi3"));
+    assert_false(exists(out));
+    /* config.json that is not JSON */
+    ct_write_text(path, "{\"model_type\": ");
+    assert_int_equal(convert(tmp, out, RB_F16, &err), RB_E_FORMAT);
+    assert_false(exists(out));
+    ct_rmtree(tmp);
+}
+
+static void test_missing_and_misshaped_tensor(void **state) {
+    (void)state;
+    char src[1024], tmp[1024], out[2048], part[2100];
+    ct_model_dir(src, sizeof src, "llama_gqa");
+    ct_tmpdir(tmp, sizeof tmp);
+    snprintf(out, sizeof out, "%s/out.gguf", tmp);
+    snprintf(part, sizeof part, "%s.part", out);
+    rb_error err;
+    ct_copy_hf(src, tmp, "model.layers.2.mlp.down_proj.weight", NULL);
+    assert_int_equal(convert(tmp, out, RB_Q8_0, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "missing tensor 'model.layers.2.mlp.down_proj.weight'"));
+    assert_false(exists(out));
+    assert_false(exists(part));
+    ct_copy_hf(src, tmp, "lm_head.weight", NULL); /* untied model without lm_head */
+    assert_int_equal(convert(tmp, out, RB_F32, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "'lm_head.weight'"));
+    ct_copy_hf(src, tmp, NULL, "model.layers.0.self_attn.k_proj.weight");
+    assert_int_equal(convert(tmp, out, RB_F32, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape"));
+    assert_false(exists(out));
+    /* the untouched copy converts */
+    ct_copy_hf(src, tmp, NULL, NULL);
+    assert_int_equal(convert(tmp, out, RB_F32, &err), RB_OK);
+    assert_true(exists(out));
+    assert_false(exists(part));
+    ct_rmtree(tmp);
+}
+
+static void test_bad_paths_and_types(void **state) {
+    (void)state;
+    char src[1024], tmp[1024], out[2048];
+    ct_model_dir(src, sizeof src, "llama_mha");
+    ct_tmpdir(tmp, sizeof tmp);
+    snprintf(out, sizeof out, "%s/out.gguf", tmp);
+    rb_error err;
+    assert_int_equal(convert("/nonexistent/rbee-model", out, RB_F16, &err), RB_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/rbee-model"));
+    assert_int_equal(convert(tmp, out, RB_F16, &err), RB_E_NOT_FOUND); /* folder without config.json */
+    assert_non_null(strstr(err.msg, "config.json"));
+    assert_int_equal(convert(src, out, RB_Q8_1, &err), RB_E_INVALID);
+    assert_non_null(strstr(err.msg, "q8_1"));
+    assert_int_equal(convert(src, out, RB_I32, &err), RB_E_INVALID);
+    assert_int_equal(convert(src, "/nonexistent-dir/out.gguf", RB_F16, &err), RB_E_IO);
+
+    /* quantize: garbage input, missing input */
+    char garbage[2048];
+    snprintf(garbage, sizeof garbage, "%s/garbage.gguf", tmp);
+    ct_write_text(garbage, "GGUF but not really a gguf file at all, just text");
+    rb_convert_opts o = {.type = RB_Q8_0};
+    rb_error_clear(&err);
+    assert_int_equal(rb_quantize_gguf(garbage, out, &o, NULL, &err), RB_E_FORMAT);
+    assert_true(err.msg[0] != '\0');
+    assert_false(exists(out));
+    assert_int_not_equal(rb_quantize_gguf("/nonexistent.gguf", out, &o, NULL, &err), RB_OK);
+    o.type = RB_Q8_K;
+    char fx[1024];
+    tu_fixture(fx, sizeof fx, "llamacpp/tiny-f32.gguf");
+    assert_int_equal(rb_quantize_gguf(fx, out, &o, NULL, &err), RB_E_INVALID);
+    assert_false(exists(out));
+    assert_int_equal(rb_convert_hf_to_gguf(NULL, out, &o, NULL, &err), RB_E_INVALID);
+    ct_rmtree(tmp);
+}
+
+static void test_type_helpers(void **state) {
+    (void)state;
+    /* llama.cpp enum llama_ftype ids */
+    assert_int_equal(rb_convert_file_type(RB_F32), 0);
+    assert_int_equal(rb_convert_file_type(RB_F16), 1);
+    assert_int_equal(rb_convert_file_type(RB_Q4_0), 2);
+    assert_int_equal(rb_convert_file_type(RB_Q8_0), 7);
+    assert_int_equal(rb_convert_file_type(RB_Q4_K), 15);
+    assert_int_equal(rb_convert_file_type(RB_Q6_K), 18);
+    assert_int_equal(rb_convert_file_type(RB_BF16), 32);
+    assert_true(rb_convert_type_ok(RB_Q4_K));
+    assert_false(rb_convert_type_ok(RB_Q8_K));
+    assert_false(rb_convert_type_ok(RB_F64));
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 256), RB_Q4_K);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 64), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 96), RB_Q8_0);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 48), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_BF16, 7), RB_BF16);
+    assert_int_equal(rb_convert_weight_dtype(RB_F32, 3), RB_F32);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unknown_model_type),
+        cmocka_unit_test(test_missing_and_misshaped_tensor),
+        cmocka_unit_test(test_bad_paths_and_types),
+        cmocka_unit_test(test_type_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
