@@ -8,8 +8,7 @@ build:
 	cmake --build build/gcc
 
 run: build
-	build/gcc/apps/rbee/rbee devices
-	build/gcc/apps/rbee/rbee bench-ops --quick
+	scripts/run-worker.sh
 
 test:
 	scripts/test.sh
