@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README's test command and CI run it:
-# install dependencies, then build and test with gcc (-Werror), build and test
-# with clang, the ASan+UBSan build of the suite, and a short libFuzzer smoke
-# run of the file-format parsers. Each stage's wall time is logged.
+# install dependencies (HIP toolchain included), then build and test with gcc
+# (-Werror), build and test the ASan+UBSan build with clang (-Werror, so clang
+# cleanliness is checked there), a short libFuzzer smoke run of the
+# file-format parsers, and the CUDA and HIP builds of the GPU backend (compile
+# only: CI has no GPU; the GPU tests run on the lent GPU machine through
+# scripts/gpu-device-run.sh). Each stage's wall time is logged.
 # Environment: RBEE_JOBS (parallel jobs, default nproc), RBEE_FUZZ_SECONDS
 # (per fuzz target, default 20), RBEE_SKIP_STAGES (space-separated names).
 set -euo pipefail
@@ -32,15 +35,14 @@ configure_build() { # dir cc extra-cmake-args...
 
 run_ctest() { ctest --test-dir "$1" -j "$JOBS" --output-on-failure; }
 
-stage setup scripts/setup.sh
+stage setup env RBEE_SETUP_HIP=1 scripts/setup.sh
 stage gcc-build configure_build build/gcc gcc
 stage gcc-test run_ctest build/gcc
-stage clang-build configure_build build/clang clang
-stage clang-test run_ctest build/clang
 stage sanitize-build configure_build build/asan clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRBEE_SANITIZE=ON
 stage sanitize-test env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan -j "$JOBS" --output-on-failure
 stage fuzz-build configure_build build/fuzz clang -DRBEE_FUZZ=ON -DRBEE_TESTS=OFF
 stage fuzz-smoke tests/fuzz/run-smoke.sh build/fuzz "$FUZZ_SECONDS"
+stage gpu-build env RBEE_REQUIRE_GPU_BUILDS=1 scripts/build-gpu.sh build/gpu
 
 echo "=== stage times: ${SUMMARY[*]}"
