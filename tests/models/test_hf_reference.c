@@ -106,7 +106,9 @@ static void test_all_models(void **state) {
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
     assert_true(n >= 15);
     rb_backend *be = NULL;
-    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    /* RBEE_TEST_BACKEND (e.g. cuda:0) runs the same checks on another backend */
+    const char *spec = getenv("RBEE_TEST_BACKEND");
+    TU_OK(rb_backend_create(spec && *spec ? spec : "cpu", NULL, &be, NULL));
     for (int i = 0; i < n; i++) {
         char dir[2048];
         snprintf(dir, sizeof dir, "%s/%s", root, names[i]);

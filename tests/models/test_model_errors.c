@@ -1,0 +1,187 @@
+/* Malformed model inputs give clear errors: unknown architecture (GGUF and
+ * HF, listing the supported ones), missing tensors and wrong shapes (naming
+ * the tensor), missing config, bad paths, out-of-vocabulary tokens, and a
+ * prompt longer than the context (refused, never truncated). */
+#include "testutil.h"
+
+#include "rbee/generate.h"
+#include "rbee/gguf.h"
+#include "rbee/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { E = 32, L = 1, H = 2, HKV = 1, F = 64, V = 40 };
+
+/* Writes a tiny llama GGUF; skip names one tensor to leave out, bad one to misshape. */
+static void write_gguf(const char *path, const char *arch, const char *skip, const char *bad) {
+    rb_gguf_writer *w = NULL;
+    TU_OK(rb_gguf_writer_create(&w, NULL));
+    char key[128];
+    TU_OK(rb_gguf_writer_set_str(w, "general.architecture", arch));
+#define U32(k, v)                                                                                              \
+    do {                                                                                                       \
+        snprintf(key, sizeof key, "%s." k, arch);                                                              \
+        TU_OK(rb_gguf_writer_set_u32(w, key, v));                                                              \
+    } while (0)
+    U32("embedding_length", E);
+    U32("block_count", L);
+    U32("feed_forward_length", F);
+    U32("attention.head_count", H);
+    U32("attention.head_count_kv", HKV);
+#undef U32
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    TU_OK(rb_gguf_writer_set_f32(w, key, 1e-5f));
+    const int D = E / H;
+    struct { const char *name; int64_t ne0, ne1; } t[] = {
+        {"token_embd.weight", E, V}, {"output_norm.weight", E, 1},       {"blk.0.attn_norm.weight", E, 1},
+        {"blk.0.attn_q.weight", E, H * D}, {"blk.0.attn_k.weight", E, HKV * D}, {"blk.0.attn_v.weight", E, HKV * D},
+        {"blk.0.attn_output.weight", H * D, E}, {"blk.0.ffn_norm.weight", E, 1}, {"blk.0.ffn_gate.weight", E, F},
+        {"blk.0.ffn_up.weight", E, F},     {"blk.0.ffn_down.weight", F, E},
+    };
+    float *data = calloc((size_t)(E * F * 2), sizeof(float));
+    assert_non_null(data);
+    for (int i = 0; i < E * F * 2; i++) data[i] = 0.01f * (float)((i * 7) % 13 - 6);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (skip && strcmp(t[i].name, skip) == 0) continue;
+        int64_t ne[2] = {t[i].ne0, t[i].ne1};
+        if (bad && strcmp(t[i].name, bad) == 0) ne[1] += 1;
+        TU_OK(rb_gguf_writer_add_tensor(w, t[i].name, RB_F32, ne[1] > 1 ? 2 : 1, ne, data,
+                                        sizeof(float) * (size_t)(ne[0] * ne[1])));
+    }
+    free(data);
+    rb_error err;
+    if (rb_gguf_writer_write(w, path, 0, &err) != RB_OK) fail_msg("%s", err.msg);
+    rb_gguf_writer_free(w);
+}
+
+static rb_status try_load(const char *path, rb_error *err) {
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = NULL;
+    rb_error_clear(err);
+    rb_status s = rb_model_load(path, be, NULL, &m, err);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+    return s;
+}
+
+static char g_dir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/rbee-model-errors-XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_gguf_errors(void **state) {
+    (void)state;
+    char p[512];
+    rb_error err;
+    snprintf(p, sizeof p, "%s/ok.gguf", g_dir);
+    write_gguf(p, "llama", NULL, NULL);
+    assert_int_equal(try_load(p, &err), RB_OK); /* control: the well-formed file loads */
+
+    snprintf(p, sizeof p, "%s/arch.gguf", g_dir);
+    write_gguf(p, "mamba", NULL, NULL);
+    assert_int_equal(try_load(p, &err), RB_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "'mamba'"));
+    assert_non_null(strstr(err.msg, "llama, mistral, qwen2, gemma, gemma2, phi3"));
+
+    snprintf(p, sizeof p, "%s/missing.gguf", g_dir);
+    write_gguf(p, "llama", "blk.0.ffn_up.weight", NULL);
+    assert_int_equal(try_load(p, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "missing tensor 'blk.0.ffn_up.weight'"));
+
+    snprintf(p, sizeof p, "%s/shape.gguf", g_dir);
+    write_gguf(p, "llama", NULL, "blk.0.attn_k.weight");
+    assert_int_equal(try_load(p, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "'blk.0.attn_k.weight' has shape [32,17,1,1], expected [32,16]"));
+
+    snprintf(p, sizeof p, "%s/nope.gguf", g_dir);
+    assert_int_equal(try_load(p, &err), RB_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "does not exist"));
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_hf_errors(void **state) {
+    (void)state;
+    char dir[512], p[600];
+    rb_error err;
+    snprintf(dir, sizeof dir, "%s/hf", g_dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_not_equal(try_load(dir, &err), RB_OK); /* no config.json */
+    assert_non_null(strstr(err.msg, "config.json"));
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    write_file(p, "{\"model_type\": \"mamba\", \"vocab_size\": 10}");
+    assert_int_equal(try_load(dir, &err), RB_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "model_type 'mamba' is not supported (supported: llama, mistral"));
+    write_file(p, "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8}");
+    assert_int_equal(try_load(dir, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "'num_hidden_layers' is missing"));
+    write_file(p, "{ not json");
+    assert_int_not_equal(try_load(dir, &err), RB_OK);
+}
+
+static void test_runtime_errors(void **state) {
+    (void)state;
+    char p[512];
+    rb_error err;
+    snprintf(p, sizeof p, "%s/ok2.gguf", g_dir);
+    write_gguf(p, "llama", NULL, NULL);
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = NULL;
+    TU_OK(rb_model_load(p, be, NULL, &m, &err));
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(m, 8, RB_F16, &kv, &err));
+    float logits[V];
+    const int32_t bad[2] = {3, V};
+    assert_int_equal(rb_model_forward(m, kv, bad, 2, false, logits, &err), RB_E_RANGE);
+    assert_non_null(strstr(err.msg, "outside the vocabulary"));
+    assert_int_equal(rb_kv_cache_used(kv), 0); /* nothing was appended */
+    const int32_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    assert_int_equal(rb_model_forward(m, kv, toks, 9, false, logits, &err), RB_E_RANGE);
+    /* generation: a prompt that leaves no room is refused with a clear message */
+    rb_gen_params gp = rb_gen_default_params();
+    gp.max_tokens = 4;
+    rb_gen_result res;
+    assert_int_equal(rb_generate(m, NULL, kv, toks, 8, &gp, NULL, NULL, &res, &err), RB_E_RANGE);
+    assert_non_null(strstr(err.msg, "the prompt has 8 tokens but the context has room for 7"));
+    /* a prompt that fits generates until the context is full: 8 slots, 5 prompt
+     * tokens -> 3 more forwarded plus the last sampled token = 4 (< max_tokens) */
+    gp.max_tokens = 100;
+    gp.ignore_eos = true;
+    TU_OK(rb_generate(m, NULL, kv, toks, 5, &gp, NULL, NULL, &res, &err));
+    assert_int_equal(res.n_generated, 4);
+    assert_int_equal(rb_kv_cache_used(kv), 8);
+    assert_int_equal(res.stop_reason, RB_STOP_MAX_TOKENS);
+    rb_kv_cache_free(kv);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gguf_errors),
+        cmocka_unit_test(test_hf_errors),
+        cmocka_unit_test(test_runtime_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
