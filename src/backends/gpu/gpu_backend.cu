@@ -1,0 +1,367 @@
+/* The GPU backend object, shared by the CUDA and ROCm builds: device
+ * enumeration (name, arch, multiprocessors, cudaMemGetInfo / hipMemGetInfo),
+ * creation on one device with its own non-blocking stream (and a cuBLAS
+ * handle on CUDA), device buffers (uploads through two pinned staging
+ * buffers, so a large model copy overlaps memcpy into pinned memory with the
+ * DMA), device scratch, error recording, and the vtable that wires the op
+ * launchers of ops_*.cu. An out-of-memory allocation fails with RB_E_NOMEM
+ * and a message naming the free memory; the backend stays usable. */
+#include "backends/gpu/gpu_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(RBEE_GPU_HIP)
+#define RB_GPU_CREATE rb_rocm_backend_create
+#define RB_GPU_LIST rb_rocm_devices_list
+#define RB_GPU_DEVICE_KIND RB_DEVICE_ROCM
+#else
+#define RB_GPU_CREATE rb_cuda_backend_create
+#define RB_GPU_LIST rb_cuda_devices_list
+#define RB_GPU_DEVICE_KIND RB_DEVICE_CUDA
+#endif
+
+#define STAGING_BYTES ((size_t)16 << 20)
+#define SMALL_UPLOAD ((size_t)64 << 10)
+
+namespace RB_GPU_NS {
+
+rb_status gpu_fail(rb_backend *be, cudaError_t e, const char *what) {
+    return rb_backend_fail(be, e == cudaErrorMemoryAllocation ? RB_E_NOMEM : RB_E_BACKEND, "%s: %s (%s)", what,
+                           cudaGetErrorString(e), be->name);
+}
+
+rb_status gpu_check_launch(rb_backend *be, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, what);
+}
+
+rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out) {
+    gpu_backend *g = gb(be);
+    if (bytes <= g->scratch_cap && g->scratch) {
+        *out = g->scratch;
+        return RB_OK;
+    }
+    size_t cap = g->scratch_cap ? g->scratch_cap : ((size_t)1 << 20);
+    while (cap < bytes) {
+        if (cap > SIZE_MAX / 2) return rb_backend_fail(be, RB_E_NOMEM, "scratch of %zu bytes is too large", bytes);
+        cap *= 2;
+    }
+    if (g->scratch) { /* queued kernels may still read the old region */
+        (void)cudaStreamSynchronize(g->stream);
+        (void)cudaFree(g->scratch);
+        g->scratch = NULL;
+        g->scratch_cap = 0;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, cap);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rb_backend_fail(be, RB_E_NOMEM, "cannot allocate %zu bytes of device scratch on %s: %s", cap,
+                               be->name, cudaGetErrorString(e));
+    }
+    g->scratch = p;
+    g->scratch_cap = cap;
+    *out = p;
+    return RB_OK;
+}
+
+rb_status gpu_check_ids(rb_backend *be, const rb_tensor *ids, int64_t limit, const char *op) {
+    const size_t span = rb_tensor_span(ids);
+    if (span == 0) return RB_OK;
+    char *h = (char *)malloc(span);
+    if (!h) return rb_backend_fail(be, RB_E_NOMEM, "%s: no host memory to check %zu bytes of ids", op, span);
+    cudaError_t e = cudaMemcpyAsync(h, (const char *)ids->buf->impl + ids->offs, span, cudaMemcpyDeviceToHost,
+                                    gb(be)->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(gb(be)->stream);
+    if (e != cudaSuccess) {
+        free(h);
+        return gpu_fail(be, e, "reading ids");
+    }
+    for (int64_t i3 = 0; i3 < ids->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < ids->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < ids->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < ids->ne[0]; i0++) {
+                    int32_t v;
+                    memcpy(&v, h + i0 * ids->nb[0] + i1 * ids->nb[1] + i2 * ids->nb[2] + i3 * ids->nb[3], 4);
+                    if (v < 0 || v >= limit) {
+                        free(h);
+                        return rb_backend_fail(be, RB_E_RANGE, "%s: ids[%lld,%lld] = %d out of range [0, %lld)", op,
+                                               (long long)i0, (long long)i1, (int)v, (long long)limit);
+                    }
+                }
+    free(h);
+    return RB_OK;
+}
+
+/* ---- devices ---- */
+
+static void fill_info(int dev, const cudaDeviceProp *prop, rb_device_info *info) {
+    memset(info, 0, sizeof *info);
+    info->kind = RB_GPU_DEVICE_KIND;
+    info->index = dev;
+    snprintf(info->name, sizeof info->name, "%.127s", prop->name);
+#if defined(RBEE_GPU_HIP)
+    snprintf(info->features, sizeof info->features, "%.100s wave%d", prop->gcnArchName, prop->warpSize);
+#else
+    snprintf(info->features, sizeof info->features, "sm_%d%d", prop->major, prop->minor);
+#endif
+    info->compute_units = prop->multiProcessorCount;
+    info->mem_total = prop->totalGlobalMem;
+    size_t fr = 0, tot = 0;
+    if (cudaSetDevice(dev) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        info->mem_free = fr;
+        info->mem_total = tot;
+    } else {
+        (void)cudaGetLastError();
+    }
+}
+
+static int device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver or no device: none to report */
+        return 0;
+    }
+    return n;
+}
+
+/* ---- vtable: lifecycle ---- */
+
+static void g_destroy(rb_backend *be) {
+    gpu_backend *g = gb(be);
+    (void)cudaSetDevice(g->device);
+    if (g->stream) (void)cudaStreamSynchronize(g->stream);
+#if !defined(RBEE_GPU_HIP)
+    if (g->blas) cublasDestroy(g->blas);
+#endif
+    for (int i = 0; i < 2; i++) {
+        if (g->staging_ev[i]) (void)cudaEventDestroy(g->staging_ev[i]);
+        if (g->staging[i]) (void)cudaFreeHost(g->staging[i]);
+    }
+    if (g->scratch) (void)cudaFree(g->scratch);
+    if (g->stream) (void)cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+static rb_status g_device_info(rb_backend *be, rb_device_info *info) {
+    gpu_backend *g = gb(be);
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, g->device);
+    if (e != cudaSuccess) return gpu_fail(be, e, "device properties");
+    fill_info(g->device, &prop, info);
+    return RB_OK;
+}
+
+static rb_status g_sync(rb_backend *be) {
+    cudaError_t e = cudaStreamSynchronize(gb(be)->stream);
+    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "synchronize");
+}
+
+/* ---- vtable: memory ---- */
+
+static rb_status g_buffer_alloc(rb_backend *be, rb_buffer *buf, size_t size) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, size ? size : 256);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        size_t fr = 0, tot = 0;
+        (void)cudaMemGetInfo(&fr, &tot);
+        (void)cudaGetLastError();
+        return rb_backend_fail(be, RB_E_NOMEM,
+                               "out of device memory on %s: cannot allocate %.1f MiB (%.1f MiB free of %.1f MiB): %s",
+                               be->name, (double)size / 1048576.0, (double)fr / 1048576.0, (double)tot / 1048576.0,
+                               cudaGetErrorString(e));
+    }
+    buf->impl = p;
+    buf->host_ptr = NULL;
+    buf->owned = true;
+    return RB_OK;
+}
+
+/* Host -> device through the pinned staging buffers (two in flight). */
+static rb_status upload(rb_backend *be, char *dst, const char *src, size_t n) {
+    gpu_backend *g = gb(be);
+    cudaError_t e;
+    if (n <= SMALL_UPLOAD || !g->staging[0]) {
+        e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g->stream);
+        return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "upload");
+    }
+    int k = 0;
+    for (size_t done = 0; done < n; k ^= 1) {
+        const size_t c = n - done < g->staging_cap ? n - done : g->staging_cap;
+        e = cudaEventSynchronize(g->staging_ev[k]); /* the DMA that last read this buffer is done */
+        if (e != cudaSuccess) return gpu_fail(be, e, "upload");
+        memcpy(g->staging[k], src + done, c);
+        e = cudaMemcpyAsync(dst + done, g->staging[k], c, cudaMemcpyHostToDevice, g->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(g->staging_ev[k], g->stream);
+        if (e != cudaSuccess) return gpu_fail(be, e, "upload");
+        done += c;
+    }
+    return RB_OK;
+}
+
+static rb_status g_buffer_from_host(rb_backend *be, rb_buffer *buf, void *ptr, size_t size) {
+    rb_status s = g_buffer_alloc(be, buf, size);
+    if (s != RB_OK) return s;
+    s = upload(be, (char *)buf->impl, (const char *)ptr, size);
+    if (s == RB_OK) s = g_sync(be); /* the caller may unmap ptr once we return */
+    if (s != RB_OK) {
+        (void)cudaFree(buf->impl);
+        buf->impl = NULL;
+    }
+    return s;
+}
+
+static void g_buffer_free(rb_backend *be, rb_buffer *buf) {
+    if (!buf->impl) return;
+    (void)cudaStreamSynchronize(gb(be)->stream); /* queued work may still use it */
+    (void)cudaFree(buf->impl);
+    buf->impl = NULL;
+}
+
+static rb_status g_buffer_set(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n) {
+    rb_status s = upload(be, (char *)buf->impl + offs, (const char *)src, n);
+    /* small pageable copies return once the source is consumed; large ones
+     * went through staging, so src is free to change either way */
+    return s;
+}
+
+static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs, void *dst, size_t n) {
+    gpu_backend *g = gb(be);
+    cudaError_t e = cudaMemcpyAsync(dst, (const char *)buf->impl + offs, n, cudaMemcpyDeviceToHost, g->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
+    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "download");
+}
+
+static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, const rb_buffer *src,
+                               size_t src_offs, size_t n) {
+    cudaError_t e = cudaMemcpyAsync((char *)dst->impl + dst_offs, (const char *)src->impl + src_offs, n,
+                                    cudaMemcpyDeviceToDevice, gb(be)->stream);
+    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "device copy");
+}
+
+/* ---- ops without a GPU kernel yet: refuse clearly ---- */
+
+static rb_status unsupported(rb_backend *be, const char *op) {
+    return rb_backend_fail(be, RB_E_UNSUPPORTED, "%s is not implemented on the GPU backend (%s)", op, be->name);
+}
+static rb_status g_group_norm(rb_backend *be, rb_tensor *, const rb_tensor *, int, const rb_tensor *,
+                              const rb_tensor *, float) {
+    return unsupported(be, "rb_group_norm");
+}
+static rb_status g_index_select(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, int) {
+    return unsupported(be, "rb_index_select");
+}
+static rb_status g_argsort(rb_backend *be, rb_tensor *, const rb_tensor *, bool) {
+    return unsupported(be, "rb_argsort");
+}
+static rb_status g_topk(rb_backend *be, rb_tensor *, rb_tensor *, const rb_tensor *, int) {
+    return unsupported(be, "rb_topk");
+}
+static rb_status g_conv1d(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *, int,
+                          int, int, int) {
+    return unsupported(be, "rb_conv1d");
+}
+static rb_status g_conv2d(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *,
+                          const int[2], const int[2], const int[2], int) {
+    return unsupported(be, "rb_conv2d");
+}
+static rb_status g_upsample(rb_backend *be, rb_tensor *, const rb_tensor *, rb_upsample_mode) {
+    return unsupported(be, "rb_upsample");
+}
+
+static const rb_backend_vtable k_gpu_vtable = {
+    g_destroy,         g_device_info,  g_sync,         g_buffer_alloc, g_buffer_from_host, g_buffer_free,
+    g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
+    gpu_binary,        gpu_where,      gpu_cast,       gpu_reduce,     gpu_softmax,        gpu_rms_norm,
+    gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
+    g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
+    g_upsample,
+};
+
+static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {
+    (void)cfg;
+    const int n = device_count();
+    if (index < 0 || index >= n)
+        return rb_error_set(err, RB_E_NOT_FOUND, "no %s device %d (this machine has %d)", RB_GPU_KIND_NAME, index, n);
+    cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(index);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, index);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rb_error_set(err, RB_E_BACKEND, "%s:%d: %s", RB_GPU_KIND_NAME, index, cudaGetErrorString(e));
+    }
+    gpu_backend *g = (gpu_backend *)calloc(1, sizeof *g);
+    if (!g) return rb_error_set(err, RB_E_NOMEM, "out of host memory for a backend");
+    g->base.vt = &k_gpu_vtable;
+    g->base.kind = RB_GPU_DEVICE_KIND;
+    g->base.index = index;
+    snprintf(g->base.name, sizeof g->base.name, "%s:%d", RB_GPU_KIND_NAME, index);
+    g->device = index;
+    g->warp = prop.warpSize > 0 ? prop.warpSize : 32;
+    g->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    const char *gm = getenv("RBEE_GPU_GEMM");
+    g->tiled_gemm = gm && strcmp(gm, "tiled") == 0;
+    rb_status s = RB_OK;
+    const char *what = "stream";
+    e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    for (int i = 0; e == cudaSuccess && i < 2; i++) {
+        what = "pinned staging buffer";
+        e = cudaMallocHost(&g->staging[i], STAGING_BYTES);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g->staging_ev[i], cudaEventDisableTiming);
+    }
+    g->staging_cap = STAGING_BYTES;
+    if (e != cudaSuccess) {
+        s = rb_error_set(err, RB_E_BACKEND, "%s: cannot create the %s: %s", g->base.name, what, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+#if !defined(RBEE_GPU_HIP)
+    if (s == RB_OK) {
+        cublasStatus_t bs = cublasCreate(&g->blas);
+        if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(g->blas, g->stream);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            g->blas = NULL;
+            s = rb_error_set(err, RB_E_BACKEND, "%s: cuBLAS initialisation failed (status %d)", g->base.name, (int)bs);
+        }
+    }
+#endif
+    if (s != RB_OK) {
+        g_destroy(&g->base);
+        return s;
+    }
+    *out = &g->base;
+    return RB_OK;
+}
+
+static rb_status list(rb_device_info *infos, int max, int *n, rb_error *err) {
+    (void)err;
+    const int cnt = device_count();
+    for (int i = 0; i < cnt && i < max; i++) {
+        cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+            (void)cudaGetLastError();
+            memset(&infos[i], 0, sizeof infos[i]);
+            infos[i].kind = RB_GPU_DEVICE_KIND;
+            infos[i].index = i;
+            snprintf(infos[i].name, sizeof infos[i].name, "(unreadable device)");
+            continue;
+        }
+        fill_info(i, &prop, &infos[i]);
+    }
+    *n = cnt;
+    return RB_OK;
+}
+
+} // namespace RB_GPU_NS
+
+extern "C" rb_status RB_GPU_CREATE(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "out is NULL");
+    *out = NULL;
+    return RB_GPU_NS::create(index, cfg, out, err);
+}
+
+extern "C" rb_status RB_GPU_LIST(rb_device_info *infos, int max, int *n, rb_error *err) {
+    return RB_GPU_NS::list(infos, max, n, err);
+}

@@ -1,0 +1,119 @@
+/* Internal to the GPU backend (CUDA and HIP builds alike): the backend struct,
+ * the device view of a tensor that kernels receive by value, the error and
+ * launch-check helpers, device scratch memory, and the host-side launchers
+ * that each ops_*.cu file defines. Everything lives in a namespace chosen by
+ * the vendor header (rbcuda / rbrocm), so both builds can link into one
+ * binary. */
+#ifndef RBEE_GPU_INTERNAL_H
+#define RBEE_GPU_INTERNAL_H
+
+#include "backends/gpu/gpu_vendor.h"
+
+extern "C" {
+#include "core/backend_impl.h"
+}
+
+#if !defined(RBEE_GPU_HIP)
+#include <cublas_v2.h>
+#endif
+
+#include <stdint.h>
+
+namespace RB_GPU_NS {
+
+struct gpu_backend {
+    rb_backend base; /* must be first */
+    int device;
+    int warp;            /* physical warp width of this device (host-side launch math) */
+    int n_sm;
+    cudaStream_t stream; /* every op and copy of this backend is ordered on it */
+    void *staging[2];    /* pinned host buffers for uploads */
+    cudaEvent_t staging_ev[2];
+    size_t staging_cap;
+    void *scratch; /* device scratch, used by one op at a time (stream-ordered) */
+    size_t scratch_cap;
+    bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
+#if !defined(RBEE_GPU_HIP)
+    cublasHandle_t blas;
+#endif
+    char arch[32];
+};
+
+static inline gpu_backend *gb(rb_backend *be) { return (gpu_backend *)be; }
+
+/* Device view of a tensor: first element, dtype, extents, byte strides. */
+struct gt {
+    char *p;
+    int dt;
+    int64_t ne[4];
+    int64_t nb[4];
+};
+
+static inline gt gview(const rb_tensor *t) {
+    gt v;
+    v.p = (char *)t->buf->impl + t->offs;
+    v.dt = (int)t->dtype;
+    for (int i = 0; i < 4; i++) {
+        v.ne[i] = t->ne[i];
+        v.nb[i] = (int64_t)t->nb[i];
+    }
+    return v;
+}
+
+/* Records a CUDA/HIP error as an RB_E_BACKEND (or RB_E_NOMEM) failure. */
+rb_status gpu_fail(rb_backend *be, cudaError_t e, const char *what);
+/* Checks the launch that was just queued (cudaGetLastError). */
+rb_status gpu_check_launch(rb_backend *be, const char *what);
+/* Device scratch of at least bytes, valid until the next call. */
+rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out);
+/* Copies an i32 index tensor to the host and checks 0 <= id < limit. */
+rb_status gpu_check_ids(rb_backend *be, const rb_tensor *ids, int64_t limit, const char *op);
+/* Blocks for n items at `threads` per block, capped for grid-stride loops. */
+static inline unsigned gpu_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 32) b = 65535LL * 32;
+    return (unsigned)b;
+}
+
+/* Converting copy dst <- src of equal shape (plain dtypes with any strides,
+ * or dequantizing a supported block format), queued on the stream. */
+rb_status gpu_copy_view(rb_backend *be, const gt &dst, const gt &src);
+/* A contiguous [ne0, ne1, ne2, ne3] view of device memory p. */
+gt gpu_contig_view(void *p, rb_dtype dt, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+
+/* Quantized rows at v are aligned for the unit decoder (dq_unit). */
+bool gpu_units_aligned(rb_dtype dt, const gt &v);
+
+/* Dtypes the kernels can load/store elementwise, and dequantize. */
+bool gpu_plain_ok(rb_dtype t);
+bool gpu_quant_ok(rb_dtype t);
+
+/* ---- ops (each returns RB_E_UNSUPPORTED with a message where it must) ---- */
+rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value);
+rb_status gpu_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float scale, float bias);
+rb_status gpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
+rb_status gpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+rb_status gpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
+rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
+rb_status gpu_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
+rb_status gpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
+rb_status gpu_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+rb_status gpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
+                         const rb_tensor *b, float eps);
+rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);
+rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids);
+rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,
+                   const rb_rope_params *p);
+rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
+                        const rb_attn_params *p);
+rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+/* Own tiled GEMM (gemm_tiled.cu): C[m][n] = sum_k A[n][k] * B[m][k] on f16
+ * (or f32) operands with row strides lda, ldb (elements), f32 out with row
+ * stride ldc (floats). */
+rb_status gpu_gemm_tiled(rb_backend *be, const void *A, int64_t lda, const void *B, int64_t ldb, bool f16, float *C,
+                         int64_t N, int64_t M, int64_t K, int64_t ldc);
+
+} // namespace RB_GPU_NS
+
+#endif

@@ -1,0 +1,290 @@
+/* GPU elementwise ops: fill, affine, unary, binary (broadcasting), where and
+ * cast (plain dtypes with any strides, and dequantizing the block formats of
+ * gpu_quant.cuh). One thread per destination element in a grid-stride loop;
+ * dtypes are switched at run time per element rather than instantiated as
+ * templates, which keeps compile time small: these ops are memory-bound. */
+#include "backends/gpu/gpu_quant.cuh"
+
+namespace RB_GPU_NS {
+
+#define EW_THREADS 256
+
+__global__ void k_fill(gt d, float v, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        char *p = d.p + c[0] * d.nb[0] + c[1] * d.nb[1] + c[2] * d.nb[2] + c[3] * d.nb[3];
+        if (d.dt == RB_I32) *(int32_t *)p = (int32_t)v;
+        else stf(d.dt, p, v);
+    }
+}
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__device__ __forceinline__ float apply_unary(int op, float x) {
+    switch (op) {
+    case RB_UNARY_NEG: return -x;
+    case RB_UNARY_ABS: return fabsf(x);
+    case RB_UNARY_SQR: return x * x;
+    case RB_UNARY_SQRT: return sqrtf(x);
+    case RB_UNARY_RSQRT: return 1.0f / sqrtf(x);
+    case RB_UNARY_EXP: return expf(x);
+    case RB_UNARY_LOG: return logf(x);
+    case RB_UNARY_SIN: return sinf(x);
+    case RB_UNARY_COS: return cosf(x);
+    case RB_UNARY_TANH: return tanhf(x);
+    case RB_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case RB_UNARY_RELU: return x > 0.0f ? x : 0.0f;
+    case RB_UNARY_SILU: return x / (1.0f + expf(-x));
+    case RB_UNARY_GELU: return gelu_erf(x);
+    case RB_UNARY_GELU_TANH: {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+        return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    }
+    case RB_UNARY_RECIP: return 1.0f / x;
+    default: return x;
+    }
+}
+
+/* op < 0: affine (x * scale + bias) */
+__global__ void k_unary(gt d, gt s, int op, float scale, float bias, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const float x = ldf(s.dt, s.p + boffs(s, c));
+        const float y = op < 0 ? x * scale + bias : apply_unary(op, x);
+        stf(d.dt, d.p + boffs(d, c), y);
+    }
+}
+
+__device__ __forceinline__ float apply_binary(int op, float a, float b) {
+    switch (op) {
+    case RB_BINARY_ADD: return a + b;
+    case RB_BINARY_SUB: return a - b;
+    case RB_BINARY_MUL: return a * b;
+    case RB_BINARY_DIV: return a / b;
+    case RB_BINARY_MAX: return fmaxf(a, b);
+    case RB_BINARY_MIN: return fminf(a, b);
+    default: return a;
+    }
+}
+
+__global__ void k_binary(gt d, gt a, gt b, int op, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const float x = ldf(a.dt, a.p + boffs(a, c)), y = ldf(b.dt, b.p + boffs(b, c));
+        stf(d.dt, d.p + boffs(d, c), apply_binary(op, x, y));
+    }
+}
+
+__global__ void k_where(gt d, gt cd, gt a, gt b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const char *cp = cd.p + boffs(cd, c);
+        const bool t = cd.dt == RB_I32 ? *(const int32_t *)cp != 0 : ldf(cd.dt, cp) != 0.0f;
+        const float v = t ? ldf(a.dt, a.p + boffs(a, c)) : ldf(b.dt, b.p + boffs(b, c));
+        stf(d.dt, d.p + boffs(d, c), v);
+    }
+}
+
+/* Same dtype: copies the element's bytes (exact for every plain type). */
+__global__ void k_copy(gt d, gt s, int esz, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const char *sp = s.p + boffs(s, c);
+        char *dp = d.p + boffs(d, c);
+        switch (esz) {
+        case 1: *dp = *sp; break;
+        case 2: *(uint16_t *)dp = *(const uint16_t *)sp; break;
+        case 4: *(uint32_t *)dp = *(const uint32_t *)sp; break;
+        default: *(unsigned long long *)dp = *(const unsigned long long *)sp; break;
+        }
+    }
+}
+
+/* Converting cast between plain dtypes; integer sources go through double
+ * so i32 -> f64 stays exact, float sources through float. */
+__global__ void k_convert(gt d, gt s, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const char *sp = s.p + boffs(s, c);
+        char *dp = d.p + boffs(d, c);
+        if (d.dt == RB_F64 || d.dt == RB_I64 || d.dt == RB_I32) {
+            double v;
+            switch (s.dt) {
+            case RB_I32: v = *(const int32_t *)sp; break;
+            case RB_I64: v = (double)*(const long long *)sp; break;
+            case RB_F64: v = *(const double *)sp; break;
+            default: v = ldf(s.dt, sp); break;
+            }
+            if (d.dt == RB_F64) *(double *)dp = v;
+            else if (d.dt == RB_I64) *(long long *)dp = (long long)v;
+            else *(int32_t *)dp = (int32_t)v;
+        } else {
+            stf(d.dt, dp, ldf(s.dt, sp));
+        }
+    }
+}
+
+/* Dequantizing cast: src rows are contiguous blocks. */
+__global__ void k_dequant(gt d, gt s, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const char *row = s.p + c[1] * s.nb[1] + c[2] * s.nb[2] + c[3] * s.nb[3];
+        stf(d.dt, d.p + boffs(d, c), dq_elem(s.dt, row, c[0]));
+    }
+}
+
+/* Dequantizing copy into rows with contiguous f16/f32 elements: one thread
+ * per 32-element unit (block scales decoded once per unit). */
+__global__ void k_dequant_units(gt d, gt s, int64_t n_units, int vec) {
+    const int64_t upr = s.ne[0] / 32;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_units;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t u = i % upr, r = i / upr;
+        const int64_t c1 = r % s.ne[1], c2 = (r / s.ne[1]) % s.ne[2], c3 = r / (s.ne[1] * s.ne[2]);
+        float w[32];
+        dq_unit(s.dt, s.p + c1 * s.nb[1] + c2 * s.nb[2] + c3 * s.nb[3], u, w);
+        char *o = d.p + c1 * d.nb[1] + c2 * d.nb[2] + c3 * d.nb[3] + u * 32 * d.nb[0];
+        if (d.dt == RB_F16 && vec) { /* four 16-byte stores */
+            uint4 *h = (uint4 *)o;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t p[4];
+#pragma unroll
+                for (int t = 0; t < 4; t++)
+                    p[t] = (uint32_t)f32_to_f16_bits(w[8 * k + 2 * t]) |
+                           ((uint32_t)f32_to_f16_bits(w[8 * k + 2 * t + 1]) << 16);
+                h[k] = make_uint4(p[0], p[1], p[2], p[3]);
+            }
+        } else if (d.dt == RB_F16) {
+            uint16_t *h = (uint16_t *)o;
+#pragma unroll
+            for (int k = 0; k < 32; k++) h[k] = f32_to_f16_bits(w[k]);
+        } else {
+            float *f = (float *)o;
+#pragma unroll
+            for (int k = 0; k < 32; k++) f[k] = w[k];
+        }
+    }
+}
+
+bool gpu_units_aligned(rb_dtype dt, const gt &v) {
+    const int64_t a = dt == RB_Q4_K ? 4 : 2;
+    return ((int64_t)(uintptr_t)v.p % a) == 0 && v.nb[1] % a == 0 && v.nb[2] % a == 0 && v.nb[3] % a == 0;
+}
+
+static int64_t nel(const rb_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+
+bool gpu_plain_ok(rb_dtype t) {
+    return t == RB_F32 || t == RB_F16 || t == RB_BF16 || t == RB_I32 || t == RB_I8 || t == RB_I16 || t == RB_I64 ||
+           t == RB_F64;
+}
+bool gpu_quant_ok(rb_dtype t) { return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K; }
+
+rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_fill<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), value, n);
+    return gpu_check_launch(be, "fill");
+}
+
+rb_status gpu_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float scale, float bias) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_unary<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(src), -1, scale, bias, n);
+    return gpu_check_launch(be, "affine");
+}
+
+rb_status gpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_unary<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(src), (int)op, 1.0f, 0.0f,
+                                                                          n);
+    return gpu_check_launch(be, "unary");
+}
+
+rb_status gpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_binary<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(a), gview(b), (int)op, n);
+    return gpu_check_launch(be, "binary");
+}
+
+rb_status gpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_where<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(cond), gview(a), gview(b),
+                                                                         n);
+    return gpu_check_launch(be, "where");
+}
+
+gt gpu_contig_view(void *p, rb_dtype dt, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    gt v;
+    v.p = (char *)p;
+    v.dt = (int)dt;
+    v.ne[0] = ne0;
+    v.ne[1] = ne1;
+    v.ne[2] = ne2;
+    v.ne[3] = ne3;
+    const rb_dtype_traits *tr = rb_dtype_info((int)dt);
+    v.nb[0] = (int64_t)tr->type_size;
+    v.nb[1] = v.nb[0] * (ne0 / tr->block_size);
+    v.nb[2] = v.nb[1] * ne1;
+    v.nb[3] = v.nb[2] * ne2;
+    return v;
+}
+
+rb_status gpu_copy_view(rb_backend *be, const gt &dst, const gt &src) {
+    const int64_t n = dst.ne[0] * dst.ne[1] * dst.ne[2] * dst.ne[3];
+    if (n == 0) return RB_OK;
+    cudaStream_t st = gb(be)->stream;
+    const unsigned nb = gpu_blocks(n, EW_THREADS);
+    const bool rows = (dst.dt == RB_F16 && dst.nb[0] == 2) || (dst.dt == RB_F32 && dst.nb[0] == 4);
+    if (gpu_quant_ok((rb_dtype)src.dt) && rows && gpu_units_aligned((rb_dtype)src.dt, src)) {
+        const int64_t nu = n / 32;
+        const int vec = ((uintptr_t)dst.p % 16) == 0 && dst.nb[1] % 16 == 0 && dst.nb[2] % 16 == 0 &&
+                        dst.nb[3] % 16 == 0;
+        k_dequant_units<<<gpu_blocks(nu, EW_THREADS), EW_THREADS, 0, st>>>(dst, src, nu, vec);
+    } else if (gpu_quant_ok((rb_dtype)src.dt))
+        k_dequant<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
+    else if (src.dt == dst.dt)
+        k_copy<<<nb, EW_THREADS, 0, st>>>(dst, src, (int)rb_dtype_info(src.dt)->type_size, n);
+    else
+        k_convert<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
+    return gpu_check_launch(be, "convert");
+}
+
+rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
+    const int64_t n = nel(dst);
+    if (rb_dtype_info((int)dst->dtype)->is_quant)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_cast: quantizing to %s is not implemented on %s",
+                               rb_dtype_name(dst->dtype), be->name);
+    if (!gpu_plain_ok(dst->dtype) || (!gpu_plain_ok(src->dtype) && !gpu_quant_ok(src->dtype)))
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_cast: %s -> %s is not implemented on %s",
+                               rb_dtype_name(src->dtype), rb_dtype_name(dst->dtype), be->name);
+    if (n == 0) return RB_OK;
+    cudaStream_t st = gb(be)->stream;
+    const unsigned nb = gpu_blocks(n, EW_THREADS);
+    if (gpu_quant_ok(src->dtype)) {
+        k_dequant<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), n);
+    } else if (src->dtype == dst->dtype) {
+        const int esz = (int)rb_dtype_info((int)src->dtype)->type_size;
+        if (rb_tensor_is_contiguous(src) && rb_tensor_is_contiguous(dst)) {
+            cudaError_t e = cudaMemcpyAsync(gview(dst).p, gview(src).p, (size_t)n * (size_t)esz,
+                                            cudaMemcpyDeviceToDevice, st);
+            return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "cast copy");
+        }
+        k_copy<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), esz, n);
+    } else {
+        k_convert<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), n);
+    }
+    return gpu_check_launch(be, "cast");
+}
+
+} // namespace RB_GPU_NS

@@ -1,0 +1,55 @@
+/* GPU gather/scatter of rows: get_rows (embedding lookup from a float or
+ * q4_0/q8_0/q4_K/q6_K table) and set_rows (KV-cache style scatter with dtype
+ * conversion). Indices are checked on the host first (one small copy), so an
+ * out-of-range id fails with RB_E_RANGE before anything is written. */
+#include "backends/gpu/gpu_quant.cuh"
+
+namespace RB_GPU_NS {
+
+/* dst [D, T, B]; ids [T, B]; table [D, V] */
+__global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const int32_t id = *(const int32_t *)(ids.p + c[1] * ids.nb[0] + c[2] * ids.nb[1]);
+        const char *row = tab.p + (int64_t)id * tab.nb[1];
+        const float v = quant ? dq_elem(tab.dt, row, c[0]) : ldf(tab.dt, row + c[0] * tab.nb[0]);
+        stf(d.dt, d.p + c[0] * d.nb[0] + c[1] * d.nb[1] + c[2] * d.nb[2], v);
+    }
+}
+
+/* src [D, n, A, B] -> dst [D, S, A, B] at rows ids[i] */
+__global__ void k_set_rows(gt d, gt s, gt ids, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, s.ne, c);
+        const int32_t slot = *(const int32_t *)(ids.p + c[1] * ids.nb[0]);
+        const float v = ldf(s.dt, s.p + c[0] * s.nb[0] + c[1] * s.nb[1] + c[2] * s.nb[2] + c[3] * s.nb[3]);
+        stf(d.dt, d.p + c[0] * d.nb[0] + (int64_t)slot * d.nb[1] + c[2] * d.nb[2] + c[3] * d.nb[3], v);
+    }
+}
+
+rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids) {
+    const bool quant = rb_dtype_info((int)table->dtype)->is_quant;
+    if (quant ? !gpu_quant_ok(table->dtype)
+              : !(table->dtype == RB_F32 || table->dtype == RB_F16 || table->dtype == RB_BF16))
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_get_rows: table dtype %s is not supported on %s",
+                               rb_dtype_name(table->dtype), be->name);
+    const int64_t n = dst->ne[0] * dst->ne[1] * dst->ne[2];
+    if (n == 0) return RB_OK;
+    rb_status s = gpu_check_ids(be, ids, table->ne[1], "rb_get_rows");
+    if (s != RB_OK) return s;
+    k_get_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(table), gview(ids), quant, n);
+    return gpu_check_launch(be, "get_rows");
+}
+
+rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids) {
+    const int64_t n = src->ne[0] * src->ne[1] * src->ne[2] * src->ne[3];
+    if (n == 0) return RB_OK;
+    rb_status s = gpu_check_ids(be, ids, dst->ne[1], "rb_set_rows");
+    if (s != RB_OK) return s;
+    k_set_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(src), gview(ids), n);
+    return gpu_check_launch(be, "set_rows");
+}
+
+} // namespace RB_GPU_NS

@@ -1,0 +1,281 @@
+/* GPU matrix product with ggml semantics (dst[m][n] = sum_k a[n][k] b[m][k],
+ * a's dims 2/3 broadcast over b's). Two paths:
+ *  - M <= MV_CHUNKED_MAX (decode, small batches): matrix-vector kernels that
+ *    stream the weights, reading ggml blocks (q4_0, q8_0, q4_K, q6_K) or
+ *    f32/f16/bf16 rows directly, one warp per weight row, MV_MAX activation
+ *    rows per pass, activations in f32.
+ *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
+ *    place, activations converted to the same type, then one GEMM per batch
+ *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
+ *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
+ * Activations are always used at f32 precision by the matrix-vector kernels
+ * (no activation quantization), so they are more exact than the CPU path. */
+#include "backends/gpu/gpu_quant.cuh"
+
+#include <stdio.h>
+
+namespace RB_GPU_NS {
+
+#define MV_MAX 8
+#define MV_CHUNKED_MAX 32
+#define MV_THREADS 128
+
+/* Batch slice (i2, i3) = blockIdx.y; rows of b are f32, contiguous and
+ * 16-byte aligned (the host converts b when they are not). */
+__global__ void __launch_bounds__(MV_THREADS) k_mv_quant(gt d, gt a, gt b, int64_t r2, int64_t r3) {
+    const int lane = threadIdx.x % RB_WARP, nw = blockDim.x / RB_WARP;
+    const int64_t N = a.ne[1], M = b.ne[1], units = a.ne[0] / 32;
+    const int64_t i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
+    const char *ab = a.p + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+    const char *bb = b.p + i2 * b.nb[2] + i3 * b.nb[3];
+    for (int64_t n = (int64_t)blockIdx.x * nw + threadIdx.x / RB_WARP; n < N; n += (int64_t)gridDim.x * nw) {
+        const char *arow = ab + n * a.nb[1];
+        float acc[MV_MAX];
+#pragma unroll
+        for (int m = 0; m < MV_MAX; m++) acc[m] = 0.0f;
+        for (int64_t u = lane; u < units; u += RB_WARP) {
+            float w[32];
+            dq_unit(a.dt, arow, u, w);
+#pragma unroll
+            for (int m = 0; m < MV_MAX; m++) {
+                if (m >= M) break;
+                const float4 *x = (const float4 *)(bb + m * b.nb[1]) + u * 8;
+                float s = 0.0f;
+#pragma unroll
+                for (int t = 0; t < 8; t++) {
+                    const float4 xv = x[t];
+                    s += w[4 * t] * xv.x + w[4 * t + 1] * xv.y + w[4 * t + 2] * xv.z + w[4 * t + 3] * xv.w;
+                }
+                acc[m] += s;
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MV_MAX; m++) {
+            if (m >= M) break;
+            const float s = warp_sum(acc[m]);
+            if (lane == 0) stf(d.dt, d.p + n * d.nb[0] + m * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3], s);
+        }
+    }
+}
+
+/* Eight weights from a 16-byte load of a float row (f32: two loads). */
+__device__ __forceinline__ void load8(int dt, const char *p, float w[8]) {
+    if (dt == RB_F32) {
+        const float4 u = ((const float4 *)p)[0], v = ((const float4 *)p)[1];
+        w[0] = u.x; w[1] = u.y; w[2] = u.z; w[3] = u.w;
+        w[4] = v.x; w[5] = v.y; w[6] = v.z; w[7] = v.w;
+        return;
+    }
+    const uint4 u = *(const uint4 *)p;
+    const uint32_t q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const uint16_t lo = (uint16_t)(q[t] & 0xffffu), hi = (uint16_t)(q[t] >> 16);
+        w[2 * t] = dt == RB_F16 ? f16_bits_to_f32(lo) : bf16_to_f32(lo);
+        w[2 * t + 1] = dt == RB_F16 ? f16_bits_to_f32(hi) : bf16_to_f32(hi);
+    }
+}
+
+/* Float weights; vec: rows of a are 16-byte aligned with K % 8 == 0. */
+__global__ void __launch_bounds__(MV_THREADS) k_mv_float(gt d, gt a, gt b, int64_t r2, int64_t r3, int vec) {
+    const int lane = threadIdx.x % RB_WARP, nw = blockDim.x / RB_WARP;
+    const int64_t N = a.ne[1], M = b.ne[1], K = a.ne[0];
+    const int64_t i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
+    const char *ab = a.p + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+    const char *bb = b.p + i2 * b.nb[2] + i3 * b.nb[3];
+    for (int64_t n = (int64_t)blockIdx.x * nw + threadIdx.x / RB_WARP; n < N; n += (int64_t)gridDim.x * nw) {
+        const char *arow = ab + n * a.nb[1];
+        float acc[MV_MAX];
+#pragma unroll
+        for (int m = 0; m < MV_MAX; m++) acc[m] = 0.0f;
+        if (vec) {
+            for (int64_t k0 = (int64_t)lane * 8; k0 < K; k0 += 8 * RB_WARP) {
+                float w[8];
+                load8(a.dt, arow + k0 * a.nb[0], w);
+#pragma unroll
+                for (int m = 0; m < MV_MAX; m++) {
+                    if (m >= M) break;
+                    const float4 *x = (const float4 *)(bb + m * b.nb[1] + k0 * 4);
+                    const float4 u = x[0], v = x[1];
+                    acc[m] += w[0] * u.x + w[1] * u.y + w[2] * u.z + w[3] * u.w + w[4] * v.x + w[5] * v.y +
+                              w[6] * v.z + w[7] * v.w;
+                }
+            }
+        } else {
+            for (int64_t k = lane; k < K; k += RB_WARP) {
+                const float w = ldf(a.dt, arow + k * a.nb[0]);
+#pragma unroll
+                for (int m = 0; m < MV_MAX; m++) {
+                    if (m >= M) break;
+                    acc[m] += w * *(const float *)(bb + m * b.nb[1] + k * 4);
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MV_MAX; m++) {
+            if (m >= M) break;
+            const float s = warp_sum(acc[m]);
+            if (lane == 0) stf(d.dt, d.p + n * d.nb[0] + m * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3], s);
+        }
+    }
+}
+
+static bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Scratch sub-allocation: 256-byte aligned pieces of one region. */
+struct carve {
+    char *base;
+    size_t used;
+    void *take(size_t n) {
+        void *p = base + used;
+        used += (n + 255) & ~(size_t)255;
+        return p;
+    }
+};
+
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+#if !defined(RBEE_GPU_HIP)
+static rb_status blas_fail(rb_backend *be, cublasStatus_t st) {
+    return rb_backend_fail(be, RB_E_BACKEND, "rb_matmul: cuBLAS failed with status %d", (int)st);
+}
+#endif
+
+rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
+    gpu_backend *g = gb(be);
+    const rb_dtype_traits *at = rb_dtype_info((int)a->dtype);
+    const bool quant = at->is_quant;
+    if (quant && !gpu_quant_ok(a->dtype))
+        return rb_backend_fail(be, RB_E_UNSUPPORTED,
+                               "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q6_K, "
+                               "f32, f16, bf16 are)",
+                               rb_dtype_name(a->dtype), be->name);
+    const int64_t K = a->ne[0], N = a->ne[1], M = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
+    if (N == 0 || M == 0 || B2 == 0 || B3 == 0) return RB_OK;
+    if (K == 0) return gpu_fill(be, dst, 0.0f);
+    if (B2 * B3 > 65535)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld batch slices exceed the GPU grid",
+                               (long long)(B2 * B3));
+    const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
+    gt av = gview(a), bv = gview(b), dv = gview(dst);
+    if (quant && !gpu_units_aligned(a->dtype, av))
+        return rb_backend_fail(be, RB_E_UNSUPPORTED,
+                               "rb_matmul: %s weights at a misaligned address or row stride are not supported on %s",
+                               rb_dtype_name(a->dtype), be->name);
+
+    if (M > MV_MAX && M <= MV_CHUNKED_MAX) {
+        /* small batches: the matrix-vector kernels MV_MAX rows at a time keep
+         * activations in f32 (as exact as the CPU); GEMM would round them */
+        for (int64_t m0 = 0; m0 < M; m0 += MV_MAX) {
+            rb_tensor bs = *b, ds = *dst;
+            bs.ne[1] = ds.ne[1] = M - m0 < MV_MAX ? M - m0 : MV_MAX;
+            bs.offs += (size_t)m0 * b->nb[1];
+            ds.offs += (size_t)m0 * dst->nb[1];
+            rb_status s = gpu_matmul(be, &ds, a, &bs);
+            if (s != RB_OK) return s;
+        }
+        return RB_OK;
+    }
+    if (M <= MV_MAX) {
+        /* activations as aligned contiguous f32 rows */
+        const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
+                          b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
+        if (!b_ok) {
+            void *sp = NULL;
+            rb_status s = gpu_scratch(be, (size_t)(K * M * B2 * B3) * 4, &sp);
+            if (s != RB_OK) return s;
+            gt tmp = gpu_contig_view(sp, RB_F32, K, M, B2, B3);
+            s = gpu_copy_view(be, tmp, bv);
+            if (s != RB_OK) return s;
+            bv = tmp;
+        }
+        const int nw = MV_THREADS / g->warp;
+        int64_t bx = (N + nw - 1) / nw;
+        if (bx > 65535LL * 8) bx = 65535LL * 8;
+        dim3 grid((unsigned)bx, (unsigned)(B2 * B3));
+        if (quant) {
+            k_mv_quant<<<grid, MV_THREADS, 0, g->stream>>>(dv, av, bv, r2, r3);
+        } else {
+            const size_t es = at->type_size;
+            const int vec = a->nb[0] == es && K % 8 == 0 && al16(av.p) && a->nb[1] % 16 == 0 &&
+                            a->nb[2] % 16 == 0 && a->nb[3] % 16 == 0;
+            k_mv_float<<<grid, MV_THREADS, 0, g->stream>>>(dv, av, bv, r2, r3, vec);
+        }
+        return gpu_check_launch(be, "matmul (matrix-vector)");
+    }
+
+    /* ---- GEMM path ---- */
+    bool tiled = g->tiled_gemm;
+#if defined(RBEE_GPU_HIP)
+    tiled = true;
+#endif
+    /* compute type of both operands: f16 for quantized/f16 weights, f32 for
+     * f32 weights, bf16 (cuBLAS) or f32 (tiled) for bf16 weights */
+    rb_dtype ct = RB_F16;
+    if (a->dtype == RB_F32) ct = RB_F32;
+    if (a->dtype == RB_BF16) ct = tiled ? RB_F32 : RB_BF16;
+    const size_t ces = ct == RB_F32 ? 4 : 2;
+    const bool a_direct = a->dtype == ct && a->nb[0] == ces && a->nb[1] % ces == 0;
+    const bool b_direct = b->dtype == ct && b->nb[0] == ces && b->nb[1] % ces == 0;
+    const bool c_direct = dst->dtype == RB_F32 && dst->nb[0] == 4 && dst->nb[1] % 4 == 0;
+    size_t need = 0;
+    if (!a_direct) need += up256((size_t)(N * K) * ces);
+    if (!b_direct) need += up256((size_t)(M * K) * ces);
+    if (!c_direct) need += up256((size_t)(N * M) * 4);
+    carve cv = {NULL, 0};
+    if (need) {
+        void *sp = NULL;
+        rb_status s = gpu_scratch(be, need, &sp);
+        if (s != RB_OK) return s;
+        cv.base = (char *)sp;
+    }
+    void *a_buf = a_direct ? NULL : cv.take((size_t)(N * K) * ces);
+    void *b_buf = b_direct ? NULL : cv.take((size_t)(M * K) * ces);
+    float *c_buf = c_direct ? NULL : (float *)cv.take((size_t)(N * M) * 4);
+    int64_t last_a2 = -1, last_a3 = -1;
+    for (int64_t i3 = 0; i3 < B3; i3++)
+        for (int64_t i2 = 0; i2 < B2; i2++) {
+            const int64_t a2 = i2 / r2, a3 = i3 / r3;
+            gt as = av, bs = bv, ds = dv;
+            as.p += a2 * av.nb[2] + a3 * av.nb[3];
+            bs.p += i2 * bv.nb[2] + i3 * bv.nb[3];
+            ds.p += i2 * dv.nb[2] + i3 * dv.nb[3];
+            as.ne[2] = as.ne[3] = bs.ne[2] = bs.ne[3] = ds.ne[2] = ds.ne[3] = 1;
+            const void *A = as.p, *Bp = bs.p;
+            int64_t lda = a_direct ? (int64_t)(a->nb[1] / ces) : K, ldb = b_direct ? (int64_t)(b->nb[1] / ces) : K;
+            rb_status s = RB_OK;
+            if (!a_direct) {
+                if (a2 != last_a2 || a3 != last_a3) s = gpu_copy_view(be, gpu_contig_view(a_buf, ct, K, N, 1, 1), as);
+                last_a2 = a2;
+                last_a3 = a3;
+                A = a_buf;
+            }
+            if (s == RB_OK && !b_direct) {
+                s = gpu_copy_view(be, gpu_contig_view(b_buf, ct, K, M, 1, 1), bs);
+                Bp = b_buf;
+            }
+            if (s != RB_OK) return s;
+            float *C = c_direct ? (float *)ds.p : c_buf;
+            const int64_t ldc = c_direct ? (int64_t)(dst->nb[1] / 4) : N;
+            if (tiled) {
+                s = gpu_gemm_tiled(be, A, lda, Bp, ldb, ct == RB_F16, C, N, M, K, ldc);
+            } else {
+#if !defined(RBEE_GPU_HIP)
+                const float alpha = 1.0f, beta = 0.0f;
+                const cudaDataType_t dt = ct == RB_F32 ? CUDA_R_32F : ct == RB_F16 ? CUDA_R_16F : CUDA_R_16BF;
+                cublasStatus_t bst = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, A,
+                                                  dt, (int)lda, Bp, dt, (int)ldb, &beta, C, CUDA_R_32F, (int)ldc,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                if (bst != CUBLAS_STATUS_SUCCESS) return blas_fail(be, bst);
+#endif
+            }
+            if (s != RB_OK) return s;
+            if (!c_direct) {
+                s = gpu_copy_view(be, ds, gpu_contig_view(c_buf, RB_F32, N, M, 1, 1));
+                if (s != RB_OK) return s;
+            }
+        }
+    return RB_OK;
+}
+
+} // namespace RB_GPU_NS

@@ -1,0 +1,148 @@
+/* GPU backend object: device listing (real memory figures), creation errors,
+ * buffer upload/download/copy exactness for small and staged (> 16 MiB)
+ * transfers, rb_buffer_from_host, an out-of-memory allocation that fails with
+ * RB_E_NOMEM and a message while the backend keeps working, and ops without
+ * a GPU kernel refusing with RB_E_UNSUPPORTED. Skips without a GPU. */
+#include "gpu_pair.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_devices(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_device_info infos[16];
+    int n = 0;
+    TU_OK(rb_devices_list(infos, 16, &n, NULL));
+    int gpus = 0;
+    for (int i = 0; i < n && i < 16; i++) {
+        print_message("device %d: kind %d index %d '%s' [%s] %.1f/%.1f GiB free, %d units\n", i, (int)infos[i].kind,
+                      infos[i].index, infos[i].name, infos[i].features, (double)infos[i].mem_free / (1 << 30),
+                      (double)infos[i].mem_total / (1 << 30), infos[i].compute_units);
+        if (infos[i].kind == rb_backend_kind(g)) {
+            gpus++;
+            assert_true(infos[i].mem_total > ((size_t)1 << 30));
+            assert_true(infos[i].mem_free > 0 && infos[i].mem_free <= infos[i].mem_total);
+            assert_true(infos[i].compute_units > 0);
+            assert_true(strlen(infos[i].name) > 0);
+        }
+    }
+    assert_true(gpus >= 1);
+    rb_device_info di;
+    TU_OK(rb_backend_device_info(g, &di));
+    assert_int_equal(di.kind, rb_backend_kind(g));
+    assert_true(strstr(rb_backends_compiled(), rb_backend_kind(g) == RB_DEVICE_CUDA ? "cuda" : "rocm") != NULL);
+    /* a device index that does not exist */
+    rb_backend *none = NULL;
+    rb_error err;
+    rb_error_clear(&err);
+    const char *bad = rb_backend_kind(g) == RB_DEVICE_CUDA ? "cuda:999" : "rocm:999";
+    assert_int_equal(rb_backend_create(bad, NULL, &none, &err), RB_E_NOT_FOUND);
+    assert_null(none);
+    assert_true(strlen(err.msg) > 0);
+    rb_backend_destroy(g);
+}
+
+static void test_buffers(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    tu_rng rng;
+    tu_rng_seed(&rng, 77);
+    const size_t sizes[] = {1, 13, 4097, ((size_t)40 << 20) + 12345};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const size_t n = sizes[si];
+        unsigned char *src = malloc(n), *back = malloc(n);
+        assert_non_null(src);
+        assert_non_null(back);
+        for (size_t i = 0; i < n; i++) src[i] = (unsigned char)tu_rng_u64(&rng);
+        rb_buffer *a = NULL, *b = NULL, *h = NULL;
+        TU_OK(rb_buffer_alloc(g, n + 7, &a));
+        TU_OK(rb_buffer_alloc(g, n + 3, &b));
+        assert_null(rb_buffer_host_ptr(a));
+        TU_OK(rb_buffer_set(a, 5, src, n));
+        memset(back, 0, n);
+        TU_OK(rb_buffer_get(a, 5, back, n));
+        assert_memory_equal(src, back, n);
+        TU_OK(rb_buffer_copy(b, 2, a, 5, n));
+        memset(back, 0, n);
+        TU_OK(rb_buffer_get(b, 2, back, n));
+        assert_memory_equal(src, back, n);
+        TU_OK(rb_buffer_from_host(g, src, n, &h));
+        memset(src, 0xAB, n); /* the device copy must not depend on the host memory any more */
+        memset(back, 0, n);
+        TU_OK(rb_buffer_get(h, 0, back, n));
+        TU_OK(rb_buffer_get(b, 2, src, n));
+        assert_memory_equal(src, back, n);
+        assert_int_equal(rb_buffer_get(a, n, back, 8), RB_E_RANGE);
+        rb_buffer_free(a);
+        rb_buffer_free(b);
+        rb_buffer_free(h);
+        free(src);
+        free(back);
+    }
+    rb_backend_destroy(g);
+}
+
+static void test_out_of_memory(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_buffer *huge = NULL;
+    rb_status s = rb_buffer_alloc(g, (size_t)1 << 50, &huge); /* 1 PiB */
+    assert_int_equal(s, RB_E_NOMEM);
+    assert_null(huge);
+    print_message("OOM message: %s\n", rb_backend_last_error(g));
+    assert_non_null(strstr(rb_backend_last_error(g), "out of device memory"));
+    /* still serving: a small op works afterwards */
+    const int64_t ne[4] = {37, 5, 1, 1};
+    rb_tensor t;
+    TU_OK(rb_tensor_alloc(g, RB_F32, 2, ne, &t));
+    TU_OK(rb_fill(g, &t, 2.5f));
+    float v[185];
+    TU_OK(rb_tensor_get(&t, v, sizeof v));
+    for (int i = 0; i < 185; i++) assert_true(v[i] == 2.5f);
+    rb_tensor_free(&t);
+    rb_backend_destroy(g);
+}
+
+static void test_unsupported(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    const int64_t ne[4] = {64, 3, 1, 1};
+    rb_tensor src, idx, w, d;
+    TU_OK(rb_tensor_alloc(g, RB_F32, 2, ne, &src));
+    TU_OK(rb_tensor_alloc(g, RB_I32, 2, ne, &idx));
+    TU_OK(rb_fill(g, &src, 1.0f));
+    assert_int_equal(rb_argsort(g, &idx, &src, false), RB_E_UNSUPPORTED);
+    assert_true(strlen(rb_backend_last_error(g)) > 0);
+    /* a weight format without a GPU kernel: refused, never a wrong result */
+    const int64_t wne[4] = {256, 4, 1, 1}, dne[4] = {4, 3, 1, 1};
+    TU_OK(rb_tensor_alloc(g, RB_Q5_K, 2, wne, &w));
+    const int64_t bne[4] = {256, 3, 1, 1};
+    rb_tensor b;
+    TU_OK(rb_tensor_alloc(g, RB_F32, 2, bne, &b));
+    TU_OK(rb_fill(g, &b, 0.5f));
+    TU_OK(rb_tensor_alloc(g, RB_F32, 2, dne, &d));
+    assert_int_equal(rb_matmul(g, &d, &w, &b), RB_E_UNSUPPORTED);
+    print_message("unsupported: %s\n", rb_backend_last_error(g));
+    rb_tensor_free(&src);
+    rb_tensor_free(&idx);
+    rb_tensor_free(&w);
+    rb_tensor_free(&b);
+    rb_tensor_free(&d);
+    rb_backend_destroy(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_buffers),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_unsupported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

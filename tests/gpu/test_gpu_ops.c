@@ -1,0 +1,314 @@
+/* Every non-matmul, non-attention op on the GPU against the CPU backend on
+ * the same seeded random tensors (odd shapes; contiguous, permuted and sliced
+ * layouts; f32/f16/bf16): fill, affine, all unary and binary ops with
+ * broadcasting, where, cast (float <-> float strided, quantized -> float),
+ * get_rows (float and q4_0/q8_0/q4_K/q6_K tables, bad ids), set_rows,
+ * rms_norm, layer_norm, softmax with masks, reductions and rope. f32 results
+ * within 1e-5 relative (plus a tiny absolute floor); f16/bf16 outputs allow
+ * one rounding step more. Skips without a GPU. */
+#include "gpu_pair.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct env {
+    rb_backend *c, *g;
+    tu_rng rng;
+} env;
+
+static int setup(void **state) {
+    env *e = calloc(1, sizeof *e);
+    if (!e) return -1;
+    e->g = gp_gpu();
+    e->c = e->g ? gp_cpu() : NULL;
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state) {
+    env *e = *state;
+    rb_backend_destroy(e->g);
+    rb_backend_destroy(e->c);
+    free(e);
+    return 0;
+}
+
+#define PREP(seed)                                                                                             \
+    env *e = *state;                                                                                           \
+    GP_NEED_GPU(e->g);                                                                                         \
+    tu_rng_seed(&e->rng, seed)
+
+#define MK(dt, ne, lay, lo, hi) gp_make(e->c, e->g, &e->rng, dt, ne, lay, lo, hi)
+
+static const int64_t SH[4] = {37, 11, 3, 2};
+
+static void test_fill_affine_unary(void **state) {
+    PREP(11);
+    const rb_dtype dts[] = {RB_F32, RB_F16, RB_BF16, RB_I32};
+    for (int i = 0; i < 4; i++) {
+        gp d = MK(dts[i], SH, GP_SLICE, -3, 3);
+        TU_OK(rb_fill(e->c, &d.c, -1.75f));
+        TU_OK(rb_fill(e->g, &d.g, -1.75f));
+        gp_expect_close(&d, 0, 0, "fill");
+        gp_free(&d);
+    }
+    const struct { rb_dtype s, d; gp_layout ls, ld; } cs[] = {
+        {RB_F32, RB_F32, GP_PERM, GP_SLICE}, {RB_F16, RB_BF16, GP_CONTIG, GP_PERM}, {RB_BF16, RB_F32, GP_SLICE, GP_CONTIG}};
+    for (size_t k = 0; k < 3; k++) {
+        gp s = MK(cs[k].s, SH, cs[k].ls, -4, 4), d = MK(cs[k].d, SH, cs[k].ld, -1, 1);
+        TU_OK(rb_affine(e->c, &d.c, &s.c, 0.37f, -1.25f));
+        TU_OK(rb_affine(e->g, &d.g, &s.g, 0.37f, -1.25f));
+        gp_expect_close(&d, gp_tol(cs[k].d, 1e-5), 1e-6, "affine");
+        for (int op = 0; op < RB_UNARY_COUNT_; op++) {
+            const bool pos = op == RB_UNARY_SQRT || op == RB_UNARY_RSQRT || op == RB_UNARY_LOG || op == RB_UNARY_RECIP;
+            gp s2 = MK(cs[k].s, SH, cs[k].ls, pos ? 0.1f : -5.0f, pos ? 4.0f : 5.0f);
+            TU_OK(rb_unary(e->c, (rb_unary_op)op, &d.c, &s2.c));
+            TU_OK(rb_unary(e->g, (rb_unary_op)op, &d.g, &s2.g));
+            char what[64];
+            snprintf(what, sizeof what, "unary %d %s->%s", op, rb_dtype_name(cs[k].s), rb_dtype_name(cs[k].d));
+            gp_expect_close(&d, gp_tol(cs[k].d, 1e-5), 1e-6, what);
+            gp_free(&s2);
+        }
+        gp_free(&s);
+        gp_free(&d);
+    }
+    /* in place, as the model does (x = tanh(x)) */
+    gp x = MK(RB_F32, SH, GP_CONTIG, -3, 3);
+    TU_OK(rb_unary(e->c, RB_UNARY_TANH, &x.c, &x.c));
+    TU_OK(rb_unary(e->g, RB_UNARY_TANH, &x.g, &x.g));
+    gp_expect_close(&x, 1e-5, 1e-6, "tanh in place");
+    gp_free(&x);
+}
+
+static void test_binary_where(void **state) {
+    PREP(12);
+    for (int bc = -1; bc <= 4; bc++)
+        for (int op = 0; op < RB_BINARY_COUNT_; op++) {
+            int64_t bne[4] = {SH[0], SH[1], SH[2], SH[3]};
+            if (bc >= 0 && bc <= 3) bne[bc] = 1;
+            if (bc == 4) bne[0] = bne[1] = bne[2] = bne[3] = 1;
+            const rb_dtype da = (bc & 1) ? RB_F16 : RB_F32, db = bc == 2 ? RB_BF16 : RB_F32;
+            const rb_dtype dd = op == RB_BINARY_MUL ? RB_F16 : RB_F32;
+            gp a = MK(da, SH, bc == 3 ? GP_PERM : GP_SLICE, -3, 3);
+            gp b = MK(db, bne, bc == 0 ? GP_SLICE : GP_PERM, 0.5f, 2.5f);
+            gp d = MK(dd, SH, bc == 1 ? GP_PERM : GP_CONTIG, -1, 1);
+            TU_OK(rb_binary(e->c, (rb_binary_op)op, &d.c, &a.c, &b.c));
+            TU_OK(rb_binary(e->g, (rb_binary_op)op, &d.g, &a.g, &b.g));
+            char what[64];
+            snprintf(what, sizeof what, "binary op %d bcast %d", op, bc);
+            gp_expect_close(&d, gp_tol(dd, 1e-6), 1e-7, what);
+            gp_free(&a);
+            gp_free(&b);
+            gp_free(&d);
+        }
+    /* the model's residual add in place: x = x + o */
+    gp x = MK(RB_F32, SH, GP_CONTIG, -3, 3), o = MK(RB_F32, SH, GP_CONTIG, -3, 3);
+    TU_OK(rb_binary(e->c, RB_BINARY_ADD, &x.c, &x.c, &o.c));
+    TU_OK(rb_binary(e->g, RB_BINARY_ADD, &x.g, &x.g, &o.g));
+    gp_expect_close(&x, 0, 0, "add in place");
+    const int64_t cne[4] = {SH[0], 1, SH[2], 1};
+    gp cd = MK(RB_I32, cne, GP_CONTIG, -1, 2), a = MK(RB_F32, SH, GP_PERM, -1, 1), b = MK(RB_BF16, SH, GP_SLICE, 2, 3);
+    TU_OK(rb_where(e->c, &x.c, &cd.c, &a.c, &b.c));
+    TU_OK(rb_where(e->g, &x.g, &cd.g, &a.g, &b.g));
+    gp_expect_close(&x, 0, 0, "where");
+    gp_free(&x);
+    gp_free(&o);
+    gp_free(&cd);
+    gp_free(&a);
+    gp_free(&b);
+}
+
+static void test_cast(void **state) {
+    PREP(13);
+    const rb_dtype fl[] = {RB_F32, RB_F16, RB_BF16, RB_I32};
+    const gp_layout lays[] = {GP_CONTIG, GP_PERM, GP_SLICE};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 3; l++) {
+                gp s = MK(fl[i], SH, lays[l], -300, 300), d = MK(fl[j], SH, lays[(l + 1) % 3], 0, 1);
+                TU_OK(rb_cast(e->c, &d.c, &s.c));
+                TU_OK(rb_cast(e->g, &d.g, &s.g));
+                char what[64];
+                snprintf(what, sizeof what, "cast %s->%s layout %d", rb_dtype_name(fl[i]), rb_dtype_name(fl[j]), l);
+                gp_expect_close(&d, 0, 0, what); /* conversions are exact / identically rounded */
+                gp_free(&s);
+                gp_free(&d);
+            }
+    /* KV-cache write: f32 [D, H, T] rows into an f16 cache view with a row stride */
+    const int64_t kne[4] = {64, 4, 9, 1};
+    gp k = MK(RB_F32, kne, GP_SLICE, -2, 2), c = MK(RB_F16, kne, GP_SLICE, 0, 1);
+    TU_OK(rb_cast(e->c, &c.c, &k.c));
+    TU_OK(rb_cast(e->g, &c.g, &k.g));
+    gp_expect_close(&c, 0, 0, "kv cast f32->f16");
+    gp_free(&k);
+    gp_free(&c);
+    /* dequantizing casts */
+    const rb_dtype qs[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    for (int q = 0; q < 4; q++) {
+        const int64_t qne[4] = {512, 7, 2, 1};
+        gp s = MK(qs[q], qne, GP_SLICE, -2, 2), d = MK(RB_F32, qne, GP_PERM, 0, 1);
+        TU_OK(rb_cast(e->c, &d.c, &s.c));
+        TU_OK(rb_cast(e->g, &d.g, &s.g));
+        char what[64];
+        snprintf(what, sizeof what, "dequantize %s", rb_dtype_name(qs[q]));
+        gp_expect_close(&d, 1e-6, 1e-7, what);
+        gp_free(&s);
+        gp_free(&d);
+    }
+}
+
+static void test_get_set_rows(void **state) {
+    PREP(14);
+    const rb_dtype tabs[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    const int64_t V = 29;
+    int32_t ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = (int32_t)(tu_rng_u64(&e->rng) % V);
+    ids[3] = ids[7]; /* a repeated id */
+    ids[0] = (int32_t)(V - 1);
+    for (size_t t = 0; t < sizeof tabs / sizeof tabs[0]; t++) {
+        const int64_t D = rb_dtype_info((int)tabs[t])->is_quant ? 512 : 45;
+        const int64_t tne[4] = {D, V, 1, 1}, dne[4] = {D, 5, 2, 1};
+        gp tab = MK(tabs[t], tne, GP_SLICE, -2, 2);
+        gp id = gp_ids(e->c, e->g, ids, 5, 2);
+        gp d = MK(t % 2 ? RB_F16 : RB_F32, dne, GP_SLICE, 0, 1);
+        TU_OK(rb_get_rows(e->c, &d.c, &tab.c, &id.c));
+        TU_OK(rb_get_rows(e->g, &d.g, &tab.g, &id.g));
+        char what[64];
+        snprintf(what, sizeof what, "get_rows %s", rb_dtype_name(tabs[t]));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-6), 1e-7, what);
+        gp_free(&d);
+        /* an out-of-range id fails before anything is written */
+        int32_t bad[10];
+        memcpy(bad, ids, sizeof bad);
+        bad[6] = (int32_t)V;
+        gp bid = gp_ids(e->c, e->g, bad, 5, 2);
+        gp d2 = MK(RB_F32, dne, GP_CONTIG, 0, 1);
+        assert_int_equal(rb_get_rows(e->g, &d2.g, &tab.g, &bid.g), RB_E_RANGE);
+        assert_true(gp_gpu_unchanged(&d2));
+        gp_free(&d2);
+        gp_free(&bid);
+        gp_free(&id);
+        gp_free(&tab);
+    }
+    /* set_rows: scatter f32 rows into an f16 cache [D, S, A, 1] */
+    const int64_t sne[4] = {40, 6, 3, 1}, dne[4] = {40, 17, 3, 1};
+    int32_t slots[6] = {16, 0, 5, 9, 3, 11};
+    gp src = MK(RB_F32, sne, GP_PERM, -2, 2), dst = MK(RB_F16, dne, GP_SLICE, -1, 1);
+    gp sl = gp_ids(e->c, e->g, slots, 6, 1);
+    TU_OK(rb_set_rows(e->c, &dst.c, &src.c, &sl.c));
+    TU_OK(rb_set_rows(e->g, &dst.g, &src.g, &sl.g));
+    gp_expect_close(&dst, 0, 0, "set_rows");
+    gp_free(&src);
+    gp_free(&dst);
+    gp_free(&sl);
+}
+
+static void test_norms_softmax_reduce(void **state) {
+    PREP(15);
+    const int64_t ne[4] = {300, 7, 3, 1}, wne[4] = {300, 1, 1, 1};
+    const rb_dtype dts[] = {RB_F32, RB_F16, RB_BF16};
+    for (int i = 0; i < 3; i++) {
+        gp s = MK(dts[i], ne, i == 1 ? GP_PERM : GP_SLICE, -3, 3), d = MK(dts[(i + 1) % 3], ne, GP_CONTIG, 0, 1);
+        gp w = MK(RB_F32, wne, GP_CONTIG, 0.5f, 1.5f), b = MK(RB_F16, wne, GP_CONTIG, -1, 1);
+        TU_OK(rb_rms_norm(e->c, &d.c, &s.c, &w.c, 1e-6f));
+        TU_OK(rb_rms_norm(e->g, &d.g, &s.g, &w.g, 1e-6f));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-6, "rms_norm");
+        TU_OK(rb_rms_norm(e->c, &d.c, &s.c, NULL, 1e-5f));
+        TU_OK(rb_rms_norm(e->g, &d.g, &s.g, NULL, 1e-5f));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-6, "rms_norm no weight");
+        TU_OK(rb_layer_norm(e->c, &d.c, &s.c, &w.c, &b.c, 1e-5f));
+        TU_OK(rb_layer_norm(e->g, &d.g, &s.g, &w.g, &b.g, 1e-5f));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-5, "layer_norm");
+        /* softmax with an f16 mask broadcast over dims 2 (with -inf entries and
+         * one fully masked row) */
+        const int64_t mne[4] = {300, 7, 1, 1};
+        gp m = MK(i == 2 ? RB_F32 : RB_F16, mne, GP_CONTIG, -2, 2);
+        {
+            unsigned char *bytes = malloc(m.size);
+            memcpy(bytes, m.orig, m.size);
+            const size_t es = rb_dtype_info((int)m.g.dtype)->type_size;
+            for (int64_t r = 0; r < 7; r++)
+                for (int64_t c = 0; c < 300; c++)
+                    if (r == 4 || (c * 7 + r) % 5 == 0) {
+                        unsigned char *p = bytes + (size_t)(r * 300 + c) * es;
+                        if (es == 2) { uint16_t ninf = 0xFC00; memcpy(p, &ninf, 2); }
+                        else { float ninf = -INFINITY; memcpy(p, &ninf, 4); }
+                    }
+            TU_OK(rb_buffer_set(m.cb, 0, bytes, m.size));
+            TU_OK(rb_buffer_set(m.gb, 0, bytes, m.size));
+            memcpy(m.orig, bytes, m.size);
+            free(bytes);
+        }
+        TU_OK(rb_softmax(e->c, &d.c, &s.c, &m.c, 0.7f));
+        TU_OK(rb_softmax(e->g, &d.g, &s.g, &m.g, 0.7f));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-7, "softmax masked");
+        TU_OK(rb_softmax(e->c, &d.c, &s.c, NULL, 1.3f));
+        TU_OK(rb_softmax(e->g, &d.g, &s.g, NULL, 1.3f));
+        gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-7, "softmax");
+        const int64_t rne[4] = {1, 7, 3, 1};
+        for (int op = 0; op < RB_REDUCE_COUNT_; op++) {
+            gp r = MK(op == RB_REDUCE_ARGMAX ? RB_I32 : RB_F32, rne, GP_SLICE, 0, 1);
+            TU_OK(rb_reduce(e->c, (rb_reduce_op)op, &r.c, &s.c));
+            TU_OK(rb_reduce(e->g, (rb_reduce_op)op, &r.g, &s.g));
+            char what[32];
+            snprintf(what, sizeof what, "reduce %d", op);
+            gp_expect_close(&r, 1e-5, 1e-5, what);
+            gp_free(&r);
+        }
+        gp_free(&s);
+        gp_free(&d);
+        gp_free(&w);
+        gp_free(&b);
+        gp_free(&m);
+    }
+}
+
+static void test_rope(void **state) {
+    PREP(16);
+    const int64_t ne[4] = {64, 5, 7, 2}; /* head_dim, heads, T, B */
+    int32_t pos[7] = {0, 1, 17, 300, 4095, 12000, 2};
+    const int nrots[] = {64, 40};
+    for (int mode = 0; mode < 2; mode++)
+        for (int r = 0; r < 2; r++)
+            for (int ffi = 0; ffi < 2; ffi++) {
+                const rb_dtype sd = r ? RB_F16 : RB_F32;
+                gp s = MK(sd, ne, r ? GP_PERM : GP_SLICE, -2, 2), d = MK(RB_F32, ne, GP_SLICE, 0, 1);
+                gp p = gp_ids(e->c, e->g, pos, 7, 1);
+                const int64_t fne[4] = {nrots[r] / 2, 1, 1, 1};
+                gp ff = MK(RB_F32, fne, GP_CONTIG, 1, 8);
+                rb_rope_params pc = {.n_rot = nrots[r], .mode = mode ? RB_ROPE_NEOX : RB_ROPE_NORMAL,
+                                     .freq_base = 10000.0f, .freq_scale = r ? 0.25f : 1.0f, .attn_factor = 1.0f,
+                                     .freq_factors = ffi ? &ff.c : NULL};
+                rb_rope_params pg = pc;
+                pg.freq_factors = ffi ? &ff.g : NULL;
+                TU_OK(rb_rope(e->c, &d.c, &s.c, &p.c, &pc));
+                TU_OK(rb_rope(e->g, &d.g, &s.g, &p.g, &pg));
+                char what[64];
+                snprintf(what, sizeof what, "rope mode %d n_rot %d ff %d", mode, nrots[r], ffi);
+                gp_expect_close(&d, 1e-5, 1e-6, what);
+                /* in place on f32 */
+                gp x = MK(RB_F32, ne, GP_CONTIG, -2, 2);
+                TU_OK(rb_rope(e->c, &x.c, &x.c, &p.c, &pc));
+                TU_OK(rb_rope(e->g, &x.g, &x.g, &p.g, &pg));
+                gp_expect_close(&x, 1e-5, 1e-6, "rope in place");
+                gp_free(&x);
+                gp_free(&s);
+                gp_free(&d);
+                gp_free(&p);
+                gp_free(&ff);
+            }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fill_affine_unary, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_binary_where, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cast, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_set_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_norms_softmax_reduce, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rope, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
