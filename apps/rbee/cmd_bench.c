@@ -23,8 +23,9 @@
 #define BENCH_MAX_REPS 100
 
 typedef struct bench_result {
-    const char *kind; /* "pp" or "tg" */
+    const char *kind; /* "pp", "tg", or "tgb" (batched decode of `parallel` sequences) */
     int64_t n_tokens;
+    int parallel;     /* sequences decoded together (tgb); 1 otherwise */
     int reps;
     double samples[BENCH_MAX_REPS]; /* tokens/s */
     double median_ts, mean_ts, stddev_ts;
@@ -96,6 +97,50 @@ static bool run_test(rb_model *m, rb_kv_cache *kv, const int32_t *toks, float *l
     return true;
 }
 
+/* Batched decode, as the worker's scheduler runs it: `parallel` sequences
+ * (each with its own KV cache, one warm-up token in it) advance n_tokens
+ * steps through rb_model_forward_batch; the rate counts every sequence's
+ * tokens (aggregate tokens/s). */
+static bool run_batched(rb_model *m, const int32_t *toks, bench_result *r) {
+    const int P = r->parallel;
+    const int64_t V = rb_model_get_config(m)->n_vocab, n = r->n_tokens;
+    rb_kv_cache **kvs = calloc((size_t)P, sizeof *kvs);
+    int32_t *step = malloc(sizeof(int32_t) * (size_t)P);
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)P);
+    rb_error err;
+    rb_error_clear(&err);
+    bool ok = kvs && step && logits;
+    if (!ok) rb_error_set(&err, RB_E_NOMEM, "out of memory");
+    for (int i = 0; ok && i < P; i++) ok = rb_kv_cache_create(m, n + 2, RB_F16, &kvs[i], &err) == RB_OK;
+    double c0 = 0, w0 = 0;
+    for (int rep = -1; ok && rep < r->reps; rep++) { /* rep -1: warm-up */
+        if (rep == 0) {
+            c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            w0 = clock_s(CLOCK_MONOTONIC);
+        }
+        for (int i = 0; ok && i < P; i++) {
+            rb_kv_cache_truncate(kvs[i], 0);
+            ok = rb_model_forward(m, kvs[i], &toks[i % n], 1, false, logits, &err) == RB_OK;
+        }
+        const double t0 = clock_s(CLOCK_MONOTONIC);
+        for (int64_t t = 0; ok && t < n; t++) {
+            for (int i = 0; i < P; i++) step[i] = toks[(t + (int64_t)i) % n];
+            ok = rb_model_forward_batch(m, kvs, step, P, logits, &err) == RB_OK;
+        }
+        const double dt = clock_s(CLOCK_MONOTONIC) - t0;
+        if (ok && rep >= 0) r->samples[rep] = (double)(n * P) / (dt > 0 ? dt : 1e-9);
+    }
+    r->cpu_s = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    r->wall_s = clock_s(CLOCK_MONOTONIC) - w0;
+    if (!ok) fprintf(stderr, "bench: batched decode x%d failed: %s\n", P, err.msg);
+    for (int i = 0; kvs && i < P; i++) rb_kv_cache_free(kvs[i]);
+    free(kvs);
+    free(step);
+    free(logits);
+    if (ok) summarize(r);
+    return ok;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: rbee bench (-m MODEL.gguf|HF_DIR | --random SHAPE --type T) [options]\n\n"
@@ -105,6 +150,8 @@ static void usage(FILE *f) {
             "  --backend SPEC       cpu (default), cuda:N, rocm:N\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --json               machine-readable output\n"
+            "  --parallel LIST      also batched decode of n tokens for each count in LIST\n"
+            "                       (e.g. 1,4,8,16; aggregate tokens/s, as the worker batches)\n"
             "  --random SHAPE       synthesize random weights of a named shape: %s\n"
             "  --type T             weight type for --random: %s\n"
             "  --seed S             seed for --random (default 1)\n",
@@ -139,10 +186,11 @@ static void print_json(const char *model, const char *backend, int threads, cons
            (long long)c->n_ff, (long long)c->n_vocab);
     for (int i = 0; i < nres; i++) {
         const bench_result *r = &res[i];
-        printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"n_tokens\": %lld, \"reps\": %d, "
+        printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"parallel\": %d, \"n_tokens\": %lld, \"reps\": %d, "
                "\"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, \"cpu_s\": %.4f, \"wall_s\": %.4f, "
                "\"samples_ts\": [",
-               i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, (long long)r->n_tokens, r->reps, r->median_ts,
+               i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, r->parallel, (long long)r->n_tokens, r->reps,
+               r->median_ts,
                r->mean_ts, r->stddev_ts, r->cpu_s, r->wall_s);
         for (int j = 0; j < r->reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
         printf("]}");
@@ -154,22 +202,42 @@ static void print_human(const char *model, const char *backend, int threads, con
                         const bench_result *res, int nres) {
     printf("model: %s (%s, %.2f GiB of weights), backend %s, %d threads\n", model,
            rb_dtype_name(rb_model_weight_dtype(m)), (double)rb_model_weight_bytes(m) / (1u << 30), backend, threads);
-    printf("%-8s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
+    printf("%-10s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
     for (int i = 0; i < nres; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "%s%lld", res[i].kind, (long long)res[i].n_tokens);
-        printf("%-8s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
+        char name[48];
+        if (res[i].parallel > 1 || strcmp(res[i].kind, "tgb") == 0)
+            snprintf(name, sizeof name, "tg%lld x%d", (long long)res[i].n_tokens, res[i].parallel);
+        else
+            snprintf(name, sizeof name, "%s%lld", res[i].kind, (long long)res[i].n_tokens);
+        printf("%-10s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
                res[i].cpu_s);
     }
 }
 
-enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED };
+enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL };
+
+#define BENCH_MAX_PARALLEL_RUNS 8
+
+/* "1,4,8,16" -> counts (each 1..256); false on bad input */
+static bool parse_parallel(const char *s, int *out, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 256 || (*end && *end != ',') || *n == BENCH_MAX_PARALLEL_RUNS) return false;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
 
 int rb_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
     int64_t n_prompt = 512, n_gen = 128, reps = 5, threads = 0, seed = 1, iv;
     bool json = false;
+    int par[BENCH_MAX_PARALLEL_RUNS], n_par = 0;
     static const struct option opts[] = {
+        {"parallel", required_argument, 0, OPT_PARALLEL},
         {"model", required_argument, 0, 'm'},     {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'},     {"reps", required_argument, 0, 'r'},
         {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
@@ -187,6 +255,13 @@ int rb_cmd_bench(int argc, char **argv) {
         case OPT_BACKEND: backend = optarg; break;
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
         case OPT_JSON: json = true; break;
+        case OPT_PARALLEL:
+            if (!parse_parallel(optarg, par, &n_par)) {
+                fprintf(stderr, "bench: --parallel expects up to %d comma-separated counts in 1..256\n",
+                        BENCH_MAX_PARALLEL_RUNS);
+                return 2;
+            }
+            break;
         case OPT_RANDOM: shape = optarg; break;
         case OPT_TYPE: type = optarg; break;
         case OPT_SEED: if (!cli_parse_int("--seed", optarg, 0, INT64_MAX, &iv)) return 2; seed = iv; break;
@@ -251,7 +326,7 @@ int rb_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err.msg);
         rc = 1;
     }
-    bench_result res[2];
+    bench_result res[2 + BENCH_MAX_PARALLEL_RUNS];
     int nres = 0;
     if (rc == 0) {
         uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
@@ -260,10 +335,16 @@ int rb_cmd_bench(int argc, char **argv) {
             toks[i] = (int32_t)((s >> 33) % (uint64_t)cfg->n_vocab);
         }
         memset(logits, 0, sizeof(float) * (size_t)cfg->n_vocab);
-        if (n_prompt > 0) res[nres++] = (bench_result){.kind = "pp", .n_tokens = n_prompt, .reps = (int)reps};
-        if (n_gen > 0) res[nres++] = (bench_result){.kind = "tg", .n_tokens = n_gen, .reps = (int)reps};
+        if (n_prompt > 0)
+            res[nres++] = (bench_result){.kind = "pp", .n_tokens = n_prompt, .parallel = 1, .reps = (int)reps};
+        if (n_gen > 0) res[nres++] = (bench_result){.kind = "tg", .n_tokens = n_gen, .parallel = 1, .reps = (int)reps};
         for (int i = 0; i < nres && rc == 0; i++)
             if (!run_test(cm.model, kv, toks, logits, &res[i])) rc = 1;
+        for (int i = 0; i < n_par && rc == 0 && n_gen > 0; i++) {
+            res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .parallel = par[i], .reps = (int)reps};
+            if (!run_batched(cm.model, toks, &res[nres])) rc = 1;
+            nres++;
+        }
     }
     if (rc == 0) {
         char rname[160];

@@ -119,6 +119,37 @@ static void test_random_tiny_json(void **state) {
     rmdir(dir);
 }
 
+/* --parallel adds one batched-decode result per count */
+static void test_parallel(void **state) {
+    (void)state;
+    char dir[] = "/tmp/rb-bench-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *out = NULL;
+    const char *args = "bench --random tiny --type q8_0 -p 0 -n 4 -r 2 --parallel 1,3 --json";
+    int rc = run(dir, args, &out);
+    if (rc != 0) fail_msg("rbee %s exited %d: %s", args, rc, out);
+    json_error_t jerr;
+    json_t *root = json_loads(out, 0, &jerr);
+    if (!root) fail_msg("bad JSON (%s): %s", jerr.text, out);
+    json_t *res = json_object_get(root, "results");
+    assert_int_equal(json_array_size(res), 3);
+    check_result(json_array_get(res, 0), "tg4", "tg", 4, 2);
+    check_result(json_array_get(res, 1), "tgb4", "tgb", 4, 2);
+    check_result(json_array_get(res, 2), "tgb4", "tgb", 4, 2);
+    assert_int_equal((int)num(json_array_get(res, 1), "parallel"), 1);
+    assert_int_equal((int)num(json_array_get(res, 2), "parallel"), 3);
+    json_decref(root);
+    free(out);
+    assert_non_null(strstr(args, "--parallel"));
+    out = NULL;
+    assert_int_not_equal(run(dir, "bench --random tiny -n 4 --parallel 0", &out), 0);
+    free(out);
+    out = NULL;
+    assert_int_not_equal(run(dir, "bench --random tiny -n 4 --parallel 2,x", &out), 0);
+    free(out);
+    rmdir(dir);
+}
+
 static void test_bad_arguments(void **state) {
     (void)state;
     char dir[] = "/tmp/rb-bench-test-XXXXXX";
@@ -150,6 +181,7 @@ static void test_bad_arguments(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_tiny_json),
+        cmocka_unit_test(test_parallel),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
