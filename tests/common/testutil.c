@@ -62,9 +62,10 @@ void *tu_read_file(const char *path, size_t *size) {
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    void *p = malloc(n > 0 ? (size_t)n : 1);
+    char *p = malloc((size_t)(n > 0 ? n : 0) + 1);
     assert_non_null(p);
     if (n > 0 && fread(p, 1, (size_t)n, f) != (size_t)n) fail_msg("short read %s", path);
+    p[n > 0 ? n : 0] = '\0'; /* so text files can be used as C strings */
     fclose(f);
     *size = (size_t)n;
     return p;

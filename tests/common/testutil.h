@@ -29,7 +29,8 @@ const char *tu_fixture(char *buf, size_t len, const char *relpath);
 /* Same for a file under the repository's tests/data folder. */
 const char *tu_data(char *buf, size_t len, const char *relpath);
 
-/* Reads a whole file into a malloc'ed buffer; fails the test on error. */
+/* Reads a whole file into a malloc'ed buffer, NUL-terminated (one byte past
+ * *size); fails the test on error. */
 void *tu_read_file(const char *path, size_t *size);
 
 /* ||a - b||_2 / ||b||_2 (b = reference), computed in double. */
