@@ -25,6 +25,8 @@ static bool arch_from_name(const char *s, rb_arch *out) {
     return false;
 }
 
+#define RB_MAX_HEAD_DIM 1024
+
 static void apply_arch_defaults(rb_model_config *c) {
     c->rope_mode = RB_ROPE_NEOX;
     c->gelu_act = false;
@@ -69,8 +71,9 @@ static rb_status check_config(rb_model_config *c, rb_error *err) {
                                 (long long)c->n_embd, (long long)c->n_head);
         c->head_dim = c->n_embd / c->n_head;
     }
-    if (c->head_dim > 1024) return rb_error_set(err, RB_E_FORMAT, "model config: head_dim %lld too large",
-                                                (long long)c->head_dim);
+    if (c->head_dim > RB_MAX_HEAD_DIM)
+        return rb_error_set(err, RB_E_FORMAT, "model config: head_dim %lld too large (at most %d)",
+                            (long long)c->head_dim, RB_MAX_HEAD_DIM);
     if (c->n_rot <= 0) c->n_rot = (int)c->head_dim;
     if (c->n_rot > c->head_dim || c->n_rot % 2)
         return rb_error_set(err, RB_E_FORMAT, "model config: rotary dims %d invalid for head_dim %lld", c->n_rot,
@@ -139,7 +142,12 @@ rb_status rb_model_config_from_gguf(const rb_gguf *g, rb_model_config *c, rb_err
     do {                                                                                                        \
         v = -1;                                                                                                 \
         if ((s = gguf_int(g, arch, sfx, &v, false, err)) != RB_OK) goto done;                                   \
-        if (v >= 0) c->field = v;                                                                               \
+        if (v > INT32_MAX) {                                                                                    \
+            s = rb_error_set(err, RB_E_FORMAT, "GGUF metadata '%s.%s' = %lld is out of range", arch, sfx,       \
+                             (long long)v);                                                                     \
+            goto done;                                                                                          \
+        }                                                                                                       \
+        if (v >= 0) c->field = (int)v;                                                                          \
     } while (0)
     REQ("embedding_length", n_embd);
     REQ("block_count", n_layer);
@@ -445,6 +453,11 @@ rb_status rb_model_config_from_hf(const rb_json_config *j, const rb_json_config 
     if (c->head_dim <= 0 && c->n_head > 0 && c->n_embd % c->n_head == 0) c->head_dim = c->n_embd / c->n_head;
     float prf = 1.0f;
     if ((s = hf_num(j, "partial_rotary_factor", &prf, err)) != RB_OK) return s;
+    if (!(prf > 0.0f && prf <= 1.0f))
+        return rb_error_set(err, RB_E_FORMAT, "config.json: partial_rotary_factor %g is not in (0, 1]", (double)prf);
+    if (c->head_dim > RB_MAX_HEAD_DIM)
+        return rb_error_set(err, RB_E_FORMAT, "model config: head_dim %lld too large (at most %d)",
+                            (long long)c->head_dim, RB_MAX_HEAD_DIM);
     if (c->head_dim > 0) c->n_rot = (int)((float)c->head_dim * prf);
     if (c->n_rot <= 0 || c->n_rot > (int)c->head_dim || c->n_rot % 2)
         return rb_error_set(err, RB_E_FORMAT, "config.json: partial_rotary_factor gives %d rotary dims", c->n_rot);

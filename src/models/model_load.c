@@ -23,6 +23,9 @@ static rb_status upload_rope_factors(rb_model *m, const float *f, rb_tensor *t, 
 
 static rb_status load_hf(rb_model *m, const char *dir, rb_error *err) {
     char path[4096];
+    const int plen = snprintf(path, sizeof path, "%s/generation_config.json", dir); /* the longer name */
+    if (plen < 0 || (size_t)plen >= sizeof path)
+        return rb_error_set(err, RB_E_INVALID, "model folder path is too long (%zu bytes)", strlen(dir));
     snprintf(path, sizeof path, "%s/config.json", dir);
     rb_json_config *cfg = NULL, *gen = NULL;
     rb_status s = rb_json_config_load(path, &cfg, err);

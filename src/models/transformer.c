@@ -262,7 +262,7 @@ rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, 
     if (!m || !kv || kv->m != m || (!tokens && n > 0))
         return rb_error_set(err, RB_E_INVALID, "rb_model_forward: bad arguments");
     if (n <= 0) return rb_error_set(err, RB_E_INVALID, "rb_model_forward: no tokens");
-    if (kv->used + n > kv->n_ctx)
+    if (n > kv->n_ctx - kv->used) /* not used + n: n comes from the caller and may be huge */
         return rb_error_set(err, RB_E_RANGE, "%lld tokens do not fit: context %lld, %lld already used", (long long)n,
                             (long long)kv->n_ctx, (long long)kv->used);
     const int64_t V = m->cfg.n_vocab;

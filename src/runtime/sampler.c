@@ -127,29 +127,34 @@ int32_t rb_sampler_sample(rb_sampler *s, float *logits, const int32_t *history, 
     const int64_t V = s->n_vocab;
     apply_penalties(s, logits, history, n_history);
 
-    if (p->temperature <= 0.0f) { /* greedy: first index of the maximum */
-        int32_t best = 0;
-        for (int64_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = (int32_t)i;
-        return best;
+    if (p->temperature <= 0.0f) { /* greedy: first index of the maximum; NaN never wins */
+        int32_t best = -1;
+        for (int64_t i = 0; i < V; i++)
+            if (!isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = (int32_t)i;
+        return best < 0 ? 0 : best; /* all NaN: no information, token 0 */
     }
+    /* Candidates keep the raw logits (same order as logits / T for T > 0);
+     * the temperature divides differences to the maximum below, so a tiny
+     * temperature cannot overflow a finite logit to +inf. */
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++) {
-        float l = logits[i] / p->temperature;
+        float l = logits[i];
         if (l == -INFINITY || isnan(l)) continue;
         s->cands[n].id = (int32_t)i;
         s->cands[n].logit = l;
         n++;
     }
-    if (n == 0) return 0;
+    if (n == 0) return 0; /* every logit -inf or NaN */
     qsort(s->cands, (size_t)n, sizeof(cand), cmp_cand_desc);
     if (p->top_k > 0 && n > p->top_k) n = p->top_k;
 
-    /* softmax over the remaining candidates */
+    /* softmax over the remaining candidates; +inf logits share all the mass */
     const float mx = s->cands[0].logit;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
-        s->probs[i] = expf(s->cands[i].logit - mx);
+        const float l = s->cands[i].logit;
+        if (mx == INFINITY) s->probs[i] = l == INFINITY ? 1.0f : 0.0f;
+        else s->probs[i] = expf((l - mx) / p->temperature);
         sum += s->probs[i];
     }
     for (int64_t i = 0; i < n; i++) s->probs[i] = (float)(s->probs[i] / sum);

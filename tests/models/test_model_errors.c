@@ -1,7 +1,8 @@
 /* Malformed model inputs give clear errors: unknown architecture (GGUF and
  * HF, listing the supported ones), missing tensors and wrong shapes (naming
  * the tensor), missing config, bad paths, out-of-vocabulary tokens, and a
- * prompt longer than the context (refused, never truncated). */
+ * prompt longer than the context (refused, never truncated); metadata values
+ * that do not fit their field; KV-cache truncation followed by more tokens. */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -16,12 +17,18 @@
 
 enum { E = 32, L = 1, H = 2, HKV = 1, F = 64, V = 40 };
 
-/* Writes a tiny llama GGUF; skip names one tensor to leave out, bad one to misshape. */
-static void write_gguf(const char *path, const char *arch, const char *skip, const char *bad) {
+/* Writes a tiny llama GGUF; skip names one tensor to leave out, bad one to
+ * misshape; extra_key (arch-prefixed, may be NULL) adds a u64 metadata value. */
+static void write_gguf_kv(const char *path, const char *arch, const char *skip, const char *bad,
+                          const char *extra_key, uint64_t extra_val) {
     rb_gguf_writer *w = NULL;
     TU_OK(rb_gguf_writer_create(&w, NULL));
     char key[128];
     TU_OK(rb_gguf_writer_set_str(w, "general.architecture", arch));
+    if (extra_key) {
+        snprintf(key, sizeof key, "%s.%s", arch, extra_key);
+        TU_OK(rb_gguf_writer_set_u64(w, key, extra_val));
+    }
 #define U32(k, v)                                                                                              \
     do {                                                                                                       \
         snprintf(key, sizeof key, "%s." k, arch);                                                              \
@@ -56,6 +63,10 @@ static void write_gguf(const char *path, const char *arch, const char *skip, con
     rb_error err;
     if (rb_gguf_writer_write(w, path, 0, &err) != RB_OK) fail_msg("%s", err.msg);
     rb_gguf_writer_free(w);
+}
+
+static void write_gguf(const char *path, const char *arch, const char *skip, const char *bad) {
+    write_gguf_kv(path, arch, skip, bad, NULL, 0);
 }
 
 static rb_status try_load(const char *path, rb_error *err) {
@@ -108,6 +119,18 @@ static void test_gguf_errors(void **state) {
     assert_int_equal(try_load(p, &err), RB_E_FORMAT);
     assert_non_null(strstr(err.msg, "'blk.0.attn_k.weight' has shape [32,17,1,1], expected [32,16]"));
 
+    /* 32-bit metadata given as u64 values that do not fit: refused, not truncated
+     * (2^32 + 16 used to become 16 rotary dims) */
+    snprintf(p, sizeof p, "%s/rot.gguf", g_dir);
+    write_gguf_kv(p, "llama", NULL, NULL, "rope.dimension_count", (1ull << 32) + 16);
+    assert_int_equal(try_load(p, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "'llama.rope.dimension_count' = 4294967312 is out of range"));
+    write_gguf_kv(p, "llama", NULL, NULL, "attention.sliding_window", (1ull << 32) + 4);
+    assert_int_equal(try_load(p, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "attention.sliding_window"));
+    write_gguf_kv(p, "llama", NULL, NULL, "rope.dimension_count", 16); /* control: a fitting value loads */
+    assert_int_equal(try_load(p, &err), RB_OK);
+
     snprintf(p, sizeof p, "%s/nope.gguf", g_dir);
     assert_int_equal(try_load(p, &err), RB_E_NOT_FOUND);
     assert_non_null(strstr(err.msg, "does not exist"));
@@ -137,18 +160,37 @@ static void test_hf_errors(void **state) {
     assert_non_null(strstr(err.msg, "'num_hidden_layers' is missing"));
     write_file(p, "{ not json");
     assert_int_not_equal(try_load(dir, &err), RB_OK);
+    /* values that used to reach a float -> int conversion out of range (UB) */
+    const char *base = "{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8, "
+                       "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 16";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s, \"partial_rotary_factor\": 1e30}", base);
+    write_file(p, cfg);
+    assert_int_equal(try_load(dir, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "partial_rotary_factor 1e+30 is not in (0, 1]"));
+    snprintf(cfg, sizeof cfg, "%s, \"head_dim\": 1000000000000}", base);
+    write_file(p, cfg);
+    assert_int_equal(try_load(dir, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "head_dim 1000000000000 too large"));
+}
+
+/* Writes the well-formed tiny model as g_dir/file and loads it on a new CPU backend. */
+static rb_model *open_tiny(const char *file, rb_backend **be) {
+    char p[512];
+    rb_error err;
+    snprintf(p, sizeof p, "%s/%s", g_dir, file);
+    write_gguf(p, "llama", NULL, NULL);
+    TU_OK(rb_backend_create("cpu", NULL, be, NULL));
+    rb_model *m = NULL;
+    if (rb_model_load(p, *be, NULL, &m, &err) != RB_OK) fail_msg("%s", err.msg);
+    return m;
 }
 
 static void test_runtime_errors(void **state) {
     (void)state;
-    char p[512];
     rb_error err;
-    snprintf(p, sizeof p, "%s/ok2.gguf", g_dir);
-    write_gguf(p, "llama", NULL, NULL);
     rb_backend *be = NULL;
-    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
-    rb_model *m = NULL;
-    TU_OK(rb_model_load(p, be, NULL, &m, &err));
+    rb_model *m = open_tiny("ok2.gguf", &be);
     rb_kv_cache *kv = NULL;
     TU_OK(rb_kv_cache_create(m, 8, RB_F16, &kv, &err));
     float logits[V];
@@ -172,7 +214,44 @@ static void test_runtime_errors(void **state) {
     assert_int_equal(res.n_generated, 4);
     assert_int_equal(rb_kv_cache_used(kv), 8);
     assert_int_equal(res.stop_reason, RB_STOP_MAX_TOKENS);
+    /* a huge count with a non-empty cache: refused before any token is read
+     * (used + n used to overflow) */
+    assert_int_equal(rb_model_forward(m, kv, toks, INT64_MAX - 3, false, logits, &err), RB_E_RANGE);
     rb_kv_cache_free(kv);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* Truncating the cache and continuing gives the logits of a cache that never
+ * held the dropped tokens (their keys and values are overwritten). */
+static void test_truncate_then_continue(void **state) {
+    (void)state;
+    rb_error err;
+    rb_backend *be = NULL;
+    rb_model *m = open_tiny("trunc.gguf", &be);
+    tu_rng rng;
+    tu_rng_seed(&rng, 2024);
+    int32_t toks[7], junk[3];
+    for (int i = 0; i < 7; i++) toks[i] = (int32_t)(tu_rng_u64(&rng) % V);
+    for (int i = 0; i < 3; i++) junk[i] = (int32_t)((toks[3 + i] + 1 + i) % V); /* differs from toks[3..6) */
+    float want[7 * V], got[4 * V];
+    rb_kv_cache *a = NULL, *b = NULL;
+    TU_OK(rb_kv_cache_create(m, 16, RB_F32, &a, &err));
+    TU_OK(rb_kv_cache_create(m, 16, RB_F32, &b, &err));
+    TU_OK(rb_model_forward(m, a, toks, 7, true, want, &err));
+    TU_OK(rb_model_forward(m, b, toks, 3, false, got, &err));
+    TU_OK(rb_model_forward(m, b, junk, 3, false, got, &err));
+    rb_kv_cache_truncate(b, 3);
+    assert_int_equal(rb_kv_cache_used(b), 3);
+    rb_kv_cache_truncate(b, 5); /* beyond used: ignored */
+    assert_int_equal(rb_kv_cache_used(b), 3);
+    TU_OK(rb_model_forward(m, b, toks + 3, 4, true, got, &err));
+    assert_int_equal(rb_kv_cache_used(b), 7);
+    double e = tu_rel_l2_f(got, want + 3 * V, 4 * V);
+    print_message("truncate + continue vs straight run: rel L2 %.2g\n", e);
+    assert_true(e < 1e-5);
+    rb_kv_cache_free(a);
+    rb_kv_cache_free(b);
     rb_model_free(m);
     rb_backend_destroy(be);
 }
@@ -182,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_errors),
         cmocka_unit_test(test_hf_errors),
         cmocka_unit_test(test_runtime_errors),
+        cmocka_unit_test(test_truncate_then_continue),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

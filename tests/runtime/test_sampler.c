@@ -160,6 +160,40 @@ static void test_bad_params(void **state) {
     assert_int_equal(rb_sampler_create(&p, 0, &s, &e), RB_E_RANGE);
 }
 
+/* Non-finite logits: NaN never wins, all -inf or all NaN gives token 0, +inf
+ * logits take all the probability, and a tiny temperature (where logit / T
+ * overflows) behaves like greedy instead of drawing at random. */
+static void test_non_finite_logits(void **state) {
+    (void)state;
+    rb_sampler *g = make(rb_sampler_default_params());
+    float l[V] = {NAN, 1.0f, NAN, 4.0f, NAN, -2.0f, 3.5f, NAN};
+    assert_int_equal(rb_sampler_sample(g, l, NULL, 0), 3);
+    for (int i = 0; i < V; i++) l[i] = NAN;
+    assert_int_equal(rb_sampler_sample(g, l, NULL, 0), 0);
+    rb_sampler_free(g);
+
+    rb_sampler_params p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.seed = 5;
+    rb_sampler *s = make(p);
+    for (int i = 0; i < V; i++) l[i] = -INFINITY;
+    assert_int_equal(rb_sampler_sample(s, l, NULL, 0), 0);
+    int seen[V] = {0};
+    for (int r = 0; r < 2000; r++) {
+        const float x[V] = {1.0f, INFINITY, 2.0f, NAN, INFINITY, 50.0f, -INFINITY, 0.0f};
+        memcpy(l, x, sizeof l);
+        seen[rb_sampler_sample(s, l, NULL, 0)]++;
+    }
+    assert_true(seen[1] > 800 && seen[4] > 800); /* about 1000 each */
+    assert_int_equal(seen[1] + seen[4], 2000);
+    rb_sampler_free(s);
+
+    p.temperature = 1e-30f; /* 2.9 / 1e-30 overflows a float */
+    s = make(p);
+    for (int r = 0; r < 200; r++) assert_int_equal(draw(s, NULL, 0), 1);
+    rb_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -168,6 +202,7 @@ int main(void) {
         cmocka_unit_test(test_filters),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_non_finite_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

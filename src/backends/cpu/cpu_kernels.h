@@ -51,6 +51,15 @@ typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed,
 #define RB_CPU_PACK_ROWS 16
 #define RB_CPU_PACK_BLOCK_BYTES 576
 
+/* Activation dtype per weight dtype; the same for every ISA (the quantized
+ * dot products are defined on these pairs), so each kernel table uses this. */
+#define RB_CPU_VEC_DOT_TYPES                                                                                   \
+    {                                                                                                          \
+        [RB_F32] = RB_F32, [RB_F16] = RB_F32, [RB_BF16] = RB_F32, [RB_Q4_0] = RB_Q8_0, [RB_Q4_1] = RB_Q8_1,    \
+        [RB_Q5_0] = RB_Q8_0, [RB_Q5_1] = RB_Q8_1, [RB_Q8_0] = RB_Q8_0, [RB_Q2_K] = RB_Q8_K,                   \
+        [RB_Q3_K] = RB_Q8_K, [RB_Q4_K] = RB_Q8_K, [RB_Q5_K] = RB_Q8_K, [RB_Q6_K] = RB_Q8_K,                   \
+    }
+
 struct rb_cpu_kernels {
     rb_cpu_isa isa;
     /* Indexed by weight dtype; vec_dot[t] == NULL means t cannot be a weight. */

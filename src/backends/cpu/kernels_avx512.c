@@ -96,12 +96,7 @@ static void f16_to_f32(const rb_f16 *src, float *dst, int64_t n) {
 
 const struct rb_cpu_kernels rb_cpu_kernels_avx512 = {
     .isa = RB_CPU_ISA_AVX512,
-    .vec_dot_type = {
-        [RB_F32] = RB_F32, [RB_F16] = RB_F32, [RB_BF16] = RB_F32,
-        [RB_Q4_0] = RB_Q8_0, [RB_Q4_1] = RB_Q8_1, [RB_Q5_0] = RB_Q8_0, [RB_Q5_1] = RB_Q8_1,
-        [RB_Q8_0] = RB_Q8_0,
-        [RB_Q2_K] = RB_Q8_K, [RB_Q3_K] = RB_Q8_K, [RB_Q4_K] = RB_Q8_K, [RB_Q5_K] = RB_Q8_K, [RB_Q6_K] = RB_Q8_K,
-    },
+    .vec_dot_type = RB_CPU_VEC_DOT_TYPES,
     .vec_dot = {
         [RB_F32] = vd_f32, [RB_F16] = vd_f16, [RB_BF16] = vd_bf16,
         [RB_Q4_0] = rb_vd_q4_0_avx512, [RB_Q4_1] = rb_vd_q4_1_avx2, [RB_Q5_0] = rb_vd_q5_0_avx2,

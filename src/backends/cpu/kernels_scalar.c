@@ -35,12 +35,7 @@ void rb_bf16_to_f32_scalar(const rb_bf16 *src, float *dst, int64_t n) { rb_bf16_
 
 const struct rb_cpu_kernels rb_cpu_kernels_scalar = {
     .isa = RB_CPU_ISA_SCALAR,
-    .vec_dot_type = {
-        [RB_F32] = RB_F32, [RB_F16] = RB_F32, [RB_BF16] = RB_F32,
-        [RB_Q4_0] = RB_Q8_0, [RB_Q4_1] = RB_Q8_1, [RB_Q5_0] = RB_Q8_0, [RB_Q5_1] = RB_Q8_1,
-        [RB_Q8_0] = RB_Q8_0,
-        [RB_Q2_K] = RB_Q8_K, [RB_Q3_K] = RB_Q8_K, [RB_Q4_K] = RB_Q8_K, [RB_Q5_K] = RB_Q8_K, [RB_Q6_K] = RB_Q8_K,
-    },
+    .vec_dot_type = RB_CPU_VEC_DOT_TYPES,
     .vec_dot = {
         [RB_F32] = rb_vd_f32_scalar, [RB_F16] = rb_vd_f16_scalar, [RB_BF16] = rb_vd_bf16_scalar,
         [RB_Q4_0] = rb_vd_q4_0_scalar, [RB_Q4_1] = rb_vd_q4_1_scalar, [RB_Q5_0] = rb_vd_q5_0_scalar,
