@@ -3,6 +3,7 @@
 #include "rbee/generate.h"
 #include "runtime/stop_matcher.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -107,7 +108,11 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
 
     t0 = now_ms();
     rb_stop_reason why = RB_STOP_MAX_TOKENS;
+    /* models whose embedding table is padded past the tokenizer's ids (e.g.
+     * Qwen2) must never produce an id the tokenizer cannot decode */
+    const int64_t n_tok = tok ? rb_tokenizer_n_vocab(tok) : V;
     for (int64_t i = 0;; i++) {
+        for (int64_t v = n_tok; v < V; v++) logits[v] = -INFINITY;
         int32_t t = rb_sampler_sample(smp, logits, hist, n_hist);
         hist[n_hist++] = t;
         res->n_generated++;

@@ -6,6 +6,8 @@
  * stated in the model card). */
 #include "testutil.h"
 
+#include "rbee/generate.h"
+#include "rbee/gguf.h"
 #include "rbee/json_config.h"
 #include "rbee/model.h"
 #include "rbee/tokenizer.h"
@@ -259,12 +261,54 @@ static void test_gguf_q8_0(void **state) {
     unload(&H);
 }
 
+static bool below_259(void *user, const char *text, size_t len, int32_t token) {
+    (void)text;
+    (void)len;
+    if (token >= 259) *(int *)user = 1;
+    return true;
+}
+
+/* A model whose vocabulary is larger than its tokenizer's (padded embedding
+ * tables): generation only ever samples ids the tokenizer can decode. Here
+ * the 4096-id default model is paired with the 259-id tokenizer of the
+ * llama.cpp fixture. */
+static void test_padded_vocab(void **state) {
+    (void)state;
+    loaded L = {0};
+    load(&L, HF_DIR);
+    char path[1024];
+    rb_gguf *g = NULL;
+    TU_OK(rb_gguf_open(tu_fixture(path, sizeof path, "llamacpp/tiny-f32.gguf"), &g, NULL));
+    rb_tokenizer *small = NULL;
+    TU_OK(rb_tokenizer_load_gguf(g, &small, NULL));
+    assert_int_equal(rb_tokenizer_n_vocab(small), 259);
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(L.m, 256, RB_F16, &kv, NULL));
+    rb_gen_params gp = rb_gen_default_params();
+    gp.max_tokens = 64;
+    gp.ignore_eos = true;
+    gp.sampling.temperature = 1.5f;
+    gp.sampling.seed = 7;
+    const int32_t prompt[] = {0, 298, 388, 390};
+    int bad = 0;
+    rb_gen_result res;
+    rb_error err;
+    if (rb_generate(L.m, small, kv, prompt, 4, &gp, below_259, &bad, &res, &err) != RB_OK) fail_msg("%s", err.msg);
+    assert_int_equal(res.n_generated, 64);
+    assert_int_equal(bad, 0);
+    rb_kv_cache_free(kv);
+    rb_tokenizer_free(small);
+    rb_gguf_close(g);
+    unload(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_hf_logits_and_greedy),
         cmocka_unit_test(test_hf_perplexity),
         cmocka_unit_test(test_gguf_q8_0),
+        cmocka_unit_test(test_padded_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
