@@ -14,7 +14,6 @@ typedef struct {
 static const command k_commands[] = {
     {"devices", rb_cmd_devices, "list the compute devices this binary can use"},
     {"bench-ops", rb_cmd_bench_ops, "benchmark core ops (matmul, softmax, rms_norm) on the CPU"},
-#ifdef RBEE_CLI_HAVE_RUNTIME
     {"bench", rb_cmd_bench, "model prefill and decode tokens/s (llama-bench style; --random for no download)"},
     {"generate", rb_cmd_generate, "generate text from a prompt, streaming to stdout"},
     {"logits", rb_cmd_logits, "write the raw f32 logits of a token sequence"},
@@ -23,7 +22,6 @@ static const command k_commands[] = {
     {"tokenize", rb_cmd_tokenize, "print the token ids of stdin as a JSON array"},
     {"detokenize", rb_cmd_detokenize, "print the text of token ids read from stdin"},
     {"chat-render", rb_cmd_chat_render, "render a JSON conversation with the model's chat template"},
-#endif
 };
 
 static void usage(FILE *f) {
