@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ftw.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -103,3 +105,18 @@ double tu_max_rel(const float *a, const double *ref, size_t n, double floor) {
     }
     return m;
 }
+
+int tu_tmpdir_make(char *buf, size_t len, const char *prefix) {
+    int n = snprintf(buf, len, "/tmp/%sXXXXXX", prefix);
+    if (n < 0 || (size_t)n >= len) return -1;
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int tu_tmpdir_remove(const char *dir) { return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }

@@ -29,6 +29,12 @@ const char *tu_fixture(char *buf, size_t len, const char *relpath);
 /* Same for a file under the repository's tests/data folder. */
 const char *tu_data(char *buf, size_t len, const char *relpath);
 
+/* A fresh directory /tmp/<prefix>XXXXXX, its path written to buf (len >= 64);
+ * returns 0, or -1 on failure (cmocka group setup style). */
+int tu_tmpdir_make(char *buf, size_t len, const char *prefix);
+/* Removes dir and everything below it; returns 0, or -1 on failure. */
+int tu_tmpdir_remove(const char *dir);
+
 /* Reads a whole file into a malloc'ed buffer, NUL-terminated (one byte past
  * *size); fails the test on error. */
 void *tu_read_file(const char *path, size_t *size);

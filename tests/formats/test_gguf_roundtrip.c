@@ -20,15 +20,12 @@ static const char *tmp_path(char *buf, size_t n, const char *name) {
 
 static int setup(void **state) {
     (void)state;
-    strcpy(g_dir, "/tmp/rbee_gguf_rt_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return tu_tmpdir_make(g_dir, sizeof g_dir, "rbee_gguf_rt_");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(g_dir);
 }
 
 static bool str_eq(rb_gguf_str s, const char *c) { return s.len == strlen(c) && memcmp(s.ptr, c, s.len) == 0; }
