@@ -125,6 +125,12 @@ typedef struct rb_attn_params {
     int window;            /* > 0: also require pos(i) - j < window (sliding window) */
     int64_t q_pos0;        /* absolute position of query 0; query i is at q_pos0 + i */
     const rb_tensor *mask; /* nullable additive mask f32/f16 [Tk, Tq] (broadcast over heads) */
+    /* nullable i32 [Tq] on the backend: absolute position of each query, read
+     * on the device (replaces q_pos0; needs causal). k/v may then span a whole
+     * cache: keys past a query's position are invisible to it, so one launch
+     * with fixed shapes serves every decode step (graph replay). Positions
+     * must lie in [0, Tk). */
+    const rb_tensor *q_pos;
 } rb_attn_params;
 
 /* Scaled dot-product attention with grouped-query heads:

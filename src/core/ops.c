@@ -510,6 +510,12 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
             return fail(&c, RB_E_INVALID, "mask %s must be [Tk = %lld, Tq = %lld]", D(p->mask).s, (long long)Tk,
                         (long long)Tq);
     }
+    if (p->q_pos) {
+        TRY(check_dtype(&c, "q_pos", p->q_pos, RB_I32));
+        if (!p->causal) return fail(&c, RB_E_INVALID, "q_pos needs a causal mask");
+        if (p->q_pos->ne[0] != Tq || p->q_pos->ne[1] != 1 || p->q_pos->ne[2] != 1 || p->q_pos->ne[3] != 1)
+            return fail(&c, RB_E_INVALID, "q_pos %s must be [Tq = %lld]", D(p->q_pos).s, (long long)Tq);
+    }
     return be->vt->attention(be, dst, q, k, v, p);
 }
 
