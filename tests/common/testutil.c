@@ -52,7 +52,11 @@ const char *tu_fixture(char *buf, size_t len, const char *relpath) {
 }
 
 const char *tu_data(char *buf, size_t len, const char *relpath) {
-    snprintf(buf, len, "%s/%s", RBEE_TEST_DATA_DIR, relpath);
+    /* RBEE_TEST_DATA_DIR in the environment: binaries built here and run in a
+     * copy of the tree elsewhere (the GPU machine) */
+    const char *dir = getenv("RBEE_TEST_DATA_DIR");
+    if (!dir || !*dir) dir = RBEE_TEST_DATA_DIR;
+    snprintf(buf, len, "%s/%s", dir, relpath);
     struct stat st;
     if (stat(buf, &st) != 0) fail_msg("test data missing: %s", buf);
     return buf;
