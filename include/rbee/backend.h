@@ -32,6 +32,13 @@ typedef struct rb_device_info {
 typedef struct rb_backend_config {
     int n_threads;       /* CPU: worker threads; <= 0 means all available cores */
     const char *cpu_isa; /* CPU: "auto" (NULL), "scalar", "avx2", "avx512" */
+    /* CPU: reproduce llama.cpp's CPU arithmetic where it differs from ours,
+     * to match its logits to f32 rounding: attention over f16 k/v as ggml's
+     * flash attention does it (f16 query, f16 value accumulation, ~1e-3
+     * relative from exact), ggml's float rope angles and rms_norm scale.
+     * Off by default (the default paths are the accurate ones); other
+     * backends ignore it. See docs/LLAMACPP_NUMERICS.md. */
+    bool llamacpp_numerics;
 } rb_backend_config;
 
 /* Creates a backend from a spec: "cpu", "cuda", "cuda:N", "rocm", "rocm:N".
@@ -68,6 +75,13 @@ void *rb_buffer_host_ptr(const rb_buffer *buf);
 rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n);
 rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n);
 rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, size_t src_offs, size_t n);
+/* Marks a buffer immutable (model weights, once uploaded): from then on ops
+ * refuse outputs in it and rb_buffer_set / rb_buffer_copy refuse to write
+ * it (RB_E_INVALID). In exchange a backend may read it ahead of the ops
+ * queued before the op that uses it (the GPU matrix-vector kernels start
+ * streaming weights while the previous kernel finishes). Irreversible. */
+rb_status rb_buffer_set_constant(rb_buffer *buf);
+bool rb_buffer_is_constant(const rb_buffer *buf);
 
 /* Convenience: allocate a contiguous tensor with its own buffer (free with
  * rb_tensor_free), and copy whole contiguous tensors from/to host memory. */
@@ -75,6 +89,41 @@ rb_status rb_tensor_alloc(rb_backend *be, rb_dtype dtype, int ndim, const int64_
 void rb_tensor_free(rb_tensor *t);
 rb_status rb_tensor_set(rb_tensor *t, const void *src, size_t n); /* n must equal the contiguous size */
 rb_status rb_tensor_get(const rb_tensor *t, void *dst, size_t n);
+
+/* Graphs: record the ops queued on a backend once and replay them with one
+ * launch (CUDA/HIP graphs), which removes the per-op launch cost of a small
+ * step such as one decode token.
+ *
+ *   rb_backend_capture_begin(be);  ...ops on be...;  rb_backend_capture_end(be, &g);
+ *   then per step: upload inputs (rb_tensor_set), rb_graph_launch(g), read outputs.
+ *
+ * A graph replays the same ops on the same memory: tensor addresses, shapes
+ * and op parameters are fixed at capture, tensor contents are read at each
+ * replay. Everything it touched must outlive it (free the graph first).
+ * Between begin and end, buffer allocation, host copies (rb_buffer_set/get,
+ * rb_tensor_set/get) and rb_backend_sync on that backend fail with
+ * RB_E_INVALID, and ops that would have to synchronize or allocate device
+ * memory fail instead (run the step once eagerly first so device scratch is
+ * large enough). Index checks of rb_get_rows / rb_set_rows run on the device
+ * in a graph: an out-of-range id is not used (get_rows clamps it, set_rows
+ * skips the row) and the next rb_backend_sync or buffer read on the backend
+ * reports RB_E_RANGE. After any failed op the capture must still be ended:
+ * rb_backend_capture_end then discards it, returns the failure and the
+ * backend stays usable eagerly.
+ *
+ * Backends without graphs (the CPU) answer RB_E_UNSUPPORTED; callers then
+ * run their ops eagerly. */
+typedef struct rb_graph rb_graph;
+/* true where capture is implemented (CUDA, ROCm). */
+bool rb_backend_graphs_supported(const rb_backend *be);
+rb_status rb_backend_capture_begin(rb_backend *be);
+/* Ends the capture begun on be. On success *out is a graph ready to launch;
+ * on failure *out is NULL and the backend is back in eager mode. */
+rb_status rb_backend_capture_end(rb_backend *be, rb_graph **out);
+/* Queues one replay on the backend's stream (asynchronous like any op). */
+rb_status rb_graph_launch(rb_graph *g);
+/* Waits for queued work, then frees the graph (NULL is a no-op). */
+void rb_graph_free(rb_graph *g);
 
 #ifdef __cplusplus
 }

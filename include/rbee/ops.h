@@ -47,6 +47,15 @@ rb_status rb_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float 
 rb_status rb_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
 /* dst = a op b, a and b broadcast to dst's shape. */
 rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+/* Gated linear unit (one pass instead of rb_unary(act) then rb_binary(MUL)):
+ * dst = act(gate) * up elementwise. dst, gate and up are f32 of one shape (no
+ * broadcasting) with any strides: gate and up are typically the two halves of
+ * a fused [2F, T] projection, i.e. strided views into one tensor. act is
+ * RB_UNARY_SILU (SwiGLU), RB_UNARY_GELU_TANH or RB_UNARY_GELU (GeGLU) or
+ * RB_UNARY_RELU (ReGLU); other ops fail with RB_E_INVALID. dst may be the
+ * same view as gate or up. On the CPU the results are bit-identical to the
+ * unfused two calls. */
+rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
 /* dst = cond != 0 ? a : b; cond is i32 or float, all three broadcast to dst. */
 rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
 /* Copies src into dst converting dtype (same element count per dim): any
@@ -64,6 +73,14 @@ rb_status rb_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_te
 rb_status rb_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
 /* dst = src / sqrt(mean(src^2) + eps) * w over each row; w (nullable) has ne[0] elements. */
 rb_status rb_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+/* Fused residual add + rms_norm (one pass instead of rb_binary(ADD) then
+ * rb_rms_norm): x += delta in place, then h = x / sqrt(mean(x^2) + eps) * w
+ * over each row. x, delta and h are f32 of one shape (no broadcasting), any
+ * strides; w (nullable) f32/f16/bf16 [ne0]. delta may be the same view as h
+ * (every element is read before it is written); h must not overlap x.
+ * On the CPU the results are bit-identical to the unfused two calls. */
+rb_status rb_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                          rb_tensor *h);
 /* dst = (src - mean) / sqrt(var + eps) * w + b over each row; w, b nullable. */
 rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                         const rb_tensor *b, float eps);

@@ -1,7 +1,8 @@
 /* Memory front-ends of include/rbee/backend.h: they check every argument
  * (NULLs, ranges, ownership) and then call the backend's vtable, so backend
  * implementations only ever see valid requests. Also the small accessors
- * (name, kind, last error) and rb_backend_fail, the error recorder. */
+ * (name, kind, last error), rb_backend_fail, the error recorder, and the
+ * graph capture front-ends (which refuse host copies during a capture). */
 #include "core/backend_impl.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 rb_status rb_backend_fail(rb_backend *be, rb_status code, const char *fmt, ...) {
     if (!be) return code;
+    if (be->capturing && be->capture_status == RB_OK) be->capture_status = code; /* the graph is incomplete */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(be->last_error, sizeof be->last_error, fmt, ap);
@@ -33,9 +35,87 @@ rb_status rb_backend_device_info(rb_backend *be, rb_device_info *info) {
     return be->vt->device_info(be, info);
 }
 
+/* Host-side memory calls would break a graph capture (they synchronize or
+ * copy from pageable memory): refuse them with a clear message instead. */
+static rb_status not_capturing(rb_backend *be, const char *fn) {
+    if (!be->capturing) return RB_OK;
+    return rb_backend_fail(be, RB_E_INVALID, "%s is not allowed while a graph is being captured on %s", fn,
+                           be->name);
+}
+
 rb_status rb_backend_sync(rb_backend *be) {
     if (!be) return RB_E_INVALID;
+    rb_status s = not_capturing(be, "rb_backend_sync");
+    if (s != RB_OK) return s;
     return be->vt->sync(be);
+}
+
+/* ---- graphs ---- */
+
+bool rb_backend_graphs_supported(const rb_backend *be) { return be && be->graph_vt; }
+
+rb_status rb_backend_capture_begin(rb_backend *be) {
+    if (!be) return RB_E_INVALID;
+    if (!be->graph_vt)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "graph capture is not supported on the %s backend", be->name);
+    if (be->capturing) { /* refused, but the capture under way lost nothing: it stays valid */
+        const rb_status keep = be->capture_status;
+        rb_backend_fail(be, RB_E_INVALID, "rb_backend_capture_begin: a capture is already under way on %s", be->name);
+        be->capture_status = keep;
+        return RB_E_INVALID;
+    }
+    rb_status s = be->graph_vt->capture_begin(be);
+    if (s == RB_OK) {
+        be->capturing = true;
+        be->capture_status = RB_OK;
+    }
+    return s;
+}
+
+rb_status rb_backend_capture_end(rb_backend *be, rb_graph **out) {
+    if (!be) return RB_E_INVALID;
+    if (out) *out = NULL;
+    if (!be->capturing)
+        return rb_backend_fail(be, RB_E_INVALID, "rb_backend_capture_end: no capture under way on %s", be->name);
+    rb_graph *g = calloc(1, sizeof *g);
+    if (g) g->backend = be;
+    /* an op failed while capturing: the graph would miss it, so it is discarded */
+    const rb_status failed = be->capture_status;
+    char why[RB_ERROR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", be->last_error);
+    /* always end the backend's capture, even when the graph cannot be kept */
+    rb_status s = be->graph_vt->capture_end(be, failed == RB_OK ? g : NULL);
+    be->capturing = false;
+    if (!g) return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a graph");
+    if (failed != RB_OK) {
+        free(g);
+        return rb_backend_fail(be, failed, "graph capture on %s discarded: an op failed during it (%s)", be->name,
+                               why);
+    }
+    if (s == RB_OK && !out) {
+        be->graph_vt->free(be, g);
+        s = rb_backend_fail(be, RB_E_INVALID, "rb_backend_capture_end: out is NULL");
+    }
+    if (s != RB_OK) {
+        free(g);
+        return s;
+    }
+    *out = g;
+    return RB_OK;
+}
+
+rb_status rb_graph_launch(rb_graph *g) {
+    if (!g) return RB_E_INVALID;
+    rb_backend *be = g->backend;
+    rb_status s = not_capturing(be, "rb_graph_launch");
+    if (s != RB_OK) return s;
+    return be->graph_vt->launch(be, g);
+}
+
+void rb_graph_free(rb_graph *g) {
+    if (!g) return;
+    g->backend->graph_vt->free(g->backend, g);
+    free(g);
 }
 
 /* ---- buffers ---- */
@@ -53,8 +133,10 @@ rb_status rb_buffer_alloc(rb_backend *be, size_t size, rb_buffer **out) {
     if (!be) return RB_E_INVALID;
     if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_alloc: out is NULL");
     *out = NULL;
+    rb_status s = not_capturing(be, "rb_buffer_alloc");
+    if (s != RB_OK) return s;
     rb_buffer *buf = NULL;
-    rb_status s = new_buffer(be, size, &buf);
+    s = new_buffer(be, size, &buf);
     if (s != RB_OK) return s;
     buf->owned = true;
     s = be->vt->buffer_alloc(be, buf, size);
@@ -71,8 +153,10 @@ rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer 
     if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: out is NULL");
     *out = NULL;
     if (!ptr && size > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: ptr is NULL");
+    rb_status s = not_capturing(be, "rb_buffer_from_host");
+    if (s != RB_OK) return s;
     rb_buffer *buf = NULL;
-    rb_status s = new_buffer(be, size, &buf);
+    s = new_buffer(be, size, &buf);
     if (s != RB_OK) return s;
     s = be->vt->buffer_from_host(be, buf, ptr, size);
     if (s != RB_OK) {
@@ -103,9 +187,20 @@ rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n) 
     if (!range_ok(buf->size, offs, n))
         return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_set: bytes [%zu, +%zu) outside buffer of %zu bytes",
                                offs, n, buf->size);
+    if (buf->constant) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set: the buffer is constant");
     if (n == 0) return RB_OK;
+    rb_status s = not_capturing(be, "rb_buffer_set");
+    if (s != RB_OK) return s;
     return be->vt->buffer_set(be, buf, offs, src, n);
 }
+
+rb_status rb_buffer_set_constant(rb_buffer *buf) {
+    if (!buf) return RB_E_INVALID;
+    buf->constant = true;
+    return RB_OK;
+}
+
+bool rb_buffer_is_constant(const rb_buffer *buf) { return buf && buf->constant; }
 
 rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n) {
     if (!buf) return RB_E_INVALID;
@@ -115,12 +210,15 @@ rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n) 
         return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_get: bytes [%zu, +%zu) outside buffer of %zu bytes",
                                offs, n, buf->size);
     if (n == 0) return RB_OK;
+    rb_status s = not_capturing(be, "rb_buffer_get");
+    if (s != RB_OK) return s;
     return be->vt->buffer_get(be, buf, offs, dst, n);
 }
 
 rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, size_t src_offs, size_t n) {
     if (!dst || !src) return RB_E_INVALID;
     rb_backend *be = dst->backend;
+    if (dst->constant) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_copy: the destination buffer is constant");
     if (!range_ok(dst->size, dst_offs, n) || !range_ok(src->size, src_offs, n))
         return rb_backend_fail(be, RB_E_RANGE,
                                "rb_buffer_copy: %zu bytes from offset %zu (of %zu) to offset %zu (of %zu) out of range",
@@ -128,12 +226,15 @@ rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, 
     if (n == 0) return RB_OK;
     if (src->backend == be) return be->vt->buffer_copy(be, dst, dst_offs, src, src_offs, n);
     /* across backends: go through host memory */
+    rb_status s = not_capturing(be, "rb_buffer_copy across backends");
+    if (s == RB_OK) s = not_capturing(src->backend, "rb_buffer_copy across backends");
+    if (s != RB_OK) return s;
     if (src->host_ptr) return be->vt->buffer_set(be, dst, dst_offs, (const char *)src->host_ptr + src_offs, n);
     if (dst->host_ptr)
         return src->backend->vt->buffer_get(src->backend, src, src_offs, (char *)dst->host_ptr + dst_offs, n);
     void *tmp = malloc(n);
     if (!tmp) return rb_backend_fail(be, RB_E_NOMEM, "rb_buffer_copy: no host memory for %zu bytes", n);
-    rb_status s = src->backend->vt->buffer_get(src->backend, src, src_offs, tmp, n);
+    s = src->backend->vt->buffer_get(src->backend, src, src_offs, tmp, n);
     if (s == RB_OK) s = be->vt->buffer_set(be, dst, dst_offs, tmp, n);
     free(tmp);
     return s;

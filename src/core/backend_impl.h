@@ -34,10 +34,13 @@ typedef struct rb_backend_vtable {
     rb_status (*binary)(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
     rb_status (*where)(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a,
                        const rb_tensor *b);
+    rb_status (*glu)(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
     rb_status (*cast)(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
     rb_status (*reduce)(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
     rb_status (*softmax)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
     rb_status (*rms_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+    rb_status (*add_rms_norm)(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                              rb_tensor *h);
     rb_status (*layer_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                             const rb_tensor *b, float eps);
     rb_status (*group_norm)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups,
@@ -61,8 +64,29 @@ typedef struct rb_backend_vtable {
     rb_status (*upsample)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
 } rb_backend_vtable;
 
+/* Graph capture and replay (see backend.h). A backend without graphs leaves
+ * rb_backend.graph_vt NULL and the front-ends answer RB_E_UNSUPPORTED. The
+ * front-ends track capturing, so these are only called in a valid state;
+ * capture_end is called exactly once after a successful capture_begin and
+ * must leave the backend eager whatever happened: it fills g->impl on
+ * success, and discards the capture when g is NULL (no host memory). */
+typedef struct rb_graph_vtable {
+    rb_status (*capture_begin)(rb_backend *be);
+    rb_status (*capture_end)(rb_backend *be, rb_graph *g);
+    rb_status (*launch)(rb_backend *be, rb_graph *g);
+    void (*free)(rb_backend *be, rb_graph *g);
+} rb_graph_vtable;
+
+struct rb_graph {
+    rb_backend *backend;
+    void *impl; /* backend-private */
+};
+
 struct rb_backend {
     const rb_backend_vtable *vt;
+    const rb_graph_vtable *graph_vt; /* NULL: eager only */
+    bool capturing;                  /* between capture_begin and capture_end */
+    rb_status capture_status;        /* first failure recorded during the capture */
     rb_device_kind kind;
     int index;
     char name[32];                 /* "cpu", "cuda:0" */
@@ -75,6 +99,7 @@ struct rb_buffer {
     void *host_ptr; /* host-addressable memory or NULL */
     void *impl;     /* backend-private (device pointer, ...) */
     bool owned;     /* false for rb_buffer_from_host wrappers on the CPU */
+    bool constant;  /* rb_buffer_set_constant: no op or copy writes it any more */
 };
 
 /* Records a message in be->last_error and returns code. */

@@ -134,6 +134,14 @@ static rb_status check_ids(const opc *c, const rb_tensor *ids, int64_t limit, co
     return RB_OK;
 }
 
+/* Outputs may not lie in a constant buffer (rb_buffer_set_constant). */
+static rb_status writable(const opc *c, const char *name, const rb_tensor *t) {
+    if (t && t->buf && t->buf->constant)
+        return fail(c, RB_E_INVALID, "%s %s lies in a constant buffer (model weights): ops may not write it", name,
+                    D(t).s);
+    return RB_OK;
+}
+
 #define TRY(x)                                                                                                 \
     do {                                                                                                       \
         rb_status s_ = (x);                                                                                    \
@@ -163,6 +171,7 @@ rb_status rb_fill(rb_backend *be, rb_tensor *dst, float value) {
     TRY(check_t(&c, "dst", dst));
     if (!is_float(dst->dtype) && dst->dtype != RB_I32)
         return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32, f16, bf16 or i32", rb_dtype_name(dst->dtype));
+    TRY(writable(&c, "dst", dst));
     return be->vt->fill(be, dst, value);
 }
 
@@ -172,6 +181,7 @@ rb_status rb_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float 
     TRY(check_float(&c, "dst", dst));
     TRY(check_float(&c, "src", src));
     TRY(same_shape(&c, "dst", dst, "src", src));
+    TRY(writable(&c, "dst", dst));
     return be->vt->affine(be, dst, src, scale, bias);
 }
 
@@ -184,6 +194,7 @@ rb_status rb_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tens
     TRY(check_float(&c, "dst", dst));
     TRY(check_float(&c, "src", src));
     TRY(same_shape(&c, "dst", dst, "src", src));
+    TRY(writable(&c, "dst", dst));
     return be->vt->unary(be, op, dst, src);
 }
 
@@ -198,6 +209,7 @@ rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_te
     TRY(check_float(&c, "b", b));
     TRY(bcast(&c, "a", a, dst));
     TRY(bcast(&c, "b", b, dst));
+    TRY(writable(&c, "dst", dst));
     return be->vt->binary(be, op, dst, a, b);
 }
 
@@ -214,7 +226,25 @@ rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const 
     TRY(bcast(&c, "cond", cond, dst));
     TRY(bcast(&c, "a", a, dst));
     TRY(bcast(&c, "b", b, dst));
+    TRY(writable(&c, "dst", dst));
     return be->vt->where(be, dst, cond, a, b);
+}
+
+rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act) {
+    NEED_BE();
+    char name[48];
+    snprintf(name, sizeof name, "rb_glu(%s)", unary_name(act));
+    opc c = {be, name};
+    if (act != RB_UNARY_SILU && act != RB_UNARY_GELU_TANH && act != RB_UNARY_GELU && act != RB_UNARY_RELU)
+        return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation; expected silu, gelu_tanh, gelu "
+                    "or relu", (int)act, unary_name(act));
+    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_dtype(&c, "gate", gate, RB_F32));
+    TRY(check_dtype(&c, "up", up, RB_F32));
+    TRY(same_shape(&c, "dst", dst, "gate", gate));
+    TRY(same_shape(&c, "dst", dst, "up", up));
+    TRY(writable(&c, "dst", dst));
+    return be->vt->glu(be, dst, gate, up, act);
 }
 
 rb_status rb_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
@@ -233,6 +263,7 @@ rb_status rb_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
     if (qd && !is_float(src->dtype))
         return fail(&c, RB_E_INVALID, "quantizing to %s needs a f32/f16/bf16 src, not %s", rb_dtype_name(dst->dtype),
                     rb_dtype_name(src->dtype));
+    TRY(writable(&c, "dst", dst));
     return be->vt->cast(be, dst, src);
 }
 
@@ -255,6 +286,7 @@ rb_status rb_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_te
                     (long long)src->ne[1], (long long)src->ne[2], (long long)src->ne[3], D(src).s);
     if (src->ne[0] == 0 && op >= RB_REDUCE_MAX)
         return fail(&c, RB_E_INVALID, "max/min/argmax of an empty row");
+    TRY(writable(&c, "dst", dst));
     return be->vt->reduce(be, op, dst, src);
 }
 
@@ -274,6 +306,7 @@ rb_status rb_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const
         TRY(bcast(&c, "mask", mask, src));
     }
     if (!isfinite(scale)) return fail(&c, RB_E_INVALID, "scale %g is not finite", (double)scale);
+    TRY(writable(&c, "dst", dst));
     return be->vt->softmax(be, dst, src, mask, scale);
 }
 
@@ -297,7 +330,42 @@ rb_status rb_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, cons
     TRY(same_shape(&c, "dst", dst, "src", src));
     TRY(check_row_param(&c, "w", w, src->ne[0]));
     TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
     return be->vt->rms_norm(be, dst, src, w, eps);
+}
+
+/* [first, last] bytes a view touches; views are non-empty and checked. */
+static void byte_span(const rb_tensor *t, size_t *first, size_t *last) {
+    const rb_dtype_traits *tr = rb_dtype_info((int)t->dtype);
+    size_t end = t->offs + tr->type_size - 1;
+    for (int i = 0; i < RB_MAX_DIMS; i++)
+        end += (size_t)((i == 0 ? t->ne[0] / tr->block_size : t->ne[i]) - 1) * t->nb[i];
+    *first = t->offs;
+    *last = end;
+}
+
+rb_status rb_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                          rb_tensor *h) {
+    NEED_BE();
+    opc c = {be, "rb_add_rms_norm"};
+    TRY(check_dtype(&c, "x", x, RB_F32));
+    TRY(check_dtype(&c, "delta", delta, RB_F32));
+    TRY(check_dtype(&c, "h", h, RB_F32));
+    TRY(same_shape(&c, "x", x, "delta", delta));
+    TRY(same_shape(&c, "x", x, "h", h));
+    TRY(check_row_param(&c, "w", w, x->ne[0]));
+    TRY(check_eps(&c, eps));
+    if (rb_tensor_nelements(x) > 0 && x->buf == h->buf) {
+        size_t x0, x1, h0, h1;
+        byte_span(x, &x0, &x1);
+        byte_span(h, &h0, &h1);
+        if (x0 <= h1 && h0 <= x1)
+            return fail(&c, RB_E_INVALID, "h %s overlaps x %s in their buffer (x is updated in place)", D(h).s,
+                        D(x).s);
+    }
+    TRY(writable(&c, "x", x));
+    TRY(writable(&c, "h", h));
+    return be->vt->add_rms_norm(be, x, delta, w, eps, h);
 }
 
 rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, const rb_tensor *b,
@@ -310,6 +378,7 @@ rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, co
     TRY(check_row_param(&c, "w", w, src->ne[0]));
     TRY(check_row_param(&c, "b", b, src->ne[0]));
     TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
     return be->vt->layer_norm(be, dst, src, w, b, eps);
 }
 
@@ -326,6 +395,7 @@ rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, in
     TRY(check_row_param(&c, "w", w, src->ne[2]));
     TRY(check_row_param(&c, "b", b, src->ne[2]));
     TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
     return be->vt->group_norm(be, dst, src, n_groups, w, b, eps);
 }
 
@@ -345,6 +415,7 @@ rb_status rb_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, co
         return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld] for table %s and ids %s", D(dst).s,
                     (long long)table->ne[0], (long long)ids->ne[0], (long long)ids->ne[1], D(table).s, D(ids).s);
     TRY(check_ids(&c, ids, table->ne[1], "table rows"));
+    TRY(writable(&c, "dst", dst));
     return be->vt->get_rows(be, dst, table, ids);
 }
 
@@ -368,6 +439,7 @@ rb_status rb_index_select(rb_backend *be, rb_tensor *dst, const rb_tensor *src, 
                         (long long)want, D(src).s, (long long)ids->ne[0], dim);
     }
     TRY(check_ids(&c, ids, src->ne[dim], "src extent of the indexed dim"));
+    TRY(writable(&c, "dst", dst));
     return be->vt->index_select(be, dst, src, ids, dim);
 }
 
@@ -384,6 +456,7 @@ rb_status rb_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, cons
     if (dst->ne[0] != src->ne[0] || dst->ne[2] != src->ne[2] || dst->ne[3] != src->ne[3])
         return fail(&c, RB_E_INVALID, "dst %s and src %s must agree in dims 0, 2 and 3", D(dst).s, D(src).s);
     TRY(check_ids(&c, ids, dst->ne[1], "dst slots"));
+    TRY(writable(&c, "dst", dst));
     return be->vt->set_rows(be, dst, src, ids);
 }
 
@@ -398,6 +471,7 @@ rb_status rb_argsort(rb_backend *be, rb_tensor *dst, const rb_tensor *src, bool 
         return fail(&c, RB_E_INVALID, "src has dtype %s; expected f32, f16, bf16 or i32", rb_dtype_name(src->dtype));
     TRY(same_shape(&c, "dst", dst, "src", src));
     if (src->ne[0] > INT32_MAX) return fail(&c, RB_E_RANGE, "rows longer than INT32_MAX");
+    TRY(writable(&c, "dst", dst));
     return be->vt->argsort(be, dst, src, descending);
 }
 
@@ -418,6 +492,8 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
             outs[j]->ne[3] != src->ne[3])
             return fail(&c, RB_E_INVALID, "%s %s must be [%d, %lld, %lld, %lld]", j ? "indices" : "values",
                         D(outs[j]).s, k, (long long)src->ne[1], (long long)src->ne[2], (long long)src->ne[3]);
+    TRY(writable(&c, "values", values));
+    TRY(writable(&c, "indices", indices));
     return be->vt->topk(be, values, indices, src, k);
 }
 
@@ -442,6 +518,7 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
         return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld] for a %s, b %s", D(dst).s,
                     (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3], D(a).s,
                     D(b).s);
+    TRY(writable(&c, "dst", dst));
     return be->vt->matmul(be, dst, a, b);
 }
 
@@ -473,6 +550,7 @@ rb_status rb_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb
             return fail(&c, RB_E_INVALID, "freq_factors %s must be [n_rot/2 = %d]", D(p->freq_factors).s,
                         p->n_rot / 2);
     }
+    TRY(writable(&c, "dst", dst));
     return be->vt->rope(be, dst, src, pos, p);
 }
 
@@ -516,6 +594,7 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
         if (p->q_pos->ne[0] != Tq || p->q_pos->ne[1] != 1 || p->q_pos->ne[2] != 1 || p->q_pos->ne[3] != 1)
             return fail(&c, RB_E_INVALID, "q_pos %s must be [Tq = %lld]", D(p->q_pos).s, (long long)Tq);
     }
+    TRY(writable(&c, "dst", dst));
     return be->vt->attention(be, dst, q, k, v, p);
 }
 
@@ -562,6 +641,7 @@ rb_status rb_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     if (dst->ne[0] != lout || dst->ne[1] != w->ne[2] || dst->ne[2] != x->ne[2] || dst->ne[3] != 1)
         return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld]", D(dst).s, (long long)lout,
                     (long long)w->ne[2], (long long)x->ne[2]);
+    TRY(writable(&c, "dst", dst));
     return be->vt->conv1d(be, dst, x, w, bias, stride, pad, dilation, groups);
 }
 
@@ -584,6 +664,7 @@ rb_status rb_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     if (dst->ne[0] != wo || dst->ne[1] != ho || dst->ne[2] != w->ne[3] || dst->ne[3] != x->ne[3])
         return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld]", D(dst).s, (long long)wo,
                     (long long)ho, (long long)w->ne[3], (long long)x->ne[3]);
+    TRY(writable(&c, "dst", dst));
     return be->vt->conv2d(be, dst, x, w, bias, stride, pad, dilation, groups);
 }
 
@@ -598,5 +679,6 @@ rb_status rb_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_u
         return fail(&c, RB_E_INVALID, "dst %s and src %s must agree in dims 2 and 3", D(dst).s, D(src).s);
     if ((src->ne[0] == 0 || src->ne[1] == 0) && (dst->ne[0] > 0 && dst->ne[1] > 0))
         return fail(&c, RB_E_INVALID, "cannot resize an empty src %s", D(src).s);
+    TRY(writable(&c, "dst", dst));
     return be->vt->upsample(be, dst, src, mode);
 }
