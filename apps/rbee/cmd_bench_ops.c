@@ -121,7 +121,7 @@ static void fill_random(float *x, size_t n, uint64_t *s, float scale) {
 }
 
 static rb_backend *make_backend(int threads, const char *isa) {
-    rb_backend_config cfg = {threads, isa};
+    rb_backend_config cfg = {.n_threads = threads, .cpu_isa = isa};
     rb_backend *be = NULL;
     rb_error err;
     if (rb_backend_create("cpu", &cfg, &be, &err) != RB_OK) {

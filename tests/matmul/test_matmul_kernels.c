@@ -1,5 +1,6 @@
 /* Per-ISA CPU kernels against independent references: activation quantizers
- * byte-identical to rb_quantize_row; every weight dtype's dot product against
+ * byte-identical to rb_quantize_row (q8_K) or to ggml's x86 activation rule
+ * written out below (q8_0, q8_1); every weight dtype's dot product against
  * a double-precision dot of the decoded weights and decoded activations (the
  * integer kernels must agree to float rounding); each SIMD table against the
  * scalar table; the blocked gemm tiles against the same ISA's dot product;
@@ -60,6 +61,33 @@ static void act_row(tu_rng *r, float *x, int64_t n, int variant) {
     }
 }
 
+/* ggml's x86 q8_0/q8_1 activation quantizer (llama.cpp on x86): per block
+ * of 32, d = amax / 127, q = nearest-even(x * (127 / amax)), s = d * sum(q).
+ * rb_quantize_row's reference rule (roundf(x * (1 / d))) differs at ties. */
+static void act_ref_q8(rb_dtype t, const float *x, void *out, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int8_t q[32];
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            q[j] = (int8_t)nearbyintf(x[b * 32 + j] * id);
+            sum += q[j];
+        }
+        if (t == RB_Q8_0) {
+            rb_block_q8_0 *y = (rb_block_q8_0 *)out + b;
+            y->d = rb_f32_to_f16(d);
+            memcpy(y->qs, q, 32);
+        } else {
+            rb_block_q8_1 *y = (rb_block_q8_1 *)out + b;
+            y->d = rb_f32_to_f16(d);
+            y->s = rb_f32_to_f16((float)sum * d);
+            memcpy(y->qs, q, 32);
+        }
+    }
+}
+
 static void test_act_quant_identical(void **state) {
     (void)state;
     tu_rng r;
@@ -77,11 +105,12 @@ static void test_act_quant_identical(void **state) {
                 char *want = malloc(rs), *got = malloc(rs);
                 assert_true(want && got);
                 memset(got, 0xA5, rs);
-                TU_OK(rb_quantize_row(vts[v], x, want, n));
+                if (vts[v] == RB_Q8_K) TU_OK(rb_quantize_row(vts[v], x, want, n));
+                else act_ref_q8(vts[v], x, want, n);
                 assert_non_null(k->from_f32[vts[v]]);
                 k->from_f32[vts[v]](x, got, n);
                 if (memcmp(want, got, rs) != 0)
-                    fail_msg("isa %s: %s quantizer differs from rb_quantize_row (variant %d)",
+                    fail_msg("isa %s: %s quantizer differs from its reference (variant %d)",
                              rb_cpu_isa_name((rb_cpu_isa)isa), rb_dtype_name(vts[v]), variant);
                 free(want);
                 free(got);
@@ -89,6 +118,25 @@ static void test_act_quant_identical(void **state) {
         }
     }
     free(x);
+}
+
+/* Ties round to even, as llama.cpp's x86 quantizer does (roundf would give
+ * 63 and -63 for 62.5 and -62.5): with amax 127 the scale is exactly 1. */
+static void test_act_quant_ties(void **state) {
+    (void)state;
+    float x[32] = {127.0f, 62.5f, -62.5f, 63.5f, 0.5f, -1.5f, 2.5f};
+    const int8_t want[7] = {127, 62, -62, 64, 0, -2, 2};
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        rb_block_q8_0 b0;
+        rb_block_q8_1 b1;
+        k->from_f32[RB_Q8_0](x, &b0, 32);
+        k->from_f32[RB_Q8_1](x, &b1, 32);
+        assert_memory_equal(b0.qs, want, sizeof want);
+        assert_memory_equal(b1.qs, want, sizeof want);
+        assert_true(rb_f16_to_f32(b0.d) == 1.0f);
+        assert_true(rb_f16_to_f32(b1.s) == 127.0f + 62 - 62 + 64 + 0 - 2 + 2);
+    }
 }
 
 static void test_conversions(void **state) {
@@ -297,6 +345,7 @@ int main(void) {
         cmocka_unit_test(test_isa_detect),
         cmocka_unit_test(test_matvec_and_packed),
         cmocka_unit_test(test_act_quant_identical),
+        cmocka_unit_test(test_act_quant_ties),
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_vec_dot_all_dtypes),
         cmocka_unit_test(test_gemm_tiles),

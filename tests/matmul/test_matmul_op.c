@@ -34,7 +34,7 @@
 static const char *k_isas[] = {"scalar", "avx2", "avx512"};
 
 static int n_isas(void) {
-    rb_backend_config cfg = {1, "avx512"};
+    rb_backend_config cfg = {.n_threads = 1, .cpu_isa = "avx512"};
     rb_backend *be = NULL;
     int n = 1;
     for (int i = 1; i < 3; i++) {
@@ -48,7 +48,7 @@ static int n_isas(void) {
 }
 
 static rb_backend *make_be(const char *isa, int threads) {
-    rb_backend_config cfg = {threads, isa};
+    rb_backend_config cfg = {.n_threads = threads, .cpu_isa = isa};
     rb_backend *be = NULL;
     rb_error err;
     rb_status s = rb_backend_create("cpu", &cfg, &be, &err);

@@ -2,7 +2,11 @@
  * grouped-query heads, causal with q_pos0 > 0, sliding window (with and
  * without causal), soft-capping, f32/f16 additive masks with fully masked
  * rows, Tk spanning several key blocks, decode (Tq = 1), f16/bf16 inputs in
- * contiguous-row and strided views, 1 vs 3 threads.
+ * contiguous-row and strided views, 1 vs 3 threads. Per-query positions
+ * (q_pos): bit-identical to the q_pos0 form; k/v spanning a larger cache
+ * whose tail and unreached rows hold huge finite values, unsorted positions
+ * within one query tile, against a per-query reference, and the same bits
+ * whatever the invisible rows hold; bad q_pos rejected.
  * Bound: 1e-5 relative + 2e-5 absolute (outputs are O(1) averages of v). */
 #include "ref_ops.h"
 
@@ -34,7 +38,10 @@ static const att_case CASES[] = {
     {16, 16, 3, 5, 2, 2, 1, false, 0, 0, 0, 0, RB_F32, RB_F32, TF_CONTIG},
 };
 
-static void run_case(rb_backend *be, tu_rng *rng, const att_case *c, const char *what, double **out) {
+/* use_qpos: the same inputs, with positions given as an i32 tensor
+ * (q_pos0 + i) and q_pos0 set to 0 (it must be ignored). */
+static void run_case_q(rb_backend *be, tu_rng *rng, const att_case *c, const char *what, bool use_qpos,
+                       double **out) {
     const int64_t qne[4] = {c->D, c->Tq, c->Hq, c->B}, kne[4] = {c->D, c->Tk, c->Hkv, c->B};
     const int64_t vne[4] = {c->Dv, c->Tk, c->Hkv, c->B}, dne[4] = {c->Dv, c->Hq, c->Tq, c->B};
     const int64_t mne[4] = {c->Tk, c->Tq, 1, 1};
@@ -52,7 +59,18 @@ static void run_case(rb_backend *be, tu_rng *rng, const att_case *c, const char 
     tt d = tf_make(be, rng, RB_F32, dne, TF_SLICE, 5, 6);
     rb_attn_params p = {.scale = 1.0f / sqrtf((float)c->D), .softcap = c->softcap, .causal = c->causal,
                         .window = c->window, .q_pos0 = c->q_pos0, .mask = c->mask ? &m.t : NULL};
+    const int64_t pne[4] = {c->Tq, 1, 1, 1};
+    double *pv = malloc((size_t)c->Tq * sizeof(double));
+    assert_non_null(pv);
+    for (int64_t i = 0; i < c->Tq; i++) pv[i] = (double)(c->q_pos0 + i);
+    tt qp = tf_from(be, RB_I32, pne, TF_SLICE, pv);
+    free(pv);
+    if (use_qpos) {
+        p.q_pos = &qp.t;
+        p.q_pos0 = 0;
+    }
     TU_OK(rb_attention(be, &d.t, &q.t, &k.t, &v.t, &p));
+    tf_free(&qp);
     double *got = tf_read(&d), *ref = malloc((size_t)d.n * sizeof(double));
     ref_attention(q.v, k.v, v.v, qne, kne, c->Dv, c->mask ? m.v : NULL, p.scale, c->softcap, c->causal, c->window,
                   c->q_pos0, ref);
@@ -69,6 +87,10 @@ static void run_case(rb_backend *be, tu_rng *rng, const att_case *c, const char 
     tf_free(&v);
     tf_free(&m);
     tf_free(&d);
+}
+
+static void run_case(rb_backend *be, tu_rng *rng, const att_case *c, const char *what, double **out) {
+    run_case_q(be, rng, c, what, false, out);
 }
 
 static void test_attention_cases(void **state) {
@@ -152,11 +174,185 @@ static void test_attention_bad(void **state) {
     rb_backend_destroy(be);
 }
 
+/* q_pos holding q_pos0 + i gives the same bits as the q_pos0 form (every
+ * causal case, every configuration). */
+static void test_attention_qpos_same(void **state) {
+    (void)state;
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        int n = 0;
+        for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+            if (!CASES[k].causal) continue;
+            tu_rng r1, r2;
+            tu_rng_seed(&r1, 16500 + k);
+            tu_rng_seed(&r2, 16500 + k);
+            char what[64];
+            snprintf(what, sizeof what, "attention q_pos case %zu cfg %d", k, ci);
+            double *a, *b;
+            run_case_q(be, &r1, &CASES[k], what, false, &a);
+            run_case_q(be, &r2, &CASES[k], what, true, &b);
+            const att_case *c = &CASES[k];
+            tf_expect_close(b, a, c->Dv * c->Hq * c->Tq * c->B, 0, 0, what);
+            free(a);
+            free(b);
+            n++;
+        }
+        assert_true(n >= 4);
+        rb_backend_destroy(be);
+    }
+}
+
+/* Reference for per-query positions: query i alone at position pos[i]. */
+static void ref_attention_qpos(const double *q, const double *k, const double *v, const int64_t qne[4],
+                               const int64_t kne[4], int64_t Dv, double scale, double softcap, int window,
+                               const int32_t *pos, double *y) {
+    const int64_t D = qne[0], Tq = qne[1], Hq = qne[2], B = qne[3];
+    const int64_t q1ne[4] = {D, 1, Hq, B}, y1ne[4] = {Dv, Hq, 1, B}, yne[4] = {Dv, Hq, Tq, B};
+    double *q1 = malloc((size_t)(D * Hq * B) * sizeof(double)), *y1 = malloc((size_t)(Dv * Hq * B) * sizeof(double));
+    assert_non_null(q1);
+    assert_non_null(y1);
+    for (int64_t i = 0; i < Tq; i++) {
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t e = 0; e < D; e++) q1[tf_idx(q1ne, e, 0, h, b)] = q[tf_idx(qne, e, i, h, b)];
+        ref_attention(q1, k, v, q1ne, kne, Dv, NULL, scale, softcap, true, window, pos[i], y1);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t e = 0; e < Dv; e++) y[tf_idx(yne, e, h, i, b)] = y1[tf_idx(y1ne, e, h, 0, b)];
+    }
+    free(q1);
+    free(y1);
+}
+
+/* k/v views over a whole "cache" of Tk rows: rows past each query's
+ * position (including the never-written tail) must have no effect. Rows past
+ * the largest position hold huge finite values; then they are replaced by
+ * other huge values and the output must keep every bit. */
+static void test_attention_qpos_cache(void **state) {
+    (void)state;
+    enum { NQ = 6 };
+    const int32_t pos[NQ] = {37, 3, 120, 64, 0, 71}; /* unsorted; tiles of 4 queries mix them */
+    const int32_t maxpos = 120;
+    const struct {
+        int window;
+        float softcap;
+        rb_dtype kvdt;
+    } V[] = {{0, 0, RB_F32}, {0, 0, RB_F16}, {25, 3.0f, RB_F16}, {7, 0, RB_BF16}};
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        for (size_t vi = 0; vi < sizeof V / sizeof V[0]; vi++) {
+            tu_rng rng;
+            const int64_t D = 16, Dv = 12, Tk = 150, Hq = 4, Hkv = 2, B = 1;
+            const int64_t qne[4] = {D, NQ, Hq, B}, kne[4] = {D, Tk, Hkv, B}, vne[4] = {Dv, Tk, Hkv, B};
+            const int64_t dne[4] = {Dv, Hq, NQ, B}, pne[4] = {NQ, 1, 1, 1};
+            double *kv = malloc((size_t)(D * Tk * Hkv) * sizeof(double));
+            double *vv = malloc((size_t)(Dv * Tk * Hkv) * sizeof(double));
+            assert_non_null(kv);
+            assert_non_null(vv);
+            double *first = NULL; /* pass 0's output: pass 1 must match it bit for bit */
+            for (int pass = 0; pass < 2; pass++) {
+                /* same valid rows in both passes (reseeded), different garbage */
+                tu_rng vr;
+                tu_rng_seed(&vr, 18100 + vi);
+                for (int64_t g = 0; g < Hkv; g++)
+                    for (int64_t j = 0; j < Tk; j++) {
+                        const bool junk = j > maxpos;
+                        for (int64_t e = 0; e < D; e++) {
+                            const double r = tu_rng_uniform(&vr) * 2 - 1;
+                            kv[tf_idx(kne, e, j, g, 0)] = junk ? (pass ? -3e4 : 2e4) * (e % 2 ? 1 : -1) : r;
+                        }
+                        for (int64_t e = 0; e < Dv; e++) {
+                            const double r = tu_rng_uniform(&vr) * 2 - 1;
+                            vv[tf_idx(vne, e, j, g, 0)] = junk ? (pass ? 3e4 : -1e4) : r;
+                        }
+                    }
+                tu_rng_seed(&rng, 18000 + vi); /* the same queries in both passes */
+                tt q = tf_make(be, &rng, RB_F32, qne, TF_PERM, -1, 1);
+                tt k = tf_from(be, V[vi].kvdt, kne, TF_SLICE, kv);
+                tt v = tf_from(be, V[vi].kvdt, vne, TF_PERM, vv);
+                double pd[NQ];
+                for (int i = 0; i < NQ; i++) pd[i] = pos[i];
+                tt qp = tf_from(be, RB_I32, pne, TF_SLICE, pd);
+                tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, 5, 6);
+                rb_attn_params p = {.scale = 0.25f, .softcap = V[vi].softcap, .causal = true,
+                                    .window = V[vi].window, .q_pos0 = 99, .q_pos = &qp.t};
+                TU_OK(rb_attention(be, &d.t, &q.t, &k.t, &v.t, &p));
+                double *got = tf_read(&d), *ref = malloc((size_t)d.n * sizeof(double));
+                assert_non_null(ref);
+                ref_attention_qpos(q.v, k.v, v.v, qne, kne, Dv, p.scale, p.softcap, p.window, pos, ref);
+                char what[64];
+                snprintf(what, sizeof what, "attention q_pos cache variant %zu pass %d cfg %d", vi, pass, ci);
+                tf_expect_close(got, ref, d.n, 1e-5, 2e-5, what);
+                assert_true(tf_pad_intact(&d));
+                if (pass == 0) {
+                    first = got;
+                } else {
+                    tf_expect_close(got, first, d.n, 0, 0, what);
+                    free(first);
+                    free(got);
+                    first = NULL;
+                }
+                free(ref);
+                tf_free(&q);
+                tf_free(&k);
+                tf_free(&v);
+                tf_free(&qp);
+                tf_free(&d);
+            }
+            free(kv);
+            free(vv);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
+static void test_attention_qpos_bad(void **state) {
+    (void)state;
+    rb_backend *be = tf_backend(&tf_cfgs[1]);
+    tu_rng rng;
+    tu_rng_seed(&rng, 18500);
+    const int64_t qne[4] = {8, 3, 4, 1}, kne[4] = {8, 9, 2, 1}, dne[4] = {8, 4, 3, 1};
+    const int64_t p3[4] = {3, 1, 1, 1}, p4[4] = {4, 1, 1, 1}, p32[4] = {3, 2, 1, 1};
+    tt q = tf_make(be, &rng, RB_F32, qne, TF_CONTIG, -1, 1);
+    tt k = tf_make(be, &rng, RB_F32, kne, TF_CONTIG, -1, 1);
+    tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, -1, 1);
+    tt pf = tf_make(be, &rng, RB_F32, p3, TF_CONTIG, 0, 3);   /* wrong dtype */
+    tt pl = tf_make(be, &rng, RB_I32, p4, TF_CONTIG, 0, 3);   /* Tq + 1 entries */
+    tt p2 = tf_make(be, &rng, RB_I32, p32, TF_CONTIG, 0, 3);  /* 2-D */
+    tt ok = tf_make(be, &rng, RB_I32, p3, TF_CONTIG, 0, 9);
+    rb_attn_params p = {.scale = 0.3f, .causal = true};
+    p.q_pos = &pf.t;
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    assert_non_null(strstr(rb_backend_last_error(be), "q_pos"));
+    p.q_pos = &pl.t;
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    p.q_pos = &p2.t;
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    p.q_pos = &ok.t;
+    p.causal = false; /* positions only mean something with the causal rule */
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    assert_non_null(strstr(rb_backend_last_error(be), "causal"));
+    assert_true(tf_unchanged(&d));
+    p.causal = true;
+    TU_OK(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p));
+    tf_free(&q);
+    tf_free(&k);
+    tf_free(&d);
+    tf_free(&pf);
+    tf_free(&pl);
+    tf_free(&p2);
+    tf_free(&ok);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_cases),
         cmocka_unit_test(test_attention_threads),
         cmocka_unit_test(test_attention_bad),
+        cmocka_unit_test(test_attention_qpos_same),
+        cmocka_unit_test(test_attention_qpos_cache),
+        cmocka_unit_test(test_attention_qpos_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
-/* Validation of the op front-ends, family by family: shape mismatches,
+/* Validation of the op front-ends, family by family (elementwise,
+ * reductions/indexing/sorting, the fused ops): shape mismatches,
  * wrong dtypes, tensors from another backend, views reaching outside their
  * buffer, missing buffers, bad enum values and parameters. Every rejected
  * call must return the stated code, name the op in rb_backend_last_error,
@@ -175,10 +176,139 @@ static void test_reduce_index_sort_family(void **state) {
     rb_backend_destroy(other);
 }
 
+/* rb_glu and rb_add_rms_norm: f32 only, equal shapes, gate activations only,
+ * and h must not overlap the x it normalises. */
+static void test_fused_family(void **state) {
+    (void)state;
+    rb_backend *be = tf_backend(&tf_cfgs[1]), *other = tf_backend(&tf_cfgs[0]);
+    tu_rng rng;
+    tu_rng_seed(&rng, 23000);
+    const int64_t ne[4] = {9, 4, 2, 1}, ne2[4] = {9, 3, 2, 1}, wne[4] = {9, 1, 1, 1};
+    tt d = tf_make(be, &rng, RB_F32, ne, TF_CONTIG, -1, 1);
+    tt g = tf_make(be, &rng, RB_F32, ne, TF_PERM, -1, 1);
+    tt u = tf_make(be, &rng, RB_F32, ne, TF_SLICE, -1, 1);
+    tt wrong = tf_make(be, &rng, RB_F32, ne2, TF_CONTIG, -1, 1);
+    tt h16 = tf_make(be, &rng, RB_F16, ne, TF_CONTIG, -1, 1);
+    tt b16 = tf_make(be, &rng, RB_BF16, ne, TF_CONTIG, -1, 1);
+    tt foreign = tf_make(other, &rng, RB_F32, ne, TF_CONTIG, -1, 1);
+    tt w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, 0.5f, 1.5f);
+    tt w8 = tf_make(be, &rng, RB_F32, (const int64_t[4]){8, 1, 1, 1}, TF_CONTIG, -1, 1);
+    tt wi = tf_make(be, &rng, RB_I32, wne, TF_CONTIG, -1, 1);
+
+    expect_fail(be, rb_glu(be, &d.t, &wrong.t, &u.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "shape mismatch",
+                NULL);
+    expect_fail(be, rb_glu(be, &wrong.t, &g.t, &u.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "shape mismatch",
+                &wrong);
+    expect_fail(be, rb_glu(be, &d.t, &g.t, &wrong.t, RB_UNARY_GELU_TANH), RB_E_INVALID, "rb_glu(gelu_tanh)",
+                "shape mismatch", NULL);
+    expect_fail(be, rb_glu(be, &d.t, &h16.t, &u.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "f16", NULL);
+    expect_fail(be, rb_glu(be, &d.t, &g.t, &b16.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "bf16", NULL);
+    expect_fail(be, rb_glu(be, &h16.t, &g.t, &u.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "expected f32",
+                &h16);
+    expect_fail(be, rb_glu(be, &d.t, &g.t, &u.t, RB_UNARY_EXP), RB_E_INVALID, "rb_glu(exp)", "not a gate activation",
+                NULL);
+    expect_fail(be, rb_glu(be, &d.t, &g.t, &u.t, RB_UNARY_COUNT_), RB_E_INVALID, "rb_glu", "not a gate activation",
+                NULL);
+    expect_fail(be, rb_glu(be, &d.t, &g.t, NULL, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "NULL", NULL);
+    expect_fail(be, rb_glu(be, &d.t, &foreign.t, &u.t, RB_UNARY_SILU), RB_E_INVALID, "rb_glu(silu)", "backend", NULL);
+    assert_int_equal(rb_glu(NULL, &d.t, &g.t, &u.t, RB_UNARY_SILU), RB_E_INVALID);
+
+    /* x and h as row ranges of one parent: rows 0-3 and 4-7 are disjoint, 2-5 overlap 0-3 */
+    tt par = tf_make(be, &rng, RB_F32, (const int64_t[4]){9, 8, 1, 1}, TF_CONTIG, -1, 1);
+    rb_tensor x = par.t, hd = par.t, ho = par.t;
+    x.ne[1] = hd.ne[1] = ho.ne[1] = 4;
+    x.nb[2] = x.nb[3] = hd.nb[2] = hd.nb[3] = ho.nb[2] = ho.nb[3] = 4 * par.t.nb[1];
+    hd.offs += 4 * par.t.nb[1];
+    ho.offs += 2 * par.t.nb[1];
+    tt dl = tf_make(be, &rng, RB_F32, (const int64_t[4]){9, 4, 1, 1}, TF_SLICE, -1, 1);
+    expect_fail(be, rb_add_rms_norm(be, &x, &dl.t, &w.t, 1e-5f, &ho), RB_E_INVALID, "rb_add_rms_norm", "overlaps",
+                &par);
+    expect_fail(be, rb_add_rms_norm(be, &x, &dl.t, &w.t, 1e-5f, &x), RB_E_INVALID, "rb_add_rms_norm", "overlaps",
+                &par);
+    TU_OK(rb_add_rms_norm(be, &x, &dl.t, &w.t, 1e-5f, &hd)); /* disjoint views of one buffer are fine */
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &wrong.t, &w.t, 1e-5f, &g.t), RB_E_INVALID, "rb_add_rms_norm",
+                "shape mismatch", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, &w.t, 1e-5f, &wrong.t), RB_E_INVALID, "rb_add_rms_norm",
+                "shape mismatch", &d);
+    expect_fail(be, rb_add_rms_norm(be, &h16.t, &g.t, &w.t, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm",
+                "expected f32", &h16);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &b16.t, &w.t, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm", "bf16",
+                &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, &w.t, 1e-5f, &h16.t), RB_E_INVALID, "rb_add_rms_norm", "f16",
+                &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, &w8.t, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm", "[9]", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, &wi.t, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm", "i32", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, NULL, -1.0f, &u.t), RB_E_INVALID, "rb_add_rms_norm", "eps", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &g.t, NULL, NAN, &u.t), RB_E_INVALID, "rb_add_rms_norm", "eps", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, &foreign.t, NULL, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm",
+                "backend", &d);
+    expect_fail(be, rb_add_rms_norm(be, &d.t, NULL, NULL, 1e-5f, &u.t), RB_E_INVALID, "rb_add_rms_norm", "NULL", &d);
+    assert_true(tf_unchanged(&u));
+    TU_OK(rb_glu(be, &d.t, &g.t, &u.t, RB_UNARY_SILU)); /* the control: valid arguments pass */
+
+    tf_free(&par);
+    tf_free(&dl);
+    tf_free(&d);
+    tf_free(&g);
+    tf_free(&u);
+    tf_free(&wrong);
+    tf_free(&h16);
+    tf_free(&b16);
+    tf_free(&foreign);
+    tf_free(&w);
+    tf_free(&w8);
+    tf_free(&wi);
+    rb_backend_destroy(be);
+    rb_backend_destroy(other);
+}
+
+/* A constant buffer (rb_buffer_set_constant, model weights) is read by ops
+ * as usual but no op output, rb_buffer_set or rb_buffer_copy may write it;
+ * every refusal leaves it untouched. */
+static void test_constant_buffer(void **state) {
+    (void)state;
+    rb_backend *be = tf_backend(&tf_cfgs[1]);
+    tu_rng rng;
+    tu_rng_seed(&rng, 24000);
+    const int64_t ne[4] = {16, 3, 1, 1}, wne[4] = {16, 5, 1, 1}, dne[4] = {5, 3, 1, 1};
+    tt w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, -1, 1);
+    tt x = tf_make(be, &rng, RB_F32, ne, TF_CONTIG, -1, 1);
+    tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, -1, 1);
+    tt nw = tf_make(be, &rng, RB_F32, (const int64_t[4]){16, 1, 1, 1}, TF_CONTIG, 0.5f, 1.5f);
+    assert_false(rb_buffer_is_constant(w.buf));
+    TU_OK(rb_buffer_set_constant(w.buf));
+    TU_OK(rb_buffer_set_constant(nw.buf));
+    assert_true(rb_buffer_is_constant(w.buf));
+    assert_int_equal(rb_buffer_set_constant(NULL), RB_E_INVALID);
+    /* reading a constant buffer is fine */
+    TU_OK(rb_matmul(be, &d.t, &w.t, &x.t));
+    TU_OK(rb_rms_norm(be, &x.t, &x.t, &nw.t, 1e-6f));
+    /* writing it is not */
+    expect_fail(be, rb_fill(be, &w.t, 0.0f), RB_E_INVALID, "rb_fill", "constant buffer", &w);
+    expect_fail(be, rb_unary(be, RB_UNARY_NEG, &w.t, &w.t), RB_E_INVALID, "rb_unary(neg)", "constant buffer", &w);
+    rb_tensor wrow = w.t;
+    wrow.ne[1] = 3;
+    expect_fail(be, rb_add_rms_norm(be, &wrow, &x.t, &nw.t, 1e-6f, &x.t), RB_E_INVALID, "rb_add_rms_norm",
+                "constant buffer", &w);
+    expect_fail(be, rb_add_rms_norm(be, &x.t, &x.t, &nw.t, 1e-6f, &wrow), RB_E_INVALID, "rb_add_rms_norm",
+                "constant buffer", &w);
+    const float zeros[4] = {0};
+    expect_fail(be, rb_buffer_set(w.buf, 0, zeros, sizeof zeros), RB_E_INVALID, "rb_buffer_set", "constant", &w);
+    expect_fail(be, rb_buffer_copy(w.buf, 0, x.buf, 0, 16), RB_E_INVALID, "rb_buffer_copy", "constant", &w);
+    TU_OK(rb_buffer_copy(x.buf, 0, w.buf, 0, 16)); /* copying out of it is fine */
+    tf_free(&w);
+    tf_free(&x);
+    tf_free(&d);
+    tf_free(&nw);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise_family),
         cmocka_unit_test(test_reduce_index_sort_family),
+        cmocka_unit_test(test_fused_family),
+        cmocka_unit_test(test_constant_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,10 +201,12 @@ static const rb_backend_vtable k_cpu_vtable = {
     .unary = rb_cpu_unary,
     .binary = rb_cpu_binary,
     .where = rb_cpu_where,
+    .glu = rb_cpu_glu,
     .cast = rb_cpu_cast,
     .reduce = rb_cpu_reduce,
     .softmax = rb_cpu_softmax,
     .rms_norm = rb_cpu_rms_norm,
+    .add_rms_norm = rb_cpu_add_rms_norm,
     .layer_norm = rb_cpu_layer_norm,
     .group_norm = rb_cpu_group_norm,
     .get_rows = rb_cpu_get_rows,
@@ -242,6 +244,7 @@ rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, 
     cb->n_threads = n_threads;
     cb->isa = isa;
     cb->kern = rb_cpu_kernels_get(isa);
+    cb->llamacpp_numerics = cfg && cfg->llamacpp_numerics;
     rb_status s = rb_threadpool_create(n_threads, &cb->pool);
     if (s != RB_OK) {
         free(cb);

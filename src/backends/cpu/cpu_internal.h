@@ -35,6 +35,7 @@ typedef struct rb_cpu_backend {
     int n_threads;
     rb_cpu_isa isa;
     const struct rb_cpu_kernels *kern;
+    bool llamacpp_numerics; /* rb_backend_config.llamacpp_numerics (llamacpp_numerics.h) */
     void *scratch; /* grows on demand; used by one op at a time */
     size_t scratch_cap;
 } rb_cpu_backend;

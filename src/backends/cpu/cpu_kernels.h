@@ -20,8 +20,9 @@
 
 /* *s = dot(x[0..n), y[0..n)). */
 typedef void (*rb_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
-/* Converts one f32 row of n values into dtype-specific blocks (identical to
- * rb_quantize_row of quant.h for the quantized activation formats). */
+/* Converts one f32 row of n values into dtype-specific blocks: identical to
+ * rb_quantize_row of quant.h for q8_K; q8_0/q8_1 use ggml's x86 activation
+ * rounding (nearest-even of x * 127 / amax, see quantize_act_scalar.c). */
 typedef void (*rb_from_f32_fn)(const float *x, void *y, int64_t n);
 /* Tile of dot products: for r < nr and c < nc,
  *   dst[c * ldd + r] = dot(row r of x, row c of y)

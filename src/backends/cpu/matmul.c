@@ -3,8 +3,11 @@
  * weight dtype's dot product consumes), then splits the weight rows of a over
  * the thread pool. Each thread streams its share of the weights; for several
  * activation rows it computes tiles of (weight rows x activation rows) so a
- * weight row is loaded once per tile instead of once per activation row. */
+ * weight row is loaded once per tile instead of once per activation row.
+ * In the llama.cpp numerics mode f32 x f32 products are summed in llama.cpp's
+ * order instead (llamacpp_numerics.c). */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/llamacpp_numerics.h"
 #include "backends/cpu/matmul_plan.h"
 
 #include <string.h>
@@ -49,6 +52,9 @@ rb_status rb_cpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     rb_status st = check_args(cb, dst, a, b);
     if (st != RB_OK) return st;
     if (rb_tensor_nelements(dst) == 0) return RB_OK;
+    if (cb->llamacpp_numerics && a->dtype == RB_F32 && b->dtype == RB_F32 && dst->dtype == RB_F32 &&
+        a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float))
+        return rb_cpu_matmul_f32_llamacpp(cb, dst, a, b);
 
     rb_mm_plan p;
     st = rb_mm_plan_init(&p, cb, dst, a, b);

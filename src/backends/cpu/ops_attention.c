@@ -3,12 +3,15 @@
  * linear in Tk and no [Tq, Tk] matrix exists. A work item is one (batch, kv
  * head, tile of queries) and covers all query heads sharing that kv head
  * (grouped-query attention), so each key/value block is loaded once for the
- * whole group. Supports causal, sliding window, q_pos0, additive mask,
+ * whole group. Supports causal, sliding window, q_pos0 or per-query
+ * positions (q_pos: keys past a query's position are never visited, so a
+ * view over a whole KV cache costs what its filled part costs), additive mask,
  * soft-capping, f32/f16/bf16 inputs with any strides. Key rows with
  * contiguous elements are dotted in place by the ISA kernel table. */
 #include "backends/cpu/ops_common.h"
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/llamacpp_numerics.h"
 
 #include <math.h>
 
@@ -53,6 +56,14 @@ static att_scr att_layout(float *base, int64_t R, int64_t D, int64_t Dv) {
     return s;
 }
 
+/* Absolute position of query i. */
+static int64_t att_qpos(const rb_attn_params *p, int64_t i) {
+    if (!p->q_pos) return p->q_pos0 + i;
+    int32_t v;
+    memcpy(&v, rb_cpu_data(p->q_pos) + i * (int64_t)p->q_pos->nb[0], sizeof v);
+    return v;
+}
+
 static void att_item(att_ctx *c, att_scr *w, int64_t item) {
     const rb_tensor *q = c->q, *k = c->k, *v = c->v;
     const rb_attn_params *p = c->p;
@@ -74,9 +85,13 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
     memset(w->acc, 0, (size_t)(R * Dv) * sizeof(float));
 
     /* keys any query of the tile may see */
-    int64_t kbeg = 0, kend = Tk;
-    const int64_t pos_lo = p->q_pos0 + i0, pos_hi = p->q_pos0 + i0 + nq - 1;
-    if (p->causal && pos_hi + 1 < kend) kend = pos_hi + 1;
+    int64_t kbeg = 0, kend = Tk, pos_lo = att_qpos(p, i0), pos_hi = pos_lo;
+    for (int64_t qi = 1; qi < nq; qi++) {
+        const int64_t pq = att_qpos(p, i0 + qi);
+        pos_lo = pq < pos_lo ? pq : pos_lo;
+        pos_hi = pq > pos_hi ? pq : pos_hi;
+    }
+    if (p->causal && pos_hi + 1 < kend) kend = pos_hi + 1 > 0 ? pos_hi + 1 : 0;
     if (p->window > 0 && pos_lo - p->window + 1 > kbeg) kbeg = pos_lo - p->window + 1;
 
     const rb_vec_dot_fn dot_direct = cb->kern->vec_dot[k->dtype];
@@ -95,7 +110,7 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
             rb_cpu_row_to_f32(cb, v->dtype, rb_cpu_row(v, j0 + j, g, b), v->nb[0], w->vf + j * Dv, Dv);
         }
         for (int64_t qi = 0; qi < nq; qi++) {
-            const int64_t iq = i0 + qi, pos = p->q_pos0 + iq;
+            const int64_t iq = i0 + qi, pos = att_qpos(p, iq);
             for (int64_t hh = 0; hh < r; hh++) {
                 const int64_t row = qi * r + hh;
                 const float *qr = w->qf + row * D;
@@ -164,6 +179,8 @@ rb_status rb_cpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, c
                            const rb_attn_params *p) {
     rb_cpu_backend *cb = rb_cpu(be);
     if (rb_tensor_nelements(dst) == 0) return RB_OK;
+    if (cb->llamacpp_numerics && k->dtype == RB_F16 && v->dtype == RB_F16)
+        return rb_cpu_attention_llamacpp(cb, dst, q, k, v, p);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
     att_ctx c = {.cb = cb, .dst = dst, .q = q, .k = k, .v = v, .p = p};
@@ -173,7 +190,15 @@ rb_status rb_cpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, c
     c.k_direct = (k->nb[0] == esz || D == 1) && cb->kern->vec_dot[k->dtype] != NULL &&
                  cb->kern->vec_dot_type[k->dtype] == RB_F32;
     const int64_t items = c.ntile * Hkv * B;
-    int nth = rb_cpu_threads_for(cb, B * Hq * Tq * (Tk + 1) * (D + Dv));
+    int64_t Tk_used = Tk; /* with q_pos, keys past the last position are never visited */
+    if (p->q_pos) {
+        Tk_used = 0;
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t pq = att_qpos(p, i) + 1;
+            Tk_used = pq > Tk_used ? (pq < Tk ? pq : Tk) : Tk_used;
+        }
+    }
+    int nth = rb_cpu_threads_for(cb, B * Hq * Tq * (Tk_used + 1) * (D + Dv));
     if (items < 2) nth = 1; /* one work item: waking the pool buys nothing */
     c.scratch = rb_cpu_scratch_threads(cb, nth, att_scratch_floats(ATT_QT * c.r, D, Dv) * sizeof(float), &c.stride);
     if (!c.scratch) return RB_E_NOMEM;

@@ -16,10 +16,13 @@ rb_status rb_cpu_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, fl
 rb_status rb_cpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 rb_status rb_cpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
+rb_status rb_cpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
 rb_status rb_cpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
 rb_status rb_cpu_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+rb_status rb_cpu_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                              rb_tensor *h);
 rb_status rb_cpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                             const rb_tensor *b, float eps);
 rb_status rb_cpu_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,

@@ -1,12 +1,14 @@
 /* CPU elementwise ops: fill, affine, unary functions, binary ops with
- * broadcasting, and where. Every row is converted to f32 (or used in place
- * when it is contiguous f32), computed in f32, and stored back in the dst
- * dtype; rows are split across the thread pool for large tensors. */
+ * broadcasting, where, and the gated linear unit (act(gate) * up through the
+ * same unary_row / binary_row as the unfused pair, so bit-identical to it).
+ * Every row is converted to f32 (or used in place when it is contiguous f32),
+ * computed in f32, and stored back in the dst dtype; rows are split across
+ * the thread pool for large tensors. */
 #include "backends/cpu/ops_common.h"
 
 #include <math.h>
 
-typedef enum ew_kind { EW_FILL, EW_AFFINE, EW_UNARY, EW_BINARY, EW_WHERE } ew_kind;
+typedef enum ew_kind { EW_FILL, EW_AFFINE, EW_UNARY, EW_BINARY, EW_WHERE, EW_GLU } ew_kind;
 
 typedef struct ew_ctx {
     rb_cpu_backend *cb;
@@ -127,6 +129,10 @@ static void ew_task(void *p, int ith, int nth) {
         case EW_WHERE:
             for (int64_t i = 0; i < n; i++) y[i] = x[0][i] != 0.0f ? x[1][i] : x[2][i];
             break;
+        case EW_GLU: /* act(gate) into the free third slot: y may be gate's or up's row */
+            unary_row((rb_unary_op)c->op, x[0], in[2], n);
+            binary_row(RB_BINARY_MUL, in[2], x[1], y, n);
+            break;
         }
         if (!direct) rb_cpu_row_from_f32(c->cb, d->dtype, y, drow, d->nb[0], n);
     }
@@ -137,7 +143,7 @@ static rb_status ew_run(rb_backend *be, ew_ctx *c) {
     c->cb = cb;
     const int64_t ne = rb_tensor_nelements(c->dst);
     if (ne == 0) return RB_OK;
-    int nth = rb_cpu_threads_for(cb, ne * (c->kind == EW_UNARY ? 8 : 1));
+    int nth = rb_cpu_threads_for(cb, ne * (c->kind == EW_UNARY || c->kind == EW_GLU ? 8 : 1));
     size_t per = (size_t)c->dst->ne[0] * 4 * sizeof(float);
     c->scratch = rb_cpu_scratch_threads(cb, nth, per, &c->stride);
     if (!c->scratch) return RB_E_NOMEM;
@@ -167,5 +173,10 @@ rb_status rb_cpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const r
 
 rb_status rb_cpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b) {
     ew_ctx c = {.kind = EW_WHERE, .dst = dst, .src = {cond, a, b}, .nsrc = 3};
+    return ew_run(be, &c);
+}
+
+rb_status rb_cpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act) {
+    ew_ctx c = {.kind = EW_GLU, .op = (int)act, .dst = dst, .src = {gate, up}, .nsrc = 2};
     return ew_run(be, &c);
 }

@@ -1,12 +1,15 @@
 /* CPU row reductions and normalisations: reduce (sum/mean/max/min/argmax),
- * softmax with scale and broadcast additive mask, rms_norm, layer_norm and
- * group_norm. Values are f32; sums accumulate in double so rows of any length
+ * softmax with scale and broadcast additive mask, rms_norm, the fused
+ * residual add + rms_norm (same float operations as rb_binary(ADD) then
+ * rb_rms_norm, so bit-identical to them), layer_norm and group_norm. Values are f32; sums accumulate in double so rows of any length
  * stay within ~1e-6 relative. Rows (or groups) are split across threads. */
 #include "backends/cpu/ops_common.h"
 
+#include "backends/cpu/llamacpp_numerics.h"
+
 #include <math.h>
 
-typedef enum red_kind { RK_REDUCE, RK_SOFTMAX, RK_RMS, RK_LAYER } red_kind;
+typedef enum red_kind { RK_REDUCE, RK_SOFTMAX, RK_RMS, RK_LAYER, RK_ADD_RMS } red_kind;
 
 typedef struct red_ctx {
     rb_cpu_backend *cb;
@@ -14,6 +17,7 @@ typedef struct red_ctx {
     rb_reduce_op op;
     rb_tensor *dst;
     const rb_tensor *src, *mask, *w, *b;
+    const rb_tensor *delta; /* RK_ADD_RMS: src += delta in place, dst = rms_norm(src) */
     float scale, eps;
     char *scratch;
     size_t stride;
@@ -81,8 +85,19 @@ static void softmax_row(const red_ctx *c, float *x, int64_t n, int64_t i1, int64
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* RK_ADD_RMS: x (the loaded src row) += delta's row, stored back to src. */
+static void add_row(const red_ctx *c, float *x, int64_t n, int64_t i1, int64_t i2, int64_t i3, float *dtmp) {
+    const rb_tensor *d = c->delta, *s = c->src;
+    rb_cpu_row_to_f32(c->cb, d->dtype, rb_cpu_row(d, i1, i2, i3), d->nb[0], dtmp, n);
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] + dtmp[i];
+    rb_cpu_row_from_f32(c->cb, s->dtype, x, rb_cpu_row(s, i1, i2, i3), s->nb[0], n);
+}
+
 static void norm_row(const red_ctx *c, float *x, int64_t n, const float *w, const float *b) {
-    if (c->kind == RK_RMS) {
+    if (c->kind != RK_LAYER && c->cb->llamacpp_numerics) {
+        const float k = rb_cpu_rms_scale_llamacpp(x, n, c->eps);
+        for (int64_t i = 0; i < n; i++) x[i] *= k;
+    } else if (c->kind != RK_LAYER) {
         double ss = 0.0;
         for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
         const float k = (float)(1.0 / sqrt(ss / (double)n + c->eps));
@@ -118,6 +133,9 @@ static void red_task(void *p, int ith, int nth) {
         switch (c->kind) {
         case RK_REDUCE: reduce_row(c, x, n, drow); continue;
         case RK_SOFTMAX: softmax_row(c, x, n, i1, i2, i3, t1); break;
+        case RK_ADD_RMS: /* t2 is free: there is no b */
+            add_row(c, x, n, i1, i2, i3, t2);
+            /* fall through - then the rms_norm of the sum */
         case RK_RMS:
         case RK_LAYER: norm_row(c, x, n, w, b); break;
         }
@@ -151,6 +169,12 @@ rb_status rb_cpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, c
 rb_status rb_cpu_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps) {
     red_ctx c = {.kind = RK_RMS, .dst = dst, .src = src, .w = w, .eps = eps};
     return red_run(be, &c, 2);
+}
+
+rb_status rb_cpu_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                              rb_tensor *h) {
+    red_ctx c = {.kind = RK_ADD_RMS, .dst = h, .src = x, .delta = delta, .w = w, .eps = eps};
+    return red_run(be, &c, 3);
 }
 
 rb_status rb_cpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,

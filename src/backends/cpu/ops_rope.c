@@ -2,8 +2,11 @@
  * layouts, partial rotation (n_rot < head_dim passes the tail through),
  * linear position scaling, attn_factor and per-frequency factors. Angles are
  * computed in double once per (thread, position) and cached, then applied
- * to every head row of that position. */
+ * to every head row of that position (in the llama.cpp numerics mode as
+ * ggml computes them, see llamacpp_numerics.h). */
 #include "backends/cpu/ops_common.h"
+
+#include "backends/cpu/llamacpp_numerics.h"
 
 #include <math.h>
 
@@ -33,17 +36,25 @@ static void rope_task(void *arg, int ith, int nth) {
         if (t != cached_t) {
             int32_t pos;
             memcpy(&pos, rb_cpu_data(c->pos) + t * c->pos->nb[0], 4);
-            for (int i = 0; i < half; i++) {
-                double theta = (double)pos * p->freq_scale * pow((double)p->freq_base, -2.0 * i / p->n_rot);
-                if (p->freq_factors)
-                    theta /= rb_cpu_load_f(RB_F32, rb_cpu_data(p->freq_factors) + (size_t)i * p->freq_factors->nb[0]);
-                cs[i] = (float)(cos(theta) * p->attn_factor);
-                sn[i] = (float)(sin(theta) * p->attn_factor);
+            if (c->cb->llamacpp_numerics) {
+                rb_cpu_rope_angles_llamacpp(p, pos, cs, sn, half);
+            } else {
+                for (int i = 0; i < half; i++) {
+                    double theta = (double)pos * p->freq_scale * pow((double)p->freq_base, -2.0 * i / p->n_rot);
+                    if (p->freq_factors)
+                        theta /= rb_cpu_load_f(RB_F32,
+                                               rb_cpu_data(p->freq_factors) + (size_t)i * p->freq_factors->nb[0]);
+                    cs[i] = (float)(cos(theta) * p->attn_factor);
+                    sn[i] = (float)(sin(theta) * p->attn_factor);
+                }
             }
             cached_t = t;
         }
         rb_cpu_row_to_f32(c->cb, s->dtype, rb_cpu_row(s, h, t, b), s->nb[0], x, D);
-        if (p->mode == RB_ROPE_NEOX) {
+        if (c->cb->llamacpp_numerics) {
+            const int64_t stride = p->mode == RB_ROPE_NEOX ? 1 : 2, off = p->mode == RB_ROPE_NEOX ? half : 1;
+            for (int i = 0; i < half; i++) rb_cpu_rope_rotate_llamacpp(&x[i * stride], &x[i * stride + off], cs[i], sn[i]);
+        } else if (p->mode == RB_ROPE_NEOX) {
             for (int i = 0; i < half; i++) {
                 const float x0 = x[i], x1 = x[i + half];
                 x[i] = x0 * cs[i] - x1 * sn[i];

@@ -1,7 +1,7 @@
 /* AVX2 activation quantizers (f32 -> q8_0 / q8_1 / q8_K), byte-identical to
- * the scalar ones: the same float multiply per element, roundf's ties-away
- * rounding done exactly with truncate-and-compare for q8_0/q8_1, and the
- * default nearest-even conversion for q8_K. Compiled with -mavx2 -mfma. */
+ * the scalar ones: the same float scale and multiply per element and the
+ * default nearest-even conversion (for q8_0/q8_1 this is ggml's x86 rule,
+ * see quantize_act_scalar.c). Compiled with -mavx2 -mfma. */
 #include "backends/cpu/kernels_avx2.h"
 #include "backends/cpu/simd_avx2_util.h"
 
@@ -12,16 +12,6 @@ static inline float hmax256(__m256 v) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-/* roundf(): nearest, ties away from zero; exact for any float */
-static inline __m256i round_away(__m256 v) {
-    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __m256 frac = _mm256_sub_ps(v, t);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(sign, frac), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
-    return _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(big, step)));
 }
 
 /* 4 x 8 int32 (already in int8 range) -> 32 int8 in order */
@@ -38,10 +28,11 @@ static inline void q8_block(const float *x, int8_t *qs, float *d_out, int *sum_o
         v[i] = _mm256_loadu_ps(x + 8 * i);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
     }
-    const float d = hmax256(amax) / 127.0f;
-    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const float m = hmax256(amax), d = m / 127.0f;
+    const __m256 id = _mm256_set1_ps(m != 0.0f ? 127.0f / m : 0.0f);
     __m256i q[4];
-    for (int i = 0; i < 4; i++) q[i] = round_away(_mm256_mul_ps(v[i], id));
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     __m256i p = pack32(q[0], q[1], q[2], q[3]);
     _mm256_storeu_si256((__m256i *)qs, p);
     if (sum_out) {
