@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Configures and builds both GPU variants of the backend on a machine without
-# a GPU (CI): the CUDA backend with the installed nvcc (sm_80, sm_89, sm_90)
-# and the ROCm backend with Debian's HIP (clang-15; gfx90a, gfx940, gfx1030,
-# gfx1100), logging the time of each, then checks that the AMD code object of
-# every target is present in the ROCm library. Needs `apt-get install hipcc
-# libamdhip64-dev` (scripts/setup.sh with RBEE_SETUP_HIP=1) for the HIP part;
+# Configures and builds the GPU variants of the backend on a machine without
+# a GPU (CI): the CUDA backend with the installed nvcc (sm_80, sm_89, sm_90),
+# the ROCm backend's HIP flavour for NVIDIA with the same nvcc (sm_90,
+# RBEE_HIP_NVIDIA) and the ROCm backend with Debian's HIP (clang-15; gfx90a,
+# gfx940, gfx1030, gfx1100), logging the time of each, then checks that the
+# AMD code object of every target is present in the ROCm library. Needs
+# `apt-get install hipcc libamdhip64-dev` (scripts/setup.sh with
+# RBEE_SETUP_HIP=1) for the AMD part;
 # a missing toolchain is reported and that variant skipped (exit 0) unless
 # RBEE_REQUIRE_GPU_BUILDS=1. Usage: scripts/build-gpu.sh [build-dir-prefix]
 set -euo pipefail
@@ -25,6 +27,17 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake -S . -B "$PREFIX-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON >/dev/null
   ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
   echo "build-gpu: CUDA backend built in $((SECONDS - start)) s"
+  # The HIP flavour built by nvcc (RBEE_HIP_NVIDIA, src/backends/gpu/hip_on_nvidia.h):
+  # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-hip-nvidia-run.sh).
+  # It must compile with the HIP names of gpu_vendor.h and link no cuBLAS.
+  start=$SECONDS
+  cmake -S . -B "$PREFIX-hipnv" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  ninja -C "$PREFIX-hipnv" rbee_rocm test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  if ldd "$PREFIX-hipnv/tests/gpu/test_gpu_ops" | grep -q cublas; then
+    echo "build-gpu: the HIP-on-NVIDIA flavour links cuBLAS"; exit 1
+  fi
+  echo "build-gpu: ROCm backend for NVIDIA (HIP_NVIDIA, sm_90) built in $((SECONDS - start)) s"
 else
   missing "nvcc not found: CUDA variant not built"
 fi

@@ -1,7 +1,7 @@
 /* GPU benchmarks, run by scripts/gpu-device-run.sh on the device machine
  * (not a ctest): `bench_gpu ops SPEC` times the device copy bandwidth, the
- * decode matrix-vector product for each weight dtype on a Llama-2-7B FFN
- * shape (11008 x 4096) and the prefill GEMM (M = 512); `bench_gpu model SPEC
+ * decode matrix-vector products (M = 1..32) for each weight dtype on three
+ * Llama-2-7B shapes and the prefill GEMM (M = 512), see bench_matvec; `bench_gpu model SPEC
  * DIR` loads a model folder and times pp512 and tg128 the way llama-bench
  * does. Prints one JSON object per measurement. Inputs are seeded random
  * values (never zeros). */
@@ -56,6 +56,147 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
     return t;
 }
 
+/* ---- matrix-vector products (decode), `bench_gpu ops` ----
+ * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
+ * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
+ * weight type; plus the prefill GEMM (M = 512) on the first shape. Weights
+ * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
+ * them. A run is a batch of calls (>= one pass over the copies, >= ~2 ms),
+ * timed by wall clock to rb_backend_sync; the time per call is the median of
+ * 50 runs: eager (back-to-back calls) and, where the backend has graphs, one
+ * graph replay per run (no launch gaps; how a captured decode step runs).
+ * GB/s = weight bytes / time; ratio = that / the measured copy bandwidth.
+ * RBEE_BENCH_QUICK=1: the first shape, M = 1, 8, 32 only (tuning runs). */
+#define MVB_ROT_MAX 64
+#define MVB_RUNS 50
+
+static int mvb_cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* random [K, N] weights of dtype dt: 256 random rows repeated */
+static rb_tensor mvb_weights(rb_backend *be, rb_dtype dt, int64_t K, int64_t N) {
+    const int64_t R = N < 256 ? N : 256;
+    const size_t rs = rb_dtype_row_size(dt, K);
+    float *f = malloc(sizeof(float) * (size_t)(K * R));
+    unsigned char *q = malloc(rs * (size_t)N);
+    if (!f || !q) exit(1);
+    for (int64_t i = 0; i < K * R; i++) f[i] = frand();
+    CHECK(rb_quantize_rows(dt, f, q, R, K));
+    for (int64_t r = R; r < N; r++) memcpy(q + (size_t)r * rs, q + (size_t)(r % R) * rs, rs);
+    const int64_t ne[2] = {K, N};
+    rb_tensor t;
+    CHECK(rb_tensor_alloc(be, dt, 2, ne, &t));
+    CHECK(rb_tensor_set(&t, q, rs * (size_t)N));
+    CHECK(rb_buffer_set_constant(t.buf)); /* as a model's weights: read ahead where the backend can */
+    free(f);
+    free(q);
+    return t;
+}
+
+/* median time per call of n calls of w[i % nrot] x a -> d; graph: replayed */
+static double mvb_time(rb_backend *be, rb_tensor *d, rb_tensor *w, int nrot, rb_tensor *a, int n, bool graph) {
+    rb_graph *gr = NULL;
+    if (graph) { /* a capture that fails is reported as 0 (not fatal) */
+        if (rb_backend_capture_begin(be) != RB_OK) return 0;
+        rb_status s = RB_OK;
+        for (int i = 0; i < n && s == RB_OK; i++) s = rb_matmul(be, d, &w[i % nrot], a);
+        const rb_status e = rb_backend_capture_end(be, &gr);
+        if (s != RB_OK || e != RB_OK || !gr) {
+            fprintf(stderr, "graph capture failed: %s\n", rb_backend_last_error(be));
+            rb_graph_free(gr);
+            return 0;
+        }
+        CHECK(rb_graph_launch(gr));
+        CHECK(rb_backend_sync(be));
+    }
+    double ts[MVB_RUNS];
+    for (int r = 0; r < MVB_RUNS; r++) {
+        const double t0 = now();
+        if (gr) CHECK(rb_graph_launch(gr));
+        else
+            for (int i = 0; i < n; i++) CHECK(rb_matmul(be, d, &w[i % nrot], a));
+        CHECK(rb_backend_sync(be));
+        ts[r] = (now() - t0) / n;
+    }
+    rb_graph_free(gr);
+    qsort(ts, MVB_RUNS, sizeof ts[0], mvb_cmp);
+    return ts[MVB_RUNS / 2];
+}
+
+static int bench_matvec(rb_backend *be, double copy_bw) {
+    const rb_dtype dts[] = {RB_F32, RB_BF16, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q6_K};
+    const int64_t shapes[3][2] = {{4096, 11008}, {4096, 4096}, {11008, 4096}};
+    const int64_t Ms[] = {1, 2, 4, 8, 16, 32, 512};
+    const bool graphs = rb_backend_graphs_supported(be);
+    const bool quick = getenv("RBEE_BENCH_QUICK") && atoi(getenv("RBEE_BENCH_QUICK")) > 0;
+    enum { NS = 3, ND = sizeof dts / sizeof dts[0], NM = 6 };
+    static double ratio[NS][ND][NM][2];
+    for (int si = 0; si < NS; si++)
+        for (int di = 0; di < ND; di++) {
+            const int64_t K = shapes[si][0], N = shapes[si][1];
+            if (quick && si > 0) continue;
+            const size_t wbytes = rb_dtype_row_size(dts[di], K) * (size_t)N;
+            int nrot = (int)(((size_t)200 << 20) / wbytes + 1);
+            if (nrot < 8) nrot = 8;
+            if (nrot > MVB_ROT_MAX) nrot = MVB_ROT_MAX;
+            rb_tensor w[MVB_ROT_MAX];
+            w[0] = mvb_weights(be, dts[di], K, N);
+            for (int i = 1; i < nrot; i++) {
+                const int64_t ne[2] = {K, N};
+                CHECK(rb_tensor_alloc(be, dts[di], 2, ne, &w[i]));
+                CHECK(rb_buffer_copy(w[i].buf, 0, w[0].buf, 0, wbytes));
+            }
+            for (int mi = 0; mi < (int)(sizeof Ms / sizeof Ms[0]); mi++) {
+                const int64_t M = Ms[mi];
+                if (M > 32 && (si > 0 || quick)) continue; /* GEMM: first shape only */
+                if (quick && M != 1 && M != 8 && M != 32) continue;
+                rb_tensor a = random_tensor(be, RB_F32, K, M), d;
+                const int64_t dne[2] = {N, M};
+                CHECK(rb_tensor_alloc(be, RB_F32, 2, dne, &d));
+                for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a)); /* warm-up, scratch */
+                CHECK(rb_backend_sync(be));
+                double t0 = now();
+                for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
+                CHECK(rb_backend_sync(be));
+                const double est = (now() - t0) / nrot;
+                int n = nrot * (int)(1.5e-3 / (est * nrot) + 1);
+                if (n > 4096) n = nrot * (4096 / nrot);
+                if (M > 32) n = nrot;
+                const double te = mvb_time(be, &d, w, nrot, &a, n, false);
+                const double tg = graphs && M <= 32 ? mvb_time(be, &d, w, nrot, &a, n, true) : 0;
+                const double ge = (double)wbytes / te / 1e9, gg = tg > 0 ? (double)wbytes / tg / 1e9 : 0;
+                printf("{\"bench\":\"matmul\",\"wtype\":\"%s\",\"K\":%lld,\"N\":%lld,\"M\":%lld,\"rot\":%d,\"calls\":%d,"
+                       "\"us\":%.2f,\"weight_GBps\":%.1f,\"roofline_ratio\":%.3f,\"graph_us\":%.2f,"
+                       "\"graph_GBps\":%.1f,\"graph_ratio\":%.3f,\"TFLOPs\":%.2f}\n",
+                       rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, nrot, n, te * 1e6, ge,
+                       ge / copy_bw, tg * 1e6, gg, gg / copy_bw, 2.0 * (double)(K * N * M) / te / 1e12);
+                fflush(stdout);
+                if (mi < NM) {
+                    ratio[si][di][mi][0] = ge / copy_bw;
+                    ratio[si][di][mi][1] = gg / copy_bw;
+                }
+                rb_tensor_free(&a);
+                rb_tensor_free(&d);
+            }
+            for (int i = 0; i < nrot; i++) rb_tensor_free(&w[i]);
+        }
+    printf("\nweight GB/s / copy GB/s (%.0f), eager | graph replay, median of %d runs\n", copy_bw, MVB_RUNS);
+    printf("| K x N | weights |");
+    for (int mi = 0; mi < NM; mi++) printf(" M=%lld |", (long long)Ms[mi]);
+    printf("\n|---|---|");
+    for (int mi = 0; mi < NM; mi++) printf("---|");
+    printf("\n");
+    for (int si = 0; si < NS; si++)
+        for (int di = 0; di < ND; di++) {
+            printf("| %lldx%lld | %s |", (long long)shapes[si][0], (long long)shapes[si][1], rb_dtype_name(dts[di]));
+            for (int mi = 0; mi < NM; mi++) printf(" %.2f %.2f |", ratio[si][di][mi][0], ratio[si][di][mi][1]);
+            printf("\n");
+        }
+    return 0;
+}
+
 static int bench_ops(rb_backend *be) {
     /* device copy bandwidth: 1 GiB buffer to buffer, bytes read + written */
     const size_t cb = (size_t)1 << 30;
@@ -72,40 +213,7 @@ static int bench_ops(rb_backend *be) {
     rb_buffer_free(x);
     rb_buffer_free(y);
 
-    const rb_dtype dts[] = {RB_BF16, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q6_K};
-    const int64_t K = 4096, N = 11008;
-    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
-        /* 4 weight matrices in rotation so the 50 MB L2 does not hold them */
-        rb_tensor w[4];
-        w[0] = random_tensor(be, dts[di], K, N);
-        const size_t wbytes = rb_dtype_row_size(dts[di], K) * (size_t)N;
-        for (int i = 1; i < 4; i++) {
-            const int64_t ne[2] = {K, N};
-            CHECK(rb_tensor_alloc(be, dts[di], 2, ne, &w[i]));
-            CHECK(rb_buffer_copy(w[i].buf, 0, w[0].buf, 0, wbytes));
-        }
-        for (int64_t M = 1; M <= 512; M = M == 1 ? 8 : M * 64) {
-            rb_tensor a = random_tensor(be, RB_F32, K, M), d;
-            const int64_t dne[2] = {N, M};
-            CHECK(rb_tensor_alloc(be, RB_F32, 2, dne, &d));
-            for (int i = 0; i < 4; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
-            CHECK(rb_backend_sync(be));
-            const int reps = M == 512 ? 20 : 200;
-            t0 = now();
-            for (int r = 0; r < reps; r++) CHECK(rb_matmul(be, &d, &w[r % 4], &a));
-            CHECK(rb_backend_sync(be));
-            const double dt = (now() - t0) / reps;
-            const double gbps = (double)wbytes / dt / 1e9, tflops = 2.0 * (double)(K * N * M) / dt / 1e12;
-            printf("{\"bench\":\"matmul\",\"wtype\":\"%s\",\"K\":%lld,\"N\":%lld,\"M\":%lld,\"us\":%.1f,"
-                   "\"weight_GBps\":%.1f,\"roofline_ratio\":%.3f,\"TFLOPs\":%.2f}\n",
-                   rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, dt * 1e6, gbps, gbps / copy_bw,
-                   tflops);
-            rb_tensor_free(&a);
-            rb_tensor_free(&d);
-        }
-        for (int i = 0; i < 4; i++) rb_tensor_free(&w[i]);
-    }
-    return 0;
+    return bench_matvec(be, copy_bw);
 }
 
 static int bench_model(rb_backend *be, const char *dir, double copy_bw) {
@@ -161,9 +269,124 @@ static int bench_model(rb_backend *be, const char *dir, double copy_bw) {
     return 0;
 }
 
+/* `bench_gpu attn SPEC`: rb_attention on the model's layouts (q an f32
+ * [D, Tq, Hq] view of [D, Hq, Tq], f16 KV-cache views [D, Tk, Hkv]), D = 128:
+ * causal prefill (Tq = Tk) and one decode query over a cache with its
+ * position on the device (q_pos). Each case runs with the automatic kernel
+ * choice and with RBEE_GPU_ATTN=generic (the pre-tensor-core kernel), for a
+ * before/after comparison. Inputs rotate over copies larger than the L2 in
+ * all; the time per call is the median of 15 batches, each a graph replay
+ * of n calls where the backend has graphs (no launch gaps), else n eager
+ * calls. FLOPs: 2 * 2 * D * Hq * Tq * Tk / 2 (causal prefill), 4 D Hq
+ * (pos + 1) (decode); kv_GBps: K and V bytes of the visible keys / time. */
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static rb_tensor attn_view(const rb_tensor *base, int64_t D, int64_t T, int64_t H, size_t es) {
+    rb_tensor t = *base; /* contiguous [D, H, T] seen as [D, T, H] */
+    t.ne[0] = D;
+    t.ne[1] = T;
+    t.ne[2] = H;
+    t.ne[3] = 1;
+    t.nb[0] = es;
+    t.nb[1] = es * (size_t)(D * H);
+    t.nb[2] = es * (size_t)D;
+    t.nb[3] = es * (size_t)(D * H * T);
+    return t;
+}
+
+#define ATT_ROT_MAX 16
+static int bench_attn(rb_backend *be) {
+    typedef struct {
+        int64_t Tq, Tk, Hq, Hkv;
+        int32_t pos; /* decode: q_pos on the device; -1: prefill */
+    } acase;
+    const acase cases[] = {{512, 512, 32, 32, -1},  {512, 512, 32, 8, -1},   {2048, 2048, 32, 32, -1},
+                           {2048, 2048, 32, 8, -1}, {1, 512, 32, 32, 511},   {1, 4096, 32, 32, 4095},
+                           {1, 4096, 32, 32, 100},  {1, 4096, 32, 8, 4095},  {1, 4096, 32, 8, 100}};
+    const char *modes[] = {"auto", "generic"};
+    const int64_t D = 128;
+    const bool graphs = rb_backend_graphs_supported(be);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const acase *c = &cases[ci];
+        const size_t kvbytes = (size_t)(2 * D * c->Hkv * c->Tk) * 2;
+        int nrot = (int)(((size_t)128 << 20) / kvbytes + 1);
+        if (nrot > ATT_ROT_MAX) nrot = ATT_ROT_MAX;
+        rb_tensor qa[ATT_ROT_MAX], ka[ATT_ROT_MAX], va[ATT_ROT_MAX], q[ATT_ROT_MAX], k[ATT_ROT_MAX], v[ATT_ROT_MAX];
+        for (int r = 0; r < nrot; r++) {
+            qa[r] = random_tensor(be, RB_F32, D * c->Hq, c->Tq);
+            ka[r] = random_tensor(be, RB_F16, D * c->Hkv, c->Tk);
+            va[r] = random_tensor(be, RB_F16, D * c->Hkv, c->Tk);
+            q[r] = attn_view(&qa[r], D, c->Tq, c->Hq, 4);
+            k[r] = attn_view(&ka[r], D, c->Tk, c->Hkv, 2);
+            v[r] = attn_view(&va[r], D, c->Tk, c->Hkv, 2);
+        }
+        rb_tensor d, qp;
+        const int64_t dne[3] = {D, c->Hq, c->Tq}, pne[1] = {1}; /* q_pos: decode cases have Tq = 1 */
+        CHECK(rb_tensor_alloc(be, RB_F32, 3, dne, &d));
+        CHECK(rb_tensor_alloc(be, RB_I32, 1, pne, &qp));
+        const int32_t pos = c->pos < 0 ? 0 : c->pos;
+        CHECK(rb_tensor_set(&qp, &pos, sizeof pos));
+        rb_attn_params p = {.scale = 0.08838834764831845f /* 1/sqrt(D) */, .causal = true, .q_pos = c->pos >= 0 ? &qp : NULL};
+        const double flops = c->pos < 0 ? 2.0 * 2.0 * (double)(D * c->Hq * c->Tq * c->Tk) / 2.0
+                                        : 4.0 * (double)(D * c->Hq) * (double)(c->pos + 1);
+        const double kvread = c->pos < 0 ? (double)kvbytes : 4.0 * (double)(D * c->Hkv) * (double)(c->pos + 1);
+        for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+            if (strcmp(modes[mi], "auto") == 0) unsetenv("RBEE_GPU_ATTN");
+            else setenv("RBEE_GPU_ATTN", modes[mi], 1);
+            for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, &d, &q[r], &k[r], &v[r], &p));
+            CHECK(rb_backend_sync(be));
+            double t0 = now();
+            for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, &d, &q[r], &k[r], &v[r], &p));
+            CHECK(rb_backend_sync(be));
+            const double t1 = (now() - t0) / nrot;
+            int n = (int)(3e-3 / t1);
+            if (n < 1) n = 1;
+            if (n > 200) n = 200;
+            rb_graph *gr = NULL;
+            if (graphs) {
+                CHECK(rb_backend_capture_begin(be));
+                for (int i = 0; i < n; i++) CHECK(rb_attention(be, &d, &q[i % nrot], &k[i % nrot], &v[i % nrot], &p));
+                CHECK(rb_backend_capture_end(be, &gr));
+                CHECK(rb_graph_launch(gr));
+                CHECK(rb_backend_sync(be));
+            }
+            double ts[15];
+            for (int bi = 0; bi < 15; bi++) {
+                t0 = now();
+                if (gr) CHECK(rb_graph_launch(gr));
+                else
+                    for (int i = 0; i < n; i++)
+                        CHECK(rb_attention(be, &d, &q[i % nrot], &k[i % nrot], &v[i % nrot], &p));
+                CHECK(rb_backend_sync(be));
+                ts[bi] = (now() - t0) / n;
+            }
+            rb_graph_free(gr);
+            qsort(ts, 15, sizeof ts[0], cmp_double);
+            const double t = ts[7];
+            printf("{\"bench\":\"attn\",\"kernel\":\"%s\",\"D\":%lld,\"Tq\":%lld,\"Tk\":%lld,\"Hq\":%lld,\"Hkv\":%lld,"
+                   "\"pos\":%d,\"graph\":%s,\"n\":%d,\"us\":%.2f,\"us_min\":%.2f,\"TFLOPs\":%.2f,\"kv_GBps\":%.1f}\n",
+                   modes[mi], (long long)D, (long long)c->Tq, (long long)c->Tk, (long long)c->Hq, (long long)c->Hkv,
+                   (int)c->pos, gr ? "true" : "false", n, t * 1e6, ts[0] * 1e6, flops / t / 1e12, kvread / t / 1e9);
+            fflush(stdout);
+        }
+        unsetenv("RBEE_GPU_ATTN");
+        for (int r = 0; r < nrot; r++) {
+            rb_tensor_free(&qa[r]);
+            rb_tensor_free(&ka[r]);
+            rb_tensor_free(&va[r]);
+        }
+        rb_tensor_free(&d);
+        rb_tensor_free(&qp);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu model SPEC DIR [copy_GBps]\n");
+        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC | bench_gpu model SPEC DIR [copy_GBps]\n");
         return 2;
     }
     rb_backend *be = NULL;
@@ -175,6 +398,7 @@ int main(int argc, char **argv) {
     }
     int rc = 2;
     if (strcmp(argv[1], "ops") == 0) rc = bench_ops(be);
+    else if (strcmp(argv[1], "attn") == 0) rc = bench_attn(be);
     else if (strcmp(argv[1], "model") == 0 && argc >= 4) rc = bench_model(be, argv[3], argc > 4 ? atof(argv[4]) : 0);
     rb_backend_destroy(be);
     return rc;

@@ -1,10 +1,22 @@
-/* rb_attention on the GPU against the CPU backend: prefill (causal, GQA) with
- * the model's layouts (q a strided f32 view, k/v f16 KV-cache views), single
- * token decode over 1000 keys (the split-key path), chunked prefill with a
- * sliding window and soft-capping at q_pos0 > 0, an additive f32 mask with
- * bf16 k/v and head dims that are not multiples of 8 (Dv != D), queries that
- * see no key (zeros), and refusal of head dims beyond the kernel's limit.
- * Bound: |gpu - cpu| <= 2e-6 + 2e-5 |cpu| (both accumulate in f32). */
+/* rb_attention on the GPU, three kernels:
+ *  - generic (f32 math; f32 K/V or unaligned 16-bit rows): against the CPU
+ *    backend with |gpu - cpu| <= 2e-6 + 2e-5 |cpu| (both accumulate in f32):
+ *    prefill, decode over 1000 keys (split keys), chunked prefill with a
+ *    sliding window and soft-capping, masks, Dv != D, no visible key, and
+ *    refusal of head dims beyond the kernel's limit.
+ *  - decode (16-bit K/V in the model's cache layout, Tq < 16): same bound.
+ *  - tensor cores (same layouts, Tq >= 16; Q and P rounded to the K/V type):
+ *    rel L2 <= 2e-3 (f16) / 1e-2 (bf16) and max |diff| <= 2e-3 / 1e-2 against
+ *    the f32 CPU result on the same K/V (outputs are averages of values in
+ *    [-1, 1]; a quick emulation of the roundings gives 2e-4 / 1.5e-3).
+ * Cases sweep D in {64, 80, 96, 128, 256}, Hq/Hkv in {2/2, 8/2, 8/1}, Tq in
+ * {1, 7, 16, 100, 512} with odd Tk, f16 and bf16, causal / window / softcap /
+ * mask / positions on the device (q_pos). q_pos results are checked against
+ * a double-precision reference written here (arbitrary, unsorted positions)
+ * and, where positions are consecutive, against the CPU's q_pos0 form. For
+ * a decode step over a whole 4096-key cache, the rows past the position are
+ * NaN: a kernel that touched them would fail. GPU outputs start as NaN
+ * (unwritten elements fail) and bytes outside the output view must stay. */
 #include "gpu_pair.h"
 
 #include <math.h>
@@ -81,6 +93,7 @@ static void test_attention(void **state) {
         {"f32 kv causal mask", 48, 48, 9, 50, 3, 1, 1, RB_F32, RB_F32, true, true, 0, 20.0f, 41},
         {"no visible key", 32, 32, 4, 30, 2, 1, 1, RB_F32, RB_F16, true, false, 10, 0.0f, 50},
         {"gemma-like D256", 256, 256, 5, 70, 4, 2, 1, RB_F32, RB_F16, true, false, 0, 50.0f, 65},
+        {"f32 kv decode 3000 keys", 128, 128, 1, 3000, 4, 1, 1, RB_F32, RB_F32, true, false, 0, 0.0f, 2999},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(c, g, &rng, &cases[i]);
 
@@ -99,7 +112,254 @@ static void test_attention(void **state) {
     rb_backend_destroy(g);
 }
 
+/* ---- the 16-bit kernels: model cache layouts, tolerances by kernel ---- */
+
+typedef struct fcase {
+    int64_t D, Tq, Tk, Hq, Hkv, B;
+    rb_dtype qt, kvt;
+    bool causal, mask;
+    int window;
+    float softcap;
+    int64_t q_pos0;        /* positions q_pos0 + i when pos == NULL */
+    const int32_t *pos;    /* non-NULL: passed as q_pos on the device */
+    bool nan_past;         /* K/V rows past the largest position are NaN */
+} fcase;
+
+/* Sets the K/V elements of tokens >= from to NaN on both sides (x is a
+ * swapped [D, T, H, B] view of a contiguous parent). */
+static void nan_rows(gp *x, int64_t from) {
+    const rb_tensor *t = &x->c;
+    const uint16_t nanbits = t->dtype == RB_BF16 ? 0x7fc0 : 0x7e00;
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i1 = from; i1 < t->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+                    memcpy(x->orig + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3],
+                           &nanbits, 2);
+    TU_OK(rb_buffer_set(x->cb, 0, x->orig, x->size));
+    TU_OK(rb_buffer_set(x->gb, 0, x->orig, x->size));
+}
+
+/* GPU side of the output view set to NaN (orig keeps the bytes around it). */
+static void poison_out(gp *x) {
+    unsigned char *p = malloc(x->size);
+    assert_non_null(p);
+    memcpy(p, x->orig, x->size);
+    const rb_tensor *t = &x->g;
+    const float nanv = NAN;
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+                    memcpy(p + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], &nanv, 4);
+    TU_OK(rb_buffer_set(x->gb, 0, p, x->size));
+    free(p);
+}
+
+/* Naive double attention on decoded inputs: q [D,Tq,Hq,B], k [D,Tk,Hkv,B],
+ * v [D,Tk,Hkv,B], mask [Tk,Tq] or NULL, pos[Tq]; out [D,Hq,Tq,B]. */
+static void ref_attention(const fcase *f, const double *q, const double *k, const double *v, const double *mask,
+                          const int64_t *pos, double *out) {
+    const int64_t D = f->D, Tq = f->Tq, Tk = f->Tk, Hq = f->Hq, Hkv = f->Hkv, r = Hq / Hkv;
+    const double scale = (double)(1.0f / sqrtf((float)D));
+    double *s = malloc(sizeof(double) * (size_t)Tk);
+    assert_non_null(s);
+    for (int64_t b = 0; b < f->B; b++)
+        for (int64_t i = 0; i < Tq; i++)
+            for (int64_t h = 0; h < Hq; h++) {
+                const int64_t gk = h / r;
+                const double *qr = q + D * (i + Tq * (h + Hq * b));
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < Tk; j++) {
+                    s[j] = -INFINITY;
+                    if ((f->causal && j > pos[i]) || (f->window > 0 && pos[i] - j >= f->window)) continue;
+                    const double *kr = k + D * (j + Tk * (gk + Hkv * b));
+                    double x = 0;
+                    for (int64_t d = 0; d < D; d++) x += qr[d] * scale * kr[d];
+                    if (f->softcap > 0) x = f->softcap * tanh(x / f->softcap);
+                    if (mask) x += mask[j + Tk * i];
+                    s[j] = x;
+                    mx = x > mx ? x : mx;
+                }
+                double *o = out + D * (h + Hq * (i + Tq * b));
+                for (int64_t d = 0; d < D; d++) o[d] = 0;
+                if (mx == -INFINITY) continue;
+                double l = 0;
+                for (int64_t j = 0; j < Tk; j++) {
+                    if (s[j] == -INFINITY) continue;
+                    const double p = exp(s[j] - mx);
+                    l += p;
+                    const double *vr = v + D * (j + Tk * (gk + Hkv * b));
+                    for (int64_t d = 0; d < D; d++) o[d] += p * vr[d];
+                }
+                for (int64_t d = 0; d < D; d++) o[d] /= l;
+            }
+    free(s);
+}
+
+static bool tc_path(const fcase *f) { return f->Tq >= 16; }
+
+/* gpu vs ref with the bound of the kernel that ran */
+static void check_out(const fcase *f, const gp *d, const double *ref, const char *name, const char *against) {
+    double *gv = gp_read(d, 1);
+    const int64_t n = rb_tensor_nelements(&d->g);
+    double num = 0, den = 0, maxd = 0;
+    for (int64_t e = 0; e < n; e++) {
+        if (!isfinite(gv[e])) fail_msg("%s: element %lld is %g (unwritten or NaN)", name, (long long)e, gv[e]);
+        const double diff = fabs(gv[e] - ref[e]);
+        num += diff * diff;
+        den += ref[e] * ref[e];
+        maxd = diff > maxd ? diff : maxd;
+        if (!tc_path(f) && !(diff <= 2e-6 + 2e-5 * fabs(ref[e])))
+            fail_msg("%s: element %lld: gpu %.9g, %s %.9g (|diff| %.3g > 2e-6 + 2e-5 |ref|)", name, (long long)e,
+                     gv[e], against, ref[e], diff);
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (tc_path(f)) {
+        const double rmax = f->kvt == RB_BF16 ? 1e-2 : 2e-3, amax = f->kvt == RB_BF16 ? 1e-2 : 2e-3;
+        if (!(rel <= rmax) || !(maxd <= amax))
+            fail_msg("%s: tensor-core result vs %s: rel L2 %.3g (bound %.0e), max |diff| %.3g (bound %.0e)", name,
+                     against, rel, rmax, maxd, amax);
+    }
+    print_message("attention %-52s %-4s vs %-6s rel L2 %.2e max %.2e\n", name, tc_path(f) ? "tc" : "dec", against,
+                  rel, maxd);
+    free(gv);
+}
+
+static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) {
+    char name[160];
+    snprintf(name, sizeof name, "D%lld Tq%lld Tk%lld H%lld/%lld B%lld %s%s%s%s%s%s", (long long)f->D,
+             (long long)f->Tq, (long long)f->Tk, (long long)f->Hq, (long long)f->Hkv, (long long)f->B,
+             rb_dtype_name(f->kvt), f->causal ? " causal" : "", f->window ? " window" : "",
+             f->softcap > 0 ? " softcap" : "", f->mask ? " mask" : "", f->pos ? " q_pos" : "");
+    const int64_t qne[4] = {f->D, f->Hq, f->Tq, f->B}, kne[4] = {f->D, f->Hkv, f->Tk, f->B},
+                  dne[4] = {f->D, f->Hq, f->Tq, f->B}, mne[4] = {f->Tk, f->Tq, 1, 1};
+    gp q = gp_make(c, g, rng, f->qt, qne, GP_CONTIG, -2, 2);
+    gp k = gp_make(c, g, rng, f->kvt, kne, GP_CONTIG, -1, 1);
+    gp v = gp_make(c, g, rng, f->kvt, kne, GP_CONTIG, -1, 1);
+    gp d = gp_make(c, g, rng, RB_F32, dne, GP_SLICE, -5, 5);
+    gp m = gp_make(c, g, rng, RB_F32, mne, GP_CONTIG, -3, 1);
+    swap12(&q);
+    swap12(&k);
+    swap12(&v);
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)f->Tq);
+    assert_non_null(pos);
+    int64_t pmax = -1;
+    bool consecutive = true;
+    for (int64_t i = 0; i < f->Tq; i++) {
+        pos[i] = f->pos ? f->pos[i] : f->q_pos0 + i;
+        pmax = pos[i] > pmax ? pos[i] : pmax;
+        if (i > 0 && pos[i] != pos[i - 1] + 1) consecutive = false;
+    }
+    if (f->nan_past) {
+        nan_rows(&k, pmax + 1);
+        nan_rows(&v, pmax + 1);
+    }
+    gp qp = {0};
+    if (f->pos) qp = gp_ids(c, g, f->pos, f->Tq, 1);
+    poison_out(&d);
+    rb_attn_params pg = {.scale = 1.0f / sqrtf((float)f->D), .softcap = f->softcap, .causal = f->causal,
+                         .window = f->window, .q_pos0 = f->pos ? 0 : f->q_pos0, .mask = f->mask ? &m.g : NULL,
+                         .q_pos = f->pos ? &qp.g : NULL};
+    TU_OK(rb_attention(g, &d.g, &q.g, &k.g, &v.g, &pg));
+    TU_OK(rb_backend_sync(g));
+    if (!f->pos || consecutive) {
+        /* the CPU backend in q_pos0 form on the same tensors */
+        rb_attn_params pc = pg;
+        pc.q_pos = NULL;
+        pc.q_pos0 = pos[0];
+        pc.mask = f->mask ? &m.c : NULL;
+        TU_OK(rb_attention(c, &d.c, &q.c, &k.c, &v.c, &pc));
+        double *ref = gp_read(&d, 0);
+        check_out(f, &d, ref, name, "cpu");
+        free(ref);
+    }
+    if (f->pos) {
+        double *qd = gp_read(&q, 0), *kd = gp_read(&k, 0), *vd = gp_read(&v, 0), *md = f->mask ? gp_read(&m, 0) : NULL;
+        double *ref = malloc(sizeof(double) * (size_t)rb_tensor_nelements(&d.g));
+        assert_non_null(ref);
+        ref_attention(f, qd, kd, vd, md, pos, ref);
+        check_out(f, &d, ref, name, "double");
+        free(qd);
+        free(kd);
+        free(vd);
+        free(md);
+        free(ref);
+    }
+    /* every element finite (checked above) and nothing written around the view */
+    gp_expect_close(&d, 1e300, 1e300, name);
+    free(pos);
+    if (f->pos) gp_free(&qp);
+    gp_free(&q);
+    gp_free(&k);
+    gp_free(&v);
+    gp_free(&d);
+    gp_free(&m);
+}
+
+static void test_attention_16bit(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    const int64_t Ds[5] = {64, 80, 96, 128, 256}, Tqs[5] = {1, 7, 16, 100, 512};
+    const int64_t heads[3][2] = {{2, 2}, {8, 2}, {8, 1}};
+    int32_t posbuf[512];
+    for (int di = 0; di < 5; di++)
+        for (int ti = 0; ti < 5; ti++) {
+            const int sel = (di * 5 + ti) % 6, hc = (di + ti) % 3;
+            fcase f = {0};
+            f.D = Ds[di];
+            f.Tq = Tqs[ti];
+            f.Tk = f.Tq + 37 + 2 * di + (ti == 0 ? 260 : 0); /* odd: never whole tiles */
+            f.Hq = heads[hc][0];
+            f.Hkv = heads[hc][1];
+            f.B = (di + ti) % 4 == 3 ? 2 : 1;
+            f.qt = ti == 1 && di == 2 ? RB_F16 : RB_F32;
+            f.kvt = (di + ti) % 2 ? RB_BF16 : RB_F16;
+            f.causal = sel != 3;
+            f.q_pos0 = f.causal ? f.Tk - f.Tq : 3;
+            f.window = sel == 1 || sel == 5 ? (int)(f.Tq / 2 + 29) : 0;
+            f.softcap = sel == 2 || sel == 5 ? 8.0f : 0.0f;
+            f.mask = sel == 3 || sel == 5;
+            if (sel == 4 || sel == 5) { /* consecutive positions on the device */
+                for (int64_t i = 0; i < f.Tq; i++) posbuf[i] = (int32_t)(f.q_pos0 + i);
+                f.pos = posbuf;
+            }
+            run_fast(c, g, &rng, &f);
+        }
+
+    /* decode steps over a whole 4096-key cache, rows past the position NaN */
+    const int32_t p100[1] = {100}, plast[1] = {4095}, pmid[1] = {2047};
+    const fcase dec[] = {
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p100, true},
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, plast, false},
+        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, pmid, true},
+        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 512, 0.0f, 0, p100, true},
+        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 1024, 50.0f, 0, pmid, true},
+        {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false},
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) run_fast(c, g, &rng, &dec[i]);
+
+    /* unsorted positions of several sequences' queries (double reference) */
+    const int32_t pscatter[3] = {4000, 17, 911};
+    fcase sc = {96, 3, 4096, 8, 1, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, pscatter, true};
+    run_fast(c, g, &rng, &sc);
+    for (int i = 0; i < 40; i++) posbuf[i] = (int32_t)((i * 7919 + 13) % 700);
+    fcase sc2 = {128, 40, 701, 8, 2, 1, RB_F32, RB_F16, true, true, 300, 20.0f, 0, posbuf, false};
+    run_fast(c, g, &rng, &sc2);
+    fcase sc3 = {64, 40, 701, 4, 4, 2, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, posbuf, true};
+    run_fast(c, g, &rng, &sc3);
+    /* long prefill with a window: whole-tile skipping on both sides */
+    fcase lw = {128, 1000, 1000, 4, 2, 1, RB_F32, RB_F16, true, false, 333, 0.0f, 0, NULL, false};
+    run_fast(c, g, &rng, &lw);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

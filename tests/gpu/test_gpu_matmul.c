@@ -1,12 +1,34 @@
 /* rb_matmul on the GPU against a double-precision reference computed from
- * the dequantized weights and the stored activations, for weights in f32,
- * f16, bf16, q4_0, q8_0, q4_K and q6_K; M = 1, 3, 8, 19 (matrix-vector
- * kernels, 8 rows per pass) and 70 (GEMM path); odd N and K; a's dims 2/3 broadcast over b's;
- * permuted/sliced activations of f32/f16/bf16; f32 and f16 destinations in
- * strided views. Run twice: with the default GEMM (cuBLAS on CUDA) and with
- * RBEE_GPU_GEMM=tiled (the own kernel HIP uses). Bounds (relative L2 error):
- * matrix-vector 1e-5 (activations stay f32); GEMM in f32 1e-5, in f16 2e-3,
- * in bf16 1e-2; an f16 destination adds 1e-3. Skips without a GPU. */
+ * the dequantized weights and the stored activations, and (quantized weights)
+ * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K
+ * and q6_K.
+ *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels) and 70 (GEMM path); odd
+ *    N and K; a's dims 2/3 broadcast over b's; permuted/sliced activations of
+ *    f32/f16/bf16; f32 and f16 destinations in strided views. Run twice: with
+ *    the default GEMM (cuBLAS on CUDA) and with RBEE_GPU_GEMM=tiled (the own
+ *    kernel HIP uses).
+ *  - test_matvec_sweep: every weight type x M in {1, 2, 3, 7, 8, 9, 16, 31,
+ *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
+ *    where the type allows it, else 2304}, outputs poisoned with NaN first;
+ *    plus f16 activations in a permuted view (the strided quantizer and the
+ *    f32 conversion). Covers the direct kernels (aligned rows, M <= 4), the
+ *    staged ones (M > 4, unaligned rows, K % 256 != 0) and the direct
+ *    kernels launched ahead of their inputs (weights in a constant buffer).
+ * Bounds (relative L2 error; in the sweep the denominator is floored at a
+ * quarter of the expected output norm, sqrt(sum_i sum_k (w_ik x_k)^2), so a
+ * lone output that happens to be near zero cannot fail on rounding alone):
+ *  - float weights, M <= 32: 1e-5 per product (f32 activations and sums);
+ *  - quantized weights, M <= 32: the activations are quantized to int8 the
+ *    way the CPU backend does (q8_0 for q4_0/q8_0, q8_K for q4_K/q6_K), so
+ *    against the f32-activation reference the error is the activation
+ *    rounding, rms(d/sqrt(12))/rms(x) ~ 4.5e-3 for uniform data: bound 1e-2
+ *    (sweep: over all M of one N, K, >= 100 outputs; one product alone is
+ *    checked against 3e-2 of its expected norm). Against the CPU backend
+ *    the integer sums are identical and only the f32 combination order
+ *    differs: 2e-5 per product (1e-3 where the CPU runs its scalar
+ *    quantizer, which rounds q8_0 ties and scales differently);
+ *  - GEMM in f32 1e-5, in f16 2e-3, in bf16 1e-2; an f16 destination adds
+ *    1e-3. Skips without a GPU. */
 #include "gpu_pair.h"
 
 #include "rbee/quant.h"
@@ -77,7 +99,7 @@ static void run_all(bool tiled) {
             const int64_t n_out = N * M * B2 * B3;
             for (int64_t i = 0; i < n_out; i++) gotf[i] = (float)got[i];
             const double err = tu_rel_l2(gotf, ref, (size_t)n_out);
-            double bound = 1e-5;
+            double bound = quant && M <= 32 ? 1e-2 : 1e-5;
             if (M > 32) {
                 const bool f32 = ws[wi] == RB_F32 || (tiled && ws[wi] == RB_BF16);
                 bound = f32 ? 1e-5 : ws[wi] == RB_BF16 ? 1e-2 : 2e-3;
@@ -129,55 +151,169 @@ static void test_matmul_tiled(void **state) {
     run_all(true);
 }
 
-/* A decode-sized product big enough to exercise grid-stride loops and many
- * warps per row: 4096 x 1000 q4_K and bf16 weights, M = 1 and 2. */
-static void test_matmul_large(void **state) {
+/* squared-error sums of one comparison: ||got - ref||^2, ||ref||^2 and the
+ * expected ||ref||^2, sum_i sum_k (w_ik x_k)^2 */
+typedef struct err_sums {
+    double num, den, var;
+} err_sums;
+
+static void err_add(err_sums *e, const double *got, const double *ref, const double *var, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const double d = got[i] - ref[i];
+        e->num += d * d;
+        e->den += ref[i] * ref[i];
+        e->var += var[i];
+    }
+}
+
+/* ||got - ref|| / max(||ref||, sqrt(expected) / 4) */
+static double err_rel(const err_sums *e) {
+    const double den = e->den > e->var / 16 ? e->den : e->var / 16;
+    return den > 0 ? sqrt(e->num / den) : sqrt(e->num);
+}
+
+typedef struct sweep_acc {
+    err_sums ref;  /* vs the reference, over the M values of one (N, K) */
+    double cpu;    /* largest error vs the CPU backend */
+    double cpu_bound;
+    int failures;  /* reported one by one, the test fails at the end */
+} sweep_acc;
+
+/* One product: weights a (values av), activations of dtype bd in layout bl,
+ * M rows; compared with the double reference and, for quantized weights,
+ * the CPU backend. */
+static void sweep_case(rb_backend *c, rb_backend *g, tu_rng *rng, const gp *a, const double *av, int64_t M,
+                       rb_dtype bd, gp_layout bl, sweep_acc *acc) {
+    const rb_dtype wt = a->c.dtype;
+    const bool quant = rb_dtype_info((int)wt)->is_quant;
+    const int64_t K = a->c.ne[0], N = a->c.ne[1];
+    const int64_t bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1};
+    gp b = gp_make(c, g, rng, bd, bne, bl, -1, 1);
+    gp d = gp_make(c, g, rng, RB_F32, dne, GP_CONTIG, 0, 1);
+    memset(d.orig, 0xff, d.size); /* NaN: an unwritten output fails */
+    TU_OK(rb_buffer_set(d.gb, 0, d.orig, d.size));
+    TU_OK(rb_buffer_set(d.cb, 0, d.orig, d.size));
+    TU_OK(rb_matmul(g, &d.g, &a->g, &b.g));
+    double *bv = gp_read(&b, 0), *got = gp_read(&d, 1);
+    const size_t n = (size_t)(N * M);
+    double *ref = malloc(sizeof(double) * n), *var = malloc(sizeof(double) * n);
+    assert_non_null(ref);
+    assert_non_null(var);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t i = 0; i < N; i++) {
+            double s = 0, v = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = av[i * K + k] * bv[m * K + k];
+                s += p;
+                v += p * p;
+            }
+            ref[m * N + i] = s;
+            var[m * N + i] = v;
+        }
+    err_sums e = {0, 0, 0};
+    err_add(&e, got, ref, var, n);
+    err_add(&acc->ref, got, ref, var, n);
+    /* per product: floats against their bound; quantized (whose activation
+     * rounding over few outputs is a noisy estimate) only against gross
+     * errors, ||got - ref|| <= 0.03 sqrt(expected); the 1e-2 bound applies
+     * to the sum over all M (test_matvec_sweep) */
+    const double e_case = quant ? sqrt(e.num / (e.var > 0 ? e.var : 1)) : err_rel(&e), b_case = quant ? 3e-2 : 1e-5;
+    if (!(e_case <= b_case)) {
+        print_error("matvec %s N=%lld K=%lld M=%lld b=%s: error vs reference %.3g > %.0e\n", rb_dtype_name(wt),
+                    (long long)N, (long long)K, (long long)M, rb_dtype_name(bd), e_case, b_case);
+        acc->failures++;
+    }
+    if (quant) {
+        TU_OK(rb_matmul(c, &d.c, &a->c, &b.c));
+        double *cpu = gp_read(&d, 0);
+        err_sums ec = {0, 0, 0};
+        err_add(&ec, got, cpu, var, n);
+        const double e_cpu = err_rel(&ec);
+        if (!(e_cpu <= acc->cpu_bound)) {
+            print_error("matvec %s N=%lld K=%lld M=%lld b=%s: rel L2 vs CPU backend %.3g > %.0e\n", rb_dtype_name(wt),
+                        (long long)N, (long long)K, (long long)M, rb_dtype_name(bd), e_cpu, acc->cpu_bound);
+            acc->failures++;
+        }
+        if (e_cpu > acc->cpu) acc->cpu = e_cpu;
+        free(cpu);
+    }
+    free(bv);
+    free(got);
+    free(ref);
+    free(var);
+    gp_free(&b);
+    gp_free(&d);
+}
+
+/* Every weight type x M x N x K of the decode kernels (matvec.cuh). */
+static void test_matvec_sweep(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
     rb_backend *c = gp_cpu();
+    /* the CPU's SIMD activation quantizers are the ones the GPU mirrors */
+    rb_device_info ci;
+    TU_OK(rb_backend_device_info(c, &ci));
+    const double cpu_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5;
     tu_rng rng;
-    tu_rng_seed(&rng, 600);
-    const rb_dtype ws[] = {RB_Q4_K, RB_BF16, RB_Q8_0};
-    for (int wi = 0; wi < 3; wi++)
-        for (int64_t M = 1; M <= 2; M++) {
-            const int64_t K = 4096, N = 1000;
-            const int64_t ane[4] = {K, N, 1, 1}, bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1};
-            gp a = gp_make(c, g, &rng, ws[wi], ane, GP_CONTIG, -1, 1);
-            gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -1, 1);
-            gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
-            TU_OK(rb_matmul(g, &d.g, &a.g, &b.g));
-            double *av = values(&a), *bv = gp_read(&b, 0), *got = gp_read(&d, 1);
-            double *ref = malloc(sizeof(double) * (size_t)(N * M));
-            float *gf = malloc(sizeof(float) * (size_t)(N * M));
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t n = 0; n < N; n++) {
-                    double s = 0;
-                    for (int64_t k = 0; k < K; k++) s += av[n * K + k] * bv[m * K + k];
-                    ref[m * N + n] = s;
-                    gf[m * N + n] = (float)got[m * N + n];
+    tu_rng_seed(&rng, 700);
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K, RB_F32, RB_F16, RB_BF16};
+    const int64_t Ms[] = {1, 2, 3, 7, 8, 9, 16, 31, 32}, Ns[] = {1, 33, 257};
+    int failures = 0;
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        const rb_dtype wt = ws[wi];
+        const bool quant = rb_dtype_info((int)wt)->is_quant, kq = wt == RB_Q4_K || wt == RB_Q6_K;
+        /* odd K: q4_0/q8_0 a multiple of 32, f16/bf16 of 8, f32 of 4 (the
+         * staged kernels' granularity); k-quants a multiple of 256 */
+        const int64_t Kodd = kq ? 2304 : quant ? 1056 : wt == RB_F32 ? 1036 : 1000;
+        const int64_t Ks[] = {256, 4096, Kodd};
+        double worst = 0, worst_cpu = 0;
+        for (size_t ni = 0; ni < 3; ni++)
+            for (size_t ki = 0; ki < 3; ki++) {
+                const int64_t K = Ks[ki], N = Ns[ni];
+                const int64_t ane[4] = {K, N, 1, 1};
+                /* N = 33: quantized rows at 2-byte aligned offsets (the
+                 * staged kernels' alignment phase); otherwise aligned rows
+                 * (the direct kernels for q4_0/q8_0/float at M <= 4 when K
+                 * allows). N = 257: the weights' buffer is constant, so the
+                 * direct kernels launch ahead of the activation quantization
+                 * (programmatic dependent launch on sm_90) */
+                gp a = gp_make(c, g, &rng, wt, ane, quant && N == 33 ? GP_SLICE : GP_CONTIG, -1, 1);
+                if (N == 257) TU_OK(rb_buffer_set_constant(a.gb));
+                double *av = values(&a);
+                sweep_acc acc = {{0, 0, 0}, 0, cpu_bound, 0};
+                for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                    sweep_case(c, g, &rng, &a, av, Ms[mi], RB_F32, GP_CONTIG, &acc);
+                if (N == 33) /* strided f16 activations */
+                    for (int64_t M = 3; M <= 16; M += 13) sweep_case(c, g, &rng, &a, av, M, RB_F16, GP_PERM, &acc);
+                const double e = err_rel(&acc.ref), bound = quant ? 1e-2 : 1e-5;
+                if (!(e <= bound)) {
+                    print_error("matvec %s N=%lld K=%lld, all M: rel L2 vs reference %.3g > %.0e\n", rb_dtype_name(wt),
+                                (long long)N, (long long)K, e, bound);
+                    acc.failures++;
                 }
-            const double err = tu_rel_l2(gf, ref, (size_t)(N * M));
-            print_message("large %s M=%lld rel L2 %.2e\n", rb_dtype_name(ws[wi]), (long long)M, err);
-            assert_true(err < 1e-5);
-            free(av);
-            free(bv);
-            free(got);
-            free(ref);
-            free(gf);
-            gp_free(&a);
-            gp_free(&b);
-            gp_free(&d);
-        }
+                if (e > worst) worst = e;
+                if (acc.cpu > worst_cpu) worst_cpu = acc.cpu;
+                failures += acc.failures;
+                free(av);
+                gp_free(&a);
+            }
+        print_message("matvec sweep %-5s: max rel L2 vs reference %.2e (bound %.0e)", rb_dtype_name(wt), worst,
+                      quant ? 1e-2 : 1e-5);
+        if (quant) print_message(", vs CPU backend %.2e (bound %.0e)", worst_cpu, cpu_bound);
+        print_message("\n");
+    }
     rb_backend_destroy(c);
     rb_backend_destroy(g);
+    if (failures) fail_msg("matvec sweep: %d comparisons out of bounds", failures);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_matvec_sweep under compute-sanitizer */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_default),
         cmocka_unit_test(test_matmul_tiled),
-        cmocka_unit_test(test_matmul_large),
+        cmocka_unit_test(test_matvec_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

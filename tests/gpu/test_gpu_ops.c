@@ -3,7 +3,8 @@
  * layouts; f32/f16/bf16): fill, affine, all unary and binary ops with
  * broadcasting, where, cast (float <-> float strided, quantized -> float),
  * get_rows (float and q4_0/q8_0/q4_K/q6_K tables, bad ids), set_rows,
- * rms_norm, layer_norm, softmax with masks, reductions and rope. f32 results
+ * rms_norm, layer_norm, softmax with masks, reductions, rope, and the fused
+ * rb_glu / rb_add_rms_norm (1e-6 relative to the CPU). f32 results
  * within 1e-5 relative (plus a tiny absolute floor); f16/bf16 outputs allow
  * one rounding step more. Skips without a GPU. */
 #include "gpu_pair.h"
@@ -218,6 +219,20 @@ static void test_norms_softmax_reduce(void **state) {
         TU_OK(rb_rms_norm(e->c, &d.c, &s.c, NULL, 1e-5f));
         TU_OK(rb_rms_norm(e->g, &d.g, &s.g, NULL, 1e-5f));
         gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-6, "rms_norm no weight");
+        if (i == 0) { /* contiguous f32 rows: the register-resident kernel, also in place */
+            const int64_t fne[4] = {4096, 3, 2, 1}, fw[4] = {4096, 1, 1, 1};
+            gp fs = MK(RB_F32, fne, GP_CONTIG, -3, 3), fd = MK(RB_F32, fne, GP_CONTIG, 0, 1);
+            gp fwt = MK(RB_F32, fw, GP_CONTIG, 0.5f, 1.5f);
+            TU_OK(rb_rms_norm(e->c, &fd.c, &fs.c, &fwt.c, 1e-6f));
+            TU_OK(rb_rms_norm(e->g, &fd.g, &fs.g, &fwt.g, 1e-6f));
+            gp_expect_close(&fd, 1e-6, 1e-9, "rms_norm f32 rows");
+            TU_OK(rb_rms_norm(e->c, &fs.c, &fs.c, NULL, 1e-6f));
+            TU_OK(rb_rms_norm(e->g, &fs.g, &fs.g, NULL, 1e-6f));
+            gp_expect_close(&fs, 1e-6, 1e-9, "rms_norm f32 rows in place");
+            gp_free(&fs);
+            gp_free(&fd);
+            gp_free(&fwt);
+        }
         TU_OK(rb_layer_norm(e->c, &d.c, &s.c, &w.c, &b.c, 1e-5f));
         TU_OK(rb_layer_norm(e->g, &d.g, &s.g, &w.g, &b.g, 1e-5f));
         gp_expect_close(&d, gp_tol(d.g.dtype, 1e-5), 1e-5, "layer_norm");
@@ -301,6 +316,94 @@ static void test_rope(void **state) {
             }
 }
 
+/* The half of a [2F, ...] pair starting at element `first` of each row (both
+ * sides); shares the parents, so it must not be gp_free'd. */
+static gp half_of(const gp *p, int64_t first) {
+    gp v = *p;
+    v.c.ne[0] = v.g.ne[0] = p->c.ne[0] / 2;
+    v.c.offs += (size_t)first * p->c.nb[0];
+    v.g.offs += (size_t)first * p->g.nb[0];
+    return v;
+}
+
+/* rb_glu (gate/up as strided halves of one projection, in place) and
+ * rb_add_rms_norm (delta aliasing h too) on the GPU vs the CPU backend. */
+static void test_fused(void **state) {
+    PREP(17);
+    const struct { int64_t ne[4]; gp_layout lay; } gcases[] = {
+        {{2 * 1000, 7, 1, 1}, GP_CONTIG}, {{2 * 9, 13, 3, 2}, GP_PERM}, {{2 * 4097, 2, 1, 1}, GP_SLICE}};
+    const rb_unary_op acts[4] = {RB_UNARY_SILU, RB_UNARY_GELU_TANH, RB_UNARY_GELU, RB_UNARY_RELU};
+    for (size_t k = 0; k < 3; k++)
+        for (int a = 0; a < 4; a++) {
+            const int64_t *pne = gcases[k].ne, F = pne[0] / 2, dne[4] = {F, pne[1], pne[2], pne[3]};
+            /* |gate| <= 4, |up| <= 1.5: where 1 + tanh / 1 + erf cancel (gate near -4) the
+             * absolute error of either side's f32 tanhf/erff is below the 1e-6 floor */
+            gp p = MK(RB_F32, pne, gcases[k].lay, -4, 4);
+            gp g = half_of(&p, 0), u = half_of(&p, F);
+            { /* the up half: scaled into [-1.5, 1.5] */
+                for (int64_t i3 = 0; i3 < pne[3]; i3++)
+                    for (int64_t i2 = 0; i2 < pne[2]; i2++)
+                        for (int64_t i1 = 0; i1 < pne[1]; i1++)
+                            for (int64_t i0 = 0; i0 < F; i0++) {
+                                unsigned char *q = p.orig + u.c.offs + (size_t)i0 * u.c.nb[0] +
+                                                   (size_t)i1 * u.c.nb[1] + (size_t)i2 * u.c.nb[2] +
+                                                   (size_t)i3 * u.c.nb[3];
+                                float v;
+                                memcpy(&v, q, 4);
+                                v *= 0.375f;
+                                memcpy(q, &v, 4);
+                            }
+                TU_OK(rb_buffer_set(p.cb, 0, p.orig, p.size));
+                TU_OK(rb_buffer_set(p.gb, 0, p.orig, p.size));
+            }
+            gp d = MK(RB_F32, dne, k == 1 ? GP_SLICE : GP_CONTIG, -1, 1);
+            TU_OK(rb_glu(e->c, &d.c, &g.c, &u.c, acts[a]));
+            TU_OK(rb_glu(e->g, &d.g, &g.g, &u.g, acts[a]));
+            char what[64];
+            snprintf(what, sizeof what, "glu act %d case %zu", (int)acts[a], k);
+            gp_expect_close(&d, 1e-6, 1e-6, what);
+            assert_true(gp_gpu_unchanged(&p));
+            /* in place over up: the gate half stays untouched */
+            TU_OK(rb_glu(e->c, &u.c, &g.c, &u.c, acts[a]));
+            TU_OK(rb_glu(e->g, &u.g, &g.g, &u.g, acts[a]));
+            gp_expect_close(&u, 1e-6, 1e-6, "glu in place");
+            gp_free(&d);
+            gp_free(&p);
+        }
+    /* the last five take the register-resident kernel (contiguous aligned
+     * f32 rows): 256 threads x 1, 4, 8 float4 and 1024 x 8, with the weight
+     * as aligned f32 (float4 loads), bf16 or none */
+    const struct { int64_t ne[4]; gp_layout lx, ld, lh; rb_dtype wdt; bool w; gp_layout lw; } ncases[] = {
+        {{2048, 7, 1, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_F32, true, GP_SLICE},
+        {{7, 13, 3, 2}, GP_PERM, GP_SLICE, GP_PERM, RB_BF16, true, GP_SLICE},
+        {{4097, 3, 1, 1}, GP_SLICE, GP_CONTIG, GP_SLICE, RB_F16, true, GP_SLICE},
+        {{1, 3, 1, 1}, GP_SLICE, GP_PERM, GP_CONTIG, RB_F32, false, GP_SLICE},
+        {{300, 70, 1, 1}, GP_CONTIG, GP_SLICE, GP_CONTIG, RB_F32, false, GP_SLICE},
+        {{64, 5, 1, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_F32, true, GP_CONTIG},
+        {{4096, 3, 2, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_F32, true, GP_CONTIG},
+        {{8188, 2, 1, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_BF16, true, GP_CONTIG},
+        {{12000, 2, 1, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_F32, true, GP_CONTIG},
+        {{5000, 4, 1, 1}, GP_CONTIG, GP_CONTIG, GP_CONTIG, RB_F32, false, GP_CONTIG}};
+    for (size_t k = 0; k < sizeof ncases / sizeof ncases[0]; k++)
+        for (int alias = 0; alias < 2; alias++) { /* 1: delta is h's view */
+            const int64_t *ne = ncases[k].ne, wne[4] = {ne[0], 1, 1, 1};
+            gp x = MK(RB_F32, ne, ncases[k].lx, -3, 3), dl = MK(RB_F32, ne, ncases[k].ld, -2, 2);
+            gp h = MK(RB_F32, ne, ncases[k].lh, -2, 2), w = MK(ncases[k].wdt, wne, ncases[k].lw, 0.5f, 1.5f);
+            TU_OK(rb_add_rms_norm(e->c, &x.c, alias ? &h.c : &dl.c, ncases[k].w ? &w.c : NULL, 1e-6f, &h.c));
+            TU_OK(rb_add_rms_norm(e->g, &x.g, alias ? &h.g : &dl.g, ncases[k].w ? &w.g : NULL, 1e-6f, &h.g));
+            char what[64];
+            snprintf(what, sizeof what, "add_rms_norm case %zu alias %d: x", k, alias);
+            gp_expect_close(&x, 0, 0, what); /* one f32 addition: identical */
+            snprintf(what, sizeof what, "add_rms_norm case %zu alias %d: h", k, alias);
+            gp_expect_close(&h, 1e-6, 1e-9, what); /* double sum of squares on both sides */
+            assert_true(gp_gpu_unchanged(&dl));
+            gp_free(&x);
+            gp_free(&dl);
+            gp_free(&h);
+            gp_free(&w);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fill_affine_unary, setup, teardown),
@@ -309,6 +412,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_get_set_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norms_softmax_reduce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rope, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,9 +3,10 @@
  * creation on one device with its own non-blocking stream (and a cuBLAS
  * handle on CUDA), device buffers (uploads through two pinned staging
  * buffers, so a large model copy overlaps memcpy into pinned memory with the
- * DMA), device scratch, error recording, and the vtable that wires the op
- * launchers of ops_*.cu. An out-of-memory allocation fails with RB_E_NOMEM
- * and a message naming the free memory; the backend stays usable. */
+ * DMA), device scratch, error recording, the vtable that wires the op
+ * launchers of ops_*.cu, and graph capture/replay of the stream (CUDA/HIP
+ * graphs). An out-of-memory allocation fails with RB_E_NOMEM and a message
+ * naming the free memory; the backend stays usable. */
 #include "backends/gpu/gpu_internal.h"
 
 #include <stdio.h>
@@ -37,37 +38,66 @@ rb_status gpu_check_launch(rb_backend *be, const char *what) {
     return e == cudaSuccess ? RB_OK : gpu_fail(be, e, what);
 }
 
+/* A scratch allocation. The backend references its current one; a graph
+ * captured while it was current references it too (its kernels have the
+ * address baked in), so growing the scratch later never frees memory that a
+ * graph still uses. */
+struct gpu_scratch_blk {
+    void *p;
+    size_t cap;
+    int refs;
+};
+
+static void scratch_unref(gpu_backend *g, gpu_scratch_blk *b) {
+    if (!b || --b->refs > 0) return;
+    (void)cudaStreamSynchronize(g->stream); /* queued kernels may still read it */
+    (void)cudaFree(b->p);
+    free(b);
+}
+
 rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out) {
     gpu_backend *g = gb(be);
     if (bytes <= g->scratch_cap && g->scratch) {
         *out = g->scratch;
         return RB_OK;
     }
+    if (be->capturing) /* a capture cannot allocate or wait for queued work */
+        return rb_backend_fail(be, RB_E_NOMEM,
+                               "device scratch must grow from %zu to %zu bytes while a graph is being captured on "
+                               "%s: run the same step once eagerly before capturing it",
+                               g->scratch_cap, bytes, be->name);
     size_t cap = g->scratch_cap ? g->scratch_cap : ((size_t)1 << 20);
     while (cap < bytes) {
         if (cap > SIZE_MAX / 2) return rb_backend_fail(be, RB_E_NOMEM, "scratch of %zu bytes is too large", bytes);
         cap *= 2;
     }
-    if (g->scratch) { /* queued kernels may still read the old region */
-        (void)cudaStreamSynchronize(g->stream);
-        (void)cudaFree(g->scratch);
-        g->scratch = NULL;
-        g->scratch_cap = 0;
-    }
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, cap);
+    gpu_scratch_blk *b = (gpu_scratch_blk *)calloc(1, sizeof *b);
+    if (!b) return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a scratch descriptor");
+    scratch_unref(g, g->scratch_blk); /* frees the old region unless a graph holds it */
+    g->scratch_blk = NULL;
+    g->scratch = NULL;
+    g->scratch_cap = 0;
+    cudaError_t e = cudaMalloc(&b->p, cap);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        free(b);
         return rb_backend_fail(be, RB_E_NOMEM, "cannot allocate %zu bytes of device scratch on %s: %s", cap,
                                be->name, cudaGetErrorString(e));
     }
-    g->scratch = p;
+    b->cap = cap;
+    b->refs = 1;
+    g->scratch_blk = b;
+    g->scratch = b->p;
     g->scratch_cap = cap;
-    *out = p;
+    *out = b->p;
     return RB_OK;
 }
 
+int *gpu_ids_guard(rb_backend *be) { return be->capturing ? gb(be)->ids_err : NULL; }
+
 rb_status gpu_check_ids(rb_backend *be, const rb_tensor *ids, int64_t limit, const char *op) {
+    if (be->capturing) /* callers check on the device instead (gpu_ids_guard) */
+        return rb_backend_fail(be, RB_E_INVALID, "%s: ids cannot be read on the host during a graph capture", op);
     const size_t span = rb_tensor_span(ids);
     if (span == 0) return RB_OK;
     char *h = (char *)malloc(span);
@@ -140,7 +170,9 @@ static void g_destroy(rb_backend *be) {
         if (g->staging_ev[i]) (void)cudaEventDestroy(g->staging_ev[i]);
         if (g->staging[i]) (void)cudaFreeHost(g->staging[i]);
     }
-    if (g->scratch) (void)cudaFree(g->scratch);
+    scratch_unref(g, g->scratch_blk); /* graphs still alive keep theirs (they must be freed first) */
+    if (g->ids_err) (void)cudaFree(g->ids_err);
+    if (g->ids_err_host) (void)cudaFreeHost(g->ids_err_host);
     if (g->stream) (void)cudaStreamDestroy(g->stream);
     free(g);
 }
@@ -154,9 +186,34 @@ static rb_status g_device_info(rb_backend *be, rb_device_info *info) {
     return RB_OK;
 }
 
+/* Graph replays check ids on the device: queue the read-back of the flag
+ * (before the caller's synchronize) ... */
+static cudaError_t ids_err_fetch(gpu_backend *g) {
+    if (!g->ids_err_live) return cudaSuccess;
+    return cudaMemcpyAsync(g->ids_err_host, g->ids_err, 4 * sizeof(int), cudaMemcpyDeviceToHost, g->stream);
+}
+
+/* ... and, once synchronized, report an out-of-range id as RB_E_RANGE and
+ * re-arm the flag. */
+static rb_status ids_err_report(rb_backend *be) {
+    gpu_backend *g = gb(be);
+    if (!g->ids_err_live) return RB_OK;
+    g->ids_err_live = false;
+    const int *h = g->ids_err_host;
+    if (!h[0]) return RB_OK;
+    const int op = h[1], id = h[2], limit = h[3];
+    cudaError_t e = cudaMemsetAsync(g->ids_err, 0, 4 * sizeof(int), g->stream);
+    if (e != cudaSuccess) return gpu_fail(be, e, "resetting the device ids check");
+    return rb_backend_fail(be, RB_E_RANGE,
+                           "%s: id %d out of range [0, %d) in a graph replay on %s (checked on the device; %s)",
+                           op ? "rb_set_rows" : "rb_get_rows", id, limit, be->name,
+                           op ? "that row was not written" : "row 0 or the last row was read instead");
+}
+
 static rb_status g_sync(rb_backend *be) {
-    cudaError_t e = cudaStreamSynchronize(gb(be)->stream);
-    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "synchronize");
+    cudaError_t e = ids_err_fetch(gb(be));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(gb(be)->stream);
+    return e == cudaSuccess ? ids_err_report(be) : gpu_fail(be, e, "synchronize");
 }
 
 /* ---- vtable: memory ---- */
@@ -231,8 +288,9 @@ static rb_status g_buffer_set(rb_backend *be, rb_buffer *buf, size_t offs, const
 static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs, void *dst, size_t n) {
     gpu_backend *g = gb(be);
     cudaError_t e = cudaMemcpyAsync(dst, (const char *)buf->impl + offs, n, cudaMemcpyDeviceToHost, g->stream);
+    if (e == cudaSuccess) e = ids_err_fetch(g);
     if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
-    return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "download");
+    return e == cudaSuccess ? ids_err_report(be) : gpu_fail(be, e, "download");
 }
 
 static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, const rb_buffer *src,
@@ -241,6 +299,95 @@ static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, 
                                     cudaMemcpyDeviceToDevice, gb(be)->stream);
     return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "device copy");
 }
+
+/* ---- graphs: capture of the backend's stream, instantiate, replay ---- */
+
+struct gpu_graph {
+    cudaGraphExec_t exec;
+    gpu_scratch_blk *blk; /* the scratch its kernels address (referenced) */
+};
+
+static rb_status g_capture_begin(rb_backend *be) {
+    gpu_backend *g = gb(be);
+    cudaError_t e = cudaSuccess;
+    if (!g->ids_err) { /* the device-side ids check needs its flag before capturing */
+        e = cudaMalloc((void **)&g->ids_err, 4 * sizeof(int));
+        if (e == cudaSuccess) e = cudaMemsetAsync(g->ids_err, 0, 4 * sizeof(int), g->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (g->ids_err) (void)cudaFree(g->ids_err);
+            g->ids_err = NULL;
+            return gpu_fail(be, e, "graph capture: device flag for the ids check");
+        }
+    }
+    if (!g->ids_err_host) {
+        e = cudaMallocHost((void **)&g->ids_err_host, 4 * sizeof(int));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            g->ids_err_host = NULL;
+            return gpu_fail(be, e, "graph capture: pinned flag for the ids check");
+        }
+        memset(g->ids_err_host, 0, 4 * sizeof(int));
+    }
+    /* thread-local: a call from this thread that cannot be captured (a
+     * synchronize, an allocation) fails instead of silently running */
+    e = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gpu_fail(be, e, "begin graph capture");
+    }
+    return RB_OK;
+}
+
+static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
+    gpu_backend *g = gb(be);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (e != cudaSuccess || !out) { /* invalidated by a failed call, or discarded by the caller */
+        (void)cudaGetLastError();
+        if (graph) (void)cudaGraphDestroy(graph);
+        return out ? gpu_fail(be, e, "graph capture") : RB_OK;
+    }
+    if (!graph) return rb_backend_fail(be, RB_E_BACKEND, "graph capture on %s produced no graph", be->name);
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiateWithFlags(&x, graph, 0);
+    (void)cudaGraphDestroy(graph); /* the executable graph is independent of it */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gpu_fail(be, e, "instantiate graph");
+    }
+    gpu_graph *gg = (gpu_graph *)calloc(1, sizeof *gg);
+    if (!gg) {
+        (void)cudaGraphExecDestroy(x);
+        return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a graph");
+    }
+    gg->exec = x;
+    gg->blk = g->scratch_blk;
+    if (gg->blk) gg->blk->refs++;
+    out->impl = gg;
+    return RB_OK;
+}
+
+static rb_status g_graph_launch(rb_backend *be, rb_graph *graph) {
+    gpu_backend *g = gb(be);
+    cudaError_t e = cudaGraphLaunch(((gpu_graph *)graph->impl)->exec, g->stream);
+    if (e != cudaSuccess) return gpu_fail(be, e, "graph launch");
+    g->ids_err_live = true; /* its kernels may have flagged an id */
+    return RB_OK;
+}
+
+static void g_graph_free(rb_backend *be, rb_graph *graph) {
+    gpu_backend *g = gb(be);
+    gpu_graph *gg = (gpu_graph *)graph->impl;
+    if (!gg) return;
+    (void)cudaStreamSynchronize(g->stream); /* a replay may still be running */
+    (void)cudaGraphExecDestroy(gg->exec);
+    scratch_unref(g, gg->blk);
+    free(gg);
+    graph->impl = NULL;
+}
+
+static const rb_graph_vtable k_gpu_graph_vtable = {g_capture_begin, g_capture_end, g_graph_launch, g_graph_free};
 
 /* ---- ops without a GPU kernel yet: refuse clearly ---- */
 
@@ -275,7 +422,8 @@ static rb_status g_upsample(rb_backend *be, rb_tensor *, const rb_tensor *, rb_u
 static const rb_backend_vtable k_gpu_vtable = {
     g_destroy,         g_device_info,  g_sync,         g_buffer_alloc, g_buffer_from_host, g_buffer_free,
     g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
-    gpu_binary,        gpu_where,      gpu_cast,       gpu_reduce,     gpu_softmax,        gpu_rms_norm,
+    gpu_binary,        gpu_where,      gpu_glu,        gpu_cast,       gpu_reduce,         gpu_softmax,
+    gpu_rms_norm,      gpu_add_rms_norm,
     gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
     g_upsample,
@@ -296,6 +444,7 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
     gpu_backend *g = (gpu_backend *)calloc(1, sizeof *g);
     if (!g) return rb_error_set(err, RB_E_NOMEM, "out of host memory for a backend");
     g->base.vt = &k_gpu_vtable;
+    g->base.graph_vt = &k_gpu_graph_vtable;
     g->base.kind = RB_GPU_DEVICE_KIND;
     g->base.index = index;
     snprintf(g->base.name, sizeof g->base.name, "%s:%d", RB_GPU_KIND_NAME, index);
@@ -304,6 +453,10 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
     g->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     const char *gm = getenv("RBEE_GPU_GEMM");
     g->tiled_gemm = gm && strcmp(gm, "tiled") == 0;
+#if !defined(RBEE_GPU_HIP)
+    const char *pdl = getenv("RBEE_GPU_PDL");
+    g->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+#endif
     rb_status s = RB_OK;
     const char *what = "stream";
     e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);

@@ -7,6 +7,7 @@
 #define RBEE_GPU_COMMON_CUH
 
 #include "backends/gpu/gpu_internal.h"
+#include "backends/gpu/gpu_pdl.h"
 
 #include <math.h>
 

@@ -32,7 +32,12 @@ struct gpu_backend {
     size_t staging_cap;
     void *scratch; /* device scratch, used by one op at a time (stream-ordered) */
     size_t scratch_cap;
+    struct gpu_scratch_blk *scratch_blk; /* owns scratch; captured graphs hold a reference too */
+    int *ids_err;      /* graphs: device i32[4] {bad, op, id, limit} of the first out-of-range id */
+    int *ids_err_host; /* pinned mirror read back after a replay */
+    bool ids_err_live; /* a graph ran since ids_err was last read */
     bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
+    bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif
@@ -68,6 +73,9 @@ rb_status gpu_check_launch(rb_backend *be, const char *what);
 rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out);
 /* Copies an i32 index tensor to the host and checks 0 <= id < limit. */
 rb_status gpu_check_ids(rb_backend *be, const rb_tensor *ids, int64_t limit, const char *op);
+/* While capturing a graph ids cannot be read on the host: kernels check them
+ * and report the first bad one into this device flag (NULL when eager). */
+int *gpu_ids_guard(rb_backend *be);
 /* Blocks for n items at `threads` per block, capped for grid-stride loops. */
 static inline unsigned gpu_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
@@ -95,10 +103,13 @@ rb_status gpu_affine(rb_backend *be, rb_tensor *dst, const rb_tensor *src, float
 rb_status gpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status gpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 rb_status gpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
+rb_status gpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
 rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
 rb_status gpu_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status gpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
 rb_status gpu_rms_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w, float eps);
+rb_status gpu_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
+                           rb_tensor *h);
 rb_status gpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                          const rb_tensor *b, float eps);
 rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);

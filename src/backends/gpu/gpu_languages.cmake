@@ -8,15 +8,24 @@
 #    gfx90a;gfx940;gfx1030;gfx1100. gfx1100 needs oclc_isa_version_1100.bc,
 #    which Debian lacks: we derive it from the gfx1030 file (llvm-dis/llvm-as)
 #    in a device-library folder of our own. gfx942 (MI300X) needs LLVM >= 16.
-if(RBEE_CUDA)
+#  - RBEE_HIP with RBEE_HIP_NVIDIA: the HIP flavour (rbee_rocm) is compiled by
+#    nvcc for NVIDIA through hip_on_nvidia.h instead of clang for AMD, so the
+#    HIP host path runs on an NVIDIA GPU; CUDA is enabled (default sm_90) and
+#    the HIP language is not.
+option(RBEE_HIP_NVIDIA "With RBEE_HIP: build the ROCm backend for NVIDIA with nvcc (HIP's NVIDIA platform)" OFF)
+if(RBEE_CUDA OR (RBEE_HIP AND RBEE_HIP_NVIDIA))
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80 89 90)
+    if(RBEE_CUDA)
+      set(CMAKE_CUDA_ARCHITECTURES 80 89 90)
+    else()
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
 
-if(RBEE_HIP)
+if(RBEE_HIP AND NOT RBEE_HIP_NVIDIA)
   set(_rb_multiarch /usr/lib/x86_64-linux-gnu)
   if(NOT DEFINED CMAKE_HIP_COMPILER)
     find_program(_rb_clang15 clang++-15)

@@ -1,29 +1,33 @@
-/* GPU fused attention, flash style: one warp per (query, query head, batch,
- * key split) walks its keys RB_WARP at a time - each lane scores one key
- * against the query held in shared memory, the warp keeps a running max and
- * sum (online softmax), and the lanes accumulate the value rows split over
- * the head dimension. Memory stays linear in Tk. Grouped-query heads, causal
- * and sliding-window masks, q_pos0, an additive mask, soft-capping, f32/f16/
- * bf16 inputs with any strides. When there are few queries (decode) the keys
- * are split over several warps and a second kernel merges the partial
- * results, so a single token still fills the GPU. */
-#include "backends/gpu/gpu_common.cuh"
+/* GPU fused attention: picks one of three kernels and merges key splits.
+ *  - Tensor cores (att_tc.cuh) for prefill: 16-bit K/V with aligned rows,
+ *    D = Dv in {64, 80, 96, 128, 256}, Tq >= 16.
+ *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries.
+ *  - Generic (here), exact f32 math for everything else (f32 K/V, any
+ *    strides and head dims): one warp per (query, query head, batch, key
+ *    split) walks its keys RB_WARP at a time - each lane scores one key
+ *    against the query held in shared memory, the warp keeps a running max
+ *    and sum (online softmax), and the lanes accumulate the value rows split
+ *    over the head dimension.
+ * All three support grouped-query heads, causal and sliding-window masks,
+ * q_pos0 or per-query positions on the device (q_pos), an additive mask and
+ * soft-capping, and keep memory linear in Tk. When the query rows cannot
+ * fill the GPU the keys are split and k_att_merge combines the partial
+ * results; with q_pos the split count depends on Tk only, so one launch
+ * serves every decode step (graph replay), and splits past a query's
+ * position return at once. RBEE_GPU_ATTN=generic or =notc (no tensor cores)
+ * restricts the choice, for comparisons. */
+#include "backends/gpu/att_common.cuh"
+#include "backends/gpu/att_decode.cuh"
+#include "backends/gpu/att_tc.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 namespace RB_GPU_NS {
 
 #define ATT_THREADS 128
 #define ATT_DV_MAX 256
 #define ATT_ACC (ATT_DV_MAX / RB_WARP)
-
-struct att_args {
-    float scale, softcap;
-    int causal, window;
-    int64_t q_pos0;
-    int nsplit;     /* key splits per query row */
-    int64_t kchunk; /* keys per split */
-    int kvec;       /* k rows are contiguous f16 with D % 8 == 0, 16-byte aligned */
-    float *part;    /* nsplit > 1: [task][split] of (m, l, acc[Dv]) */
-};
 
 __device__ __forceinline__ float dot_q_k(const float *qs, const gt &k, const char *kr, int64_t D, int kvec) {
     float s = 0.0f;
@@ -61,15 +65,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
     __syncthreads();
     if (!live) return;
 
-    const int64_t pos = a.q_pos0 + i;
-    int64_t kbeg = 0, kend = Tk;
-    if (a.causal && pos + 1 < kend) kend = pos + 1;
-    if (a.window > 0 && pos - a.window + 1 > kbeg) kbeg = pos - a.window + 1;
-    {
-        const int64_t s0 = kbeg + split * a.kchunk, s1 = s0 + a.kchunk;
-        kbeg = s0;
-        if (s1 < kend) kend = s1;
-    }
+    const int64_t pos = att_pos64(a, i);
+    int64_t kbeg, kend;
+    att_range(a, pos, Tk, split, &kbeg, &kend);
     const char *kb = k.p + g * k.nb[2] + b * k.nb[3];
     const char *vb = v.p + g * v.nb[2] + b * v.nb[3];
     float m = -INFINITY, l = 0.0f, acc[ATT_ACC];
@@ -127,34 +125,139 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
     }
 }
 
-/* Merges the nsplit partial (m, l, acc) of each query row; one thread per
- * output element. */
-__global__ void k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow) {
+/* Merges the nsplit partial (m, l, acc) of each query row: one block per
+ * row; splits that saw no key (m = -inf) are skipped without reading acc. */
+#define ATT_MERGE_THREADS 128
+#define ATT_SPLIT_MAX 256
+__global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow) {
+    rb_grid_dep_trigger();
+    __shared__ float wsh[ATT_SPLIT_MAX];
+    __shared__ float red[32];
     const int64_t Dv = dst.ne[0], Hq = dst.ne[1], Tq = dst.ne[2];
-    const int64_t n = nrow * Dv;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t d = e % Dv, row = e / Dv;
+    for (int64_t row = blockIdx.x; row < nrow; row += gridDim.x) {
         const int64_t h = row % Hq, i = (row / Hq) % Tq, b = row / (Hq * Tq);
         const float *pp = part + row * nsplit * (Dv + 2);
         float m = -INFINITY;
-        for (int s = 0; s < nsplit; s++) m = fmaxf(m, pp[s * (Dv + 2)]);
-        float l = 0.0f, acc = 0.0f;
-        if (m != -INFINITY)
-            for (int s = 0; s < nsplit; s++) {
-                const float ms = pp[s * (Dv + 2)];
-                if (ms == -INFINITY) continue;
-                const float c = expf(ms - m);
-                l += c * pp[s * (Dv + 2) + 1];
-                acc += c * pp[s * (Dv + 2) + 2 + d];
-            }
-        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = l > 0.0f ? acc / l : 0.0f;
+        for (int s = threadIdx.x; s < nsplit; s += blockDim.x) m = fmaxf(m, pp[s * (Dv + 2)]);
+        m = block_max(m, red);
+        float l = 0.0f;
+        for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
+            const float ms = pp[s * (Dv + 2)];
+            const float c = ms == -INFINITY ? 0.0f : expf(ms - m);
+            wsh[s] = c;
+            l += c * pp[s * (Dv + 2) + 1];
+        }
+        l = block_sum(l, red); /* its barriers also publish wsh */
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+            float acc = 0.0f;
+            for (int s = 0; s < nsplit; s++)
+                if (wsh[s] != 0.0f) acc += wsh[s] * pp[s * (Dv + 2) + 2 + d];
+            *(float *)(dr + d * dst.nb[0]) = acc * inv;
+        }
+        __syncthreads(); /* wsh and red are reused by the next row */
     }
+}
+
+enum att_kernel { ATT_GENERIC, ATT_DECODE, ATT_TC };
+
+/* 16-bit rows the vector kernels can read: contiguous, 16-byte aligned */
+static bool att_rows16(const rb_tensor *t) {
+    const uintptr_t p = (uintptr_t)((const char *)t->buf->impl + t->offs);
+    return (t->dtype == RB_F16 || t->dtype == RB_BF16) && t->nb[0] == 2 && t->ne[0] % 8 == 0 && p % 16 == 0 &&
+           t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
+}
+
+static bool att_tc_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
+
+/* the device runs the tensor-core kernel (CUDA: mma.sync needs sm_80) */
+static bool att_tc_device(gpu_backend *g) {
+#if defined(RBEE_GPU_HIP)
+    (void)g;
+    return true;
+#else
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return major >= 8;
+#endif
+}
+
+static att_kernel att_choose(gpu_backend *g, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
+                             const rb_attn_params *p) {
+    const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], Dv = v->ne[0];
+    const char *env = getenv("RBEE_GPU_ATTN");
+    if (env && strcmp(env, "generic") == 0) return ATT_GENERIC;
+    /* the vector kernels keep positions in int */
+    if (Tk > INT_MAX / 2 || p->q_pos0 > INT_MAX / 2 - Tq) return ATT_GENERIC;
+    if (D != Dv || !att_tc_dim(D) || k->dtype != v->dtype || !att_rows16(k) || !att_rows16(v))
+        return ATT_GENERIC;
+    if (Tq >= 16 && !(env && strcmp(env, "notc") == 0) && att_tc_device(g)) return ATT_TC;
+    return ATT_DECODE;
+}
+
+/* Splits keys when the query rows alone cannot fill the GPU: about `want`
+ * work items in all, at least `minkeys` keys per split. With q_pos the split
+ * count depends on Tk only (fixed launch for graph replay). */
+static int att_nsplit(int64_t items, int64_t want, int64_t reach, int64_t minkeys) {
+    if (items >= want || reach < 2 * minkeys) return 1;
+    int64_t n = (want + items - 1) / items, maxs = reach / minkeys;
+    if (n > maxs) n = maxs;
+    if (n > ATT_SPLIT_MAX) n = ATT_SPLIT_MAX;
+    return n < 1 ? 1 : (int)n;
+}
+
+template <bool BF, int D>
+static rb_status att_launch_tc(rb_backend *be, dim3 grid, const gt &dst, const gt &q, const gt &k, const gt &v,
+                               const gt &mk, const att_args &a) {
+    gpu_backend *g = gb(be);
+    const size_t smem = att_tc_smem(D);
+#if defined(RBEE_GPU_HIP)
+    static_assert(att_tc_smem(D) + 512 <= 48 * 1024, "tensor-core attention: HIP tiles exceed 48 KiB");
+#else
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_att_tc<BF, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return gpu_fail(be, e, "attention: shared memory for the tensor-core kernel");
+    }
+#endif
+    k_att_tc<BF, D><<<grid, ATT_TC_THREADS, smem, g->stream>>>(dst, q, k, v, mk, a);
+    return gpu_check_launch(be, "attention (tensor cores)");
+}
+
+template <bool BF>
+static rb_status att_tc_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
+                                 const gt &v, const gt &mk, const att_args &a) {
+    switch (D) {
+    case 64: return att_launch_tc<BF, 64>(be, grid, dst, q, k, v, mk, a);
+    case 80: return att_launch_tc<BF, 80>(be, grid, dst, q, k, v, mk, a);
+    case 96: return att_launch_tc<BF, 96>(be, grid, dst, q, k, v, mk, a);
+    case 128: return att_launch_tc<BF, 128>(be, grid, dst, q, k, v, mk, a);
+    default: return att_launch_tc<BF, 256>(be, grid, dst, q, k, v, mk, a);
+    }
+}
+
+template <bool BF>
+static rb_status att_dec_dispatch(rb_backend *be, int64_t D, unsigned blocks, const gt &dst, const gt &q,
+                                  const gt &k, const gt &v, const gt &mk, const att_args &a) {
+    cudaStream_t st = gb(be)->stream;
+    switch (D) {
+    case 64: k_att_dec<BF, 64><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    case 80: k_att_dec<BF, 80><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    case 96: k_att_dec<BF, 96><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    case 128: k_att_dec<BF, 128><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    default: k_att_dec<BF, 256><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    }
+    return gpu_check_launch(be, "attention (decode)");
 }
 
 rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
                         const rb_attn_params *p) {
     gpu_backend *g = gb(be);
-    const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Dv = v->ne[0];
+    const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
+    const int64_t Dv = v->ne[0];
     if (Dv > ATT_DV_MAX || D > 512)
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_attention: head dims D = %lld, Dv = %lld exceed the GPU kernel's limits (512, %d)",
@@ -166,44 +269,72 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     a.causal = p->causal ? 1 : 0;
     a.window = p->window;
     a.q_pos0 = p->q_pos0;
+    if (p->q_pos) {
+        a.qpos = (const char *)p->q_pos->buf->impl + p->q_pos->offs;
+        a.qpos_nb = (int64_t)p->q_pos->nb[0];
+    }
+    const att_kernel kern = att_choose(g, q, k, v, p);
     const char *kp = (const char *)k->buf->impl + k->offs;
     a.kvec = k->dtype == RB_F16 && k->nb[0] == 2 && D % 8 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
              k->nb[3] % 16 == 0 && ((uintptr_t)kp % 16) == 0;
-    /* split keys when the query rows alone cannot fill the GPU */
+
+    /* keys one query row may see (all of Tk with q_pos: positions unknown here) */
     const int64_t rows = Tq * Hq * B;
     int64_t span = Tk;
-    if (p->window > 0 && p->window < span) span = p->window;
-    int nsplit = 1;
-    if (rows < (int64_t)g->n_sm * 8 && span > 256) {
-        int64_t want = (int64_t)g->n_sm * 8 / rows;
-        int64_t maxs = (span + 127) / 128;
-        nsplit = (int)(want < maxs ? want : maxs);
-        if (nsplit > 64) nsplit = 64;
-        if (nsplit < 1) nsplit = 1;
+    if (!p->q_pos && p->window > 0 && p->window < span) span = p->window;
+    const int64_t reach = p->q_pos ? Tk : span + (Tq > 1 ? Tq - 1 : 0);
+    int64_t items; /* work items without splitting */
+    dim3 grid(1, 1, 1);
+    if (kern == ATT_TC) {
+        const int64_t ntile = (Tq * (Hq / Hkv) + ATT_TC_BM - 1) / ATT_TC_BM;
+        items = ntile * Hkv * B;
+        a.nsplit = att_nsplit(items, 2 * (int64_t)g->n_sm, reach, 4 * att_tc_bn((int)D));
+        if (ntile > 0x7fffffffLL || Hkv * B > 65535)
+            return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: %lld query rows x %lld kv heads are too many",
+                                   (long long)(Tq * Hq), (long long)(Hkv * B));
+        grid = dim3((unsigned)ntile, (unsigned)(Hkv * B), (unsigned)a.nsplit);
+    } else {
+        items = rows;
+        /* a warp per row: ~12 per multiprocessor fill it */
+        a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, kern == ATT_DECODE ? 64 : 128);
     }
-    /* keys from kbeg to kend: at most span + Tq - 1 per row */
-    const int64_t reach = span + (Tq > 1 ? Tq - 1 : 0);
-    a.nsplit = nsplit;
-    a.kchunk = nsplit > 1 ? (reach + nsplit - 1) / nsplit : (Tk > 0 ? Tk : 1);
-    if (nsplit > 1) {
+    if (a.nsplit > 1) { /* whole key tiles / warp chunks per split */
+        const int64_t al = kern == ATT_TC ? att_tc_bn((int)D) : 32;
+        a.kchunk = ((reach + a.nsplit - 1) / a.nsplit + al - 1) / al * al;
+        a.nsplit = (int)((reach + a.kchunk - 1) / a.kchunk);
+        if (kern == ATT_TC) grid.z = (unsigned)a.nsplit;
+    }
+    if (a.nsplit <= 1) a.kchunk = Tk > 0 ? Tk : 1;
+    if (a.nsplit > 1) {
         void *sp = NULL;
-        rb_status s = gpu_scratch(be, (size_t)(rows * nsplit * (Dv + 2)) * sizeof(float), &sp);
+        rb_status s = gpu_scratch(be, (size_t)(rows * a.nsplit * (Dv + 2)) * sizeof(float), &sp);
         if (s != RB_OK) return s;
         a.part = (float *)sp;
     }
-    const int nw = ATT_THREADS / g->warp;
-    const int64_t ntask = rows * nsplit;
-    const int64_t blocks = (ntask + nw - 1) / nw;
-    if (blocks > 0x7fffffffLL)
-        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: %lld query rows are too many", (long long)rows);
     gt mk = {};
     if (p->mask) mk = gview(p->mask);
-    k_attention<<<(unsigned)blocks, ATT_THREADS, (size_t)nw * (size_t)D * sizeof(float), g->stream>>>(
-        gview(dst), gview(q), gview(k), gview(v), mk, a);
-    rb_status s = gpu_check_launch(be, "attention");
-    if (s != RB_OK || nsplit == 1) return s;
-    const int64_t n = rows * Dv;
-    k_att_merge<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(gview(dst), a.part, nsplit, rows);
+    const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
+    const bool bf = k->dtype == RB_BF16;
+    rb_status s;
+    if (kern == ATT_TC) {
+        s = bf ? att_tc_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
+               : att_tc_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
+    } else {
+        const int nw = ATT_THREADS / g->warp;
+        const int64_t blocks = (rows * a.nsplit + nw - 1) / nw;
+        if (blocks > 0x7fffffffLL)
+            return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: %lld query rows are too many", (long long)rows);
+        if (kern == ATT_DECODE) {
+            s = bf ? att_dec_dispatch<true>(be, D, (unsigned)blocks, gd, gq, gk_, gv, mk, a)
+                   : att_dec_dispatch<false>(be, D, (unsigned)blocks, gd, gq, gk_, gv, mk, a);
+        } else {
+            k_attention<<<(unsigned)blocks, ATT_THREADS, (size_t)nw * (size_t)D * sizeof(float), g->stream>>>(
+                gd, gq, gk_, gv, mk, a);
+            s = gpu_check_launch(be, "attention");
+        }
+    }
+    if (s != RB_OK || a.nsplit == 1) return s;
+    k_att_merge<<<gpu_blocks(rows, 1), ATT_MERGE_THREADS, 0, g->stream>>>(gd, a.part, a.nsplit, rows);
     return gpu_check_launch(be, "attention merge");
 }
 

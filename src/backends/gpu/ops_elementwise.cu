@@ -1,5 +1,6 @@
-/* GPU elementwise ops: fill, affine, unary, binary (broadcasting), where and
- * cast (plain dtypes with any strides, and dequantizing the block formats of
+/* GPU elementwise ops: fill, affine, unary, binary (broadcasting), where,
+ * the gated linear unit act(gate) * up (one pass over the fused projection
+ * instead of two launches), and cast (plain dtypes with any strides, and dequantizing the block formats of
  * gpu_quant.cuh). One thread per destination element in a grid-stride loop;
  * dtypes are switched at run time per element rather than instantiated as
  * templates, which keeps compile time small: these ops are memory-bound. */
@@ -75,6 +76,18 @@ __global__ void k_binary(gt d, gt a, gt b, int op, int64_t n) {
         unravel(i, d.ne, c);
         const float x = ldf(a.dt, a.p + boffs(a, c)), y = ldf(b.dt, b.p + boffs(b, c));
         stf(d.dt, d.p + boffs(d, c), apply_binary(op, x, y));
+    }
+}
+
+/* dst = act(gate) * up, all f32 of one shape with any strides. The two
+ * roundings match the unfused unary + binary pair. */
+__global__ void k_glu(gt d, gt g, gt u, int act, int64_t n) {
+    rb_grid_dep_trigger();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c[4];
+        unravel(i, d.ne, c);
+        const float a = apply_unary(act, *(const float *)(g.p + boffs(g, c)));
+        *(float *)(d.p + boffs(d, c)) = a * *(const float *)(u.p + boffs(u, c));
     }
 }
 
@@ -214,6 +227,14 @@ rb_status gpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_t
     if (n == 0) return RB_OK;
     k_binary<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(a), gview(b), (int)op, n);
     return gpu_check_launch(be, "binary");
+}
+
+rb_status gpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act) {
+    const int64_t n = nel(dst);
+    if (n == 0) return RB_OK;
+    k_glu<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(gate), gview(up), (int)act,
+                                                                       n);
+    return gpu_check_launch(be, "glu");
 }
 
 rb_status gpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b) {

@@ -1,17 +1,35 @@
 /* GPU gather/scatter of rows: get_rows (embedding lookup from a float or
  * q4_0/q8_0/q4_K/q6_K table) and set_rows (KV-cache style scatter with dtype
  * conversion). Indices are checked on the host first (one small copy), so an
- * out-of-range id fails with RB_E_RANGE before anything is written. */
+ * out-of-range id fails with RB_E_RANGE before anything is written. While a
+ * graph is being captured the host cannot read them: the kernels check each
+ * id, never use a bad one (get_rows clamps it, set_rows skips the row) and
+ * record the first into the backend's device flag, which the next
+ * synchronize reports as RB_E_RANGE. */
 #include "backends/gpu/gpu_quant.cuh"
 
 namespace RB_GPU_NS {
 
+/* First out-of-range id of a replay: {1, op, id, limit} (op 0 get, 1 set). */
+__device__ void ids_flag(int *guard, int op, int32_t id, int64_t limit) {
+    if (!guard) return;
+    if (atomicCAS(guard, 0, 1) == 0) {
+        guard[1] = op;
+        guard[2] = id;
+        guard[3] = limit > 0x7fffffff ? 0x7fffffff : (int)limit;
+    }
+}
+
 /* dst [D, T, B]; ids [T, B]; table [D, V] */
-__global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n) {
+__global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n, int *guard) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
-        const int32_t id = *(const int32_t *)(ids.p + c[1] * ids.nb[0] + c[2] * ids.nb[1]);
+        int32_t id = *(const int32_t *)(ids.p + c[1] * ids.nb[0] + c[2] * ids.nb[1]);
+        if (id < 0 || id >= tab.ne[1]) { /* only in a graph: eager ids were checked on the host */
+            if (c[0] == 0) ids_flag(guard, 0, id, tab.ne[1]);
+            id = id < 0 ? 0 : (int32_t)(tab.ne[1] - 1);
+        }
         const char *row = tab.p + (int64_t)id * tab.nb[1];
         const float v = quant ? dq_elem(tab.dt, row, c[0]) : ldf(tab.dt, row + c[0] * tab.nb[0]);
         stf(d.dt, d.p + c[0] * d.nb[0] + c[1] * d.nb[1] + c[2] * d.nb[2], v);
@@ -19,11 +37,16 @@ __global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n) {
 }
 
 /* src [D, n, A, B] -> dst [D, S, A, B] at rows ids[i] */
-__global__ void k_set_rows(gt d, gt s, gt ids, int64_t n) {
+__global__ void k_set_rows(gt d, gt s, gt ids, int64_t n, int *guard) {
+    rb_grid_dep_trigger();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, s.ne, c);
         const int32_t slot = *(const int32_t *)(ids.p + c[1] * ids.nb[0]);
+        if (slot < 0 || slot >= d.ne[1]) { /* only in a graph: eager ids were checked on the host */
+            if (c[0] == 0) ids_flag(guard, 1, slot, d.ne[1]);
+            continue;
+        }
         const float v = ldf(s.dt, s.p + c[0] * s.nb[0] + c[1] * s.nb[1] + c[2] * s.nb[2] + c[3] * s.nb[3]);
         stf(d.dt, d.p + c[0] * d.nb[0] + (int64_t)slot * d.nb[1] + c[2] * d.nb[2] + c[3] * d.nb[3], v);
     }
@@ -37,18 +60,25 @@ rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, c
                                rb_dtype_name(table->dtype), be->name);
     const int64_t n = dst->ne[0] * dst->ne[1] * dst->ne[2];
     if (n == 0) return RB_OK;
-    rb_status s = gpu_check_ids(be, ids, table->ne[1], "rb_get_rows");
-    if (s != RB_OK) return s;
-    k_get_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(table), gview(ids), quant, n);
+    int *guard = gpu_ids_guard(be);
+    if (!guard) {
+        rb_status s = gpu_check_ids(be, ids, table->ne[1], "rb_get_rows");
+        if (s != RB_OK) return s;
+    }
+    k_get_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(table), gview(ids), quant, n,
+                                                               guard);
     return gpu_check_launch(be, "get_rows");
 }
 
 rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids) {
     const int64_t n = src->ne[0] * src->ne[1] * src->ne[2] * src->ne[3];
     if (n == 0) return RB_OK;
-    rb_status s = gpu_check_ids(be, ids, dst->ne[1], "rb_set_rows");
-    if (s != RB_OK) return s;
-    k_set_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(src), gview(ids), n);
+    int *guard = gpu_ids_guard(be);
+    if (!guard) {
+        rb_status s = gpu_check_ids(be, ids, dst->ne[1], "rb_set_rows");
+        if (s != RB_OK) return s;
+    }
+    k_set_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(src), gview(ids), n, guard);
     return gpu_check_launch(be, "set_rows");
 }
 

@@ -1,62 +1,24 @@
 /* GPU matrix product with ggml semantics (dst[m][n] = sum_k a[n][k] b[m][k],
  * a's dims 2/3 broadcast over b's). Two paths:
- *  - M <= MV_CHUNKED_MAX (decode, small batches): matrix-vector kernels that
- *    stream the weights, reading ggml blocks (q4_0, q8_0, q4_K, q6_K) or
- *    f32/f16/bf16 rows directly, one warp per weight row, MV_MAX activation
- *    rows per pass, activations in f32.
+ *  - M <= MV_MAX_M = 32 (decode, small batches): the staged matrix-vector
+ *    kernels of matvec.cuh, which read each weight byte once for all M rows
+ *    (ggml blocks q4_0, q8_0, q4_K, q6_K with int8 activations quantized the
+ *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
+ *    a plain one-warp-per-row kernel here for float weights in unaligned or
+ *    strided layouts and for f32 weights at M <= 2 (measured faster there).
  *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
  *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
- * Activations are always used at f32 precision by the matrix-vector kernels
- * (no activation quantization), so they are more exact than the CPU path. */
-#include "backends/gpu/gpu_quant.cuh"
+ */
+#include "backends/gpu/matvec.cuh"
 
 #include <stdio.h>
 
 namespace RB_GPU_NS {
 
-#define MV_MAX 8
-#define MV_CHUNKED_MAX 32
-#define MV_THREADS 128
-
-/* Batch slice (i2, i3) = blockIdx.y; rows of b are f32, contiguous and
- * 16-byte aligned (the host converts b when they are not). */
-__global__ void __launch_bounds__(MV_THREADS) k_mv_quant(gt d, gt a, gt b, int64_t r2, int64_t r3) {
-    const int lane = threadIdx.x % RB_WARP, nw = blockDim.x / RB_WARP;
-    const int64_t N = a.ne[1], M = b.ne[1], units = a.ne[0] / 32;
-    const int64_t i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
-    const char *ab = a.p + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-    const char *bb = b.p + i2 * b.nb[2] + i3 * b.nb[3];
-    for (int64_t n = (int64_t)blockIdx.x * nw + threadIdx.x / RB_WARP; n < N; n += (int64_t)gridDim.x * nw) {
-        const char *arow = ab + n * a.nb[1];
-        float acc[MV_MAX];
-#pragma unroll
-        for (int m = 0; m < MV_MAX; m++) acc[m] = 0.0f;
-        for (int64_t u = lane; u < units; u += RB_WARP) {
-            float w[32];
-            dq_unit(a.dt, arow, u, w);
-#pragma unroll
-            for (int m = 0; m < MV_MAX; m++) {
-                if (m >= M) break;
-                const float4 *x = (const float4 *)(bb + m * b.nb[1]) + u * 8;
-                float s = 0.0f;
-#pragma unroll
-                for (int t = 0; t < 8; t++) {
-                    const float4 xv = x[t];
-                    s += w[4 * t] * xv.x + w[4 * t + 1] * xv.y + w[4 * t + 2] * xv.z + w[4 * t + 3] * xv.w;
-                }
-                acc[m] += s;
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < MV_MAX; m++) {
-            if (m >= M) break;
-            const float s = warp_sum(acc[m]);
-            if (lane == 0) stf(d.dt, d.p + n * d.nb[0] + m * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3], s);
-        }
-    }
-}
+#define MV_MAX 8 /* activation rows per pass of the plain float kernel */
+#define MVF_THREADS 128
 
 /* Eight weights from a 16-byte load of a float row (f32: two loads). */
 __device__ __forceinline__ void load8(int dt, const char *p, float w[8]) {
@@ -76,8 +38,10 @@ __device__ __forceinline__ void load8(int dt, const char *p, float w[8]) {
     }
 }
 
-/* Float weights; vec: rows of a are 16-byte aligned with K % 8 == 0. */
-__global__ void __launch_bounds__(MV_THREADS) k_mv_float(gt d, gt a, gt b, int64_t r2, int64_t r3, int vec) {
+/* Float weights the staged kernel does not take (unaligned or strided rows;
+ * f32 at M <= 2), one warp per row, M <= MV_MAX; vec: rows of a are 16-byte
+ * aligned with K % 8 == 0. Rows of b are f32, contiguous, 16-byte aligned. */
+__global__ void __launch_bounds__(MVF_THREADS) k_mv_float(gt d, gt a, gt b, int64_t r2, int64_t r3, int vec) {
     const int lane = threadIdx.x % RB_WARP, nw = blockDim.x / RB_WARP;
     const int64_t N = a.ne[1], M = b.ne[1], K = a.ne[0];
     const int64_t i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
@@ -163,45 +127,44 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                                "rb_matmul: %s weights at a misaligned address or row stride are not supported on %s",
                                rb_dtype_name(a->dtype), be->name);
 
-    if (M > MV_MAX && M <= MV_CHUNKED_MAX) {
-        /* small batches: the matrix-vector kernels MV_MAX rows at a time keep
-         * activations in f32 (as exact as the CPU); GEMM would round them */
-        for (int64_t m0 = 0; m0 < M; m0 += MV_MAX) {
-            rb_tensor bs = *b, ds = *dst;
-            bs.ne[1] = ds.ne[1] = M - m0 < MV_MAX ? M - m0 : MV_MAX;
-            bs.offs += (size_t)m0 * b->nb[1];
-            ds.offs += (size_t)m0 * dst->nb[1];
-            rb_status s = gpu_matmul(be, &ds, a, &bs);
-            if (s != RB_OK) return s;
-        }
-        return RB_OK;
-    }
-    if (M <= MV_MAX) {
-        /* activations as aligned contiguous f32 rows */
+    if (M <= MV_MAX_M) {
+        /* decode and small batches: matvec.cuh, weights read once for all M
+         * rows; f32 activations wanted as contiguous 16-byte aligned rows */
         const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
                           b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
-        if (!b_ok) {
+        gt bf = bv;
+        if (!b_ok && !quant) { /* quantized weights read any view when quantizing it */
             void *sp = NULL;
             rb_status s = gpu_scratch(be, (size_t)(K * M * B2 * B3) * 4, &sp);
             if (s != RB_OK) return s;
-            gt tmp = gpu_contig_view(sp, RB_F32, K, M, B2, B3);
-            s = gpu_copy_view(be, tmp, bv);
+            bf = gpu_contig_view(sp, RB_F32, K, M, B2, B3);
+            s = gpu_copy_view(be, bf, bv);
             if (s != RB_OK) return s;
-            bv = tmp;
         }
-        const int nw = MV_THREADS / g->warp;
+        bool done = false;
+        rb_status s = gpu_matvec(be, dv, av, bv, (b_ok || !quant) ? &bf : NULL, r2, r3, a->buf->constant, &done);
+        if (s != RB_OK || done) return s;
+        if (quant)
+            return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %s rows of %lld elements are too long for %s",
+                                   rb_dtype_name(a->dtype), (long long)K, be->name);
+        /* other float cases: the plain kernel, MV_MAX rows a pass */
+        const size_t es = at->type_size;
+        const int vec = a->nb[0] == es && K % 8 == 0 && al16(av.p) && a->nb[1] % 16 == 0 && a->nb[2] % 16 == 0 &&
+                        a->nb[3] % 16 == 0;
+        const int nw = MVF_THREADS / g->warp;
         int64_t bx = (N + nw - 1) / nw;
         if (bx > 65535LL * 8) bx = 65535LL * 8;
-        dim3 grid((unsigned)bx, (unsigned)(B2 * B3));
-        if (quant) {
-            k_mv_quant<<<grid, MV_THREADS, 0, g->stream>>>(dv, av, bv, r2, r3);
-        } else {
-            const size_t es = at->type_size;
-            const int vec = a->nb[0] == es && K % 8 == 0 && al16(av.p) && a->nb[1] % 16 == 0 &&
-                            a->nb[2] % 16 == 0 && a->nb[3] % 16 == 0;
-            k_mv_float<<<grid, MV_THREADS, 0, g->stream>>>(dv, av, bv, r2, r3, vec);
+        const dim3 grid((unsigned)bx, (unsigned)(B2 * B3));
+        for (int64_t m0 = 0; m0 < M; m0 += MV_MAX) {
+            gt bs = bf, ds = dv;
+            bs.ne[1] = ds.ne[1] = M - m0 < MV_MAX ? M - m0 : MV_MAX;
+            bs.p += m0 * bf.nb[1];
+            ds.p += m0 * dv.nb[1];
+            k_mv_float<<<grid, MVF_THREADS, 0, g->stream>>>(ds, av, bs, r2, r3, vec);
+            s = gpu_check_launch(be, "matmul (matrix-vector)");
+            if (s != RB_OK) return s;
         }
-        return gpu_check_launch(be, "matmul (matrix-vector)");
+        return RB_OK;
     }
 
     /* ---- GEMM path ---- */

@@ -1,9 +1,13 @@
 /* GPU rotary position embedding: normal (adjacent pairs) and neox (halves)
  * layouts, partial rotation (dims past n_rot pass through), linear position
  * scaling, attn_factor and per-frequency factors. The angle is computed in
- * double like the CPU reference, so large positions keep f32 accuracy, once
- * per (position, frequency) into a cos/sin table in device scratch; then one
- * thread per rotated pair or passed-through element; dst may alias src. */
+ * double like the CPU reference, so large positions keep f32 accuracy. One
+ * kernel: a block takes one position (dim 2) and a group of heads, builds
+ * that position's cos/sin table in shared memory (once per position when a
+ * block takes all heads, as for prompts; decode splits the heads of its one
+ * position over 8-head blocks, recomputing the small table in each), then
+ * rotates; dst may alias src. (A separate table kernel cost a second launch
+ * per layer in every decode step.) */
 #include "backends/gpu/gpu_common.cuh"
 
 namespace RB_GPU_NS {
@@ -13,28 +17,32 @@ struct rope_args {
     double base, freq_scale, attn_factor;
 };
 
-/* cos/sin table [T][n_rot/2] (pairs of floats): the double-precision angle
- * work is done once per (position, frequency), not once per head. */
-__global__ void k_rope_table(float2 *tab, gt pos, gt ff, rope_args a, int64_t T) {
-    const int64_t half = a.n_rot / 2, n = T * half;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t sl = i % half, t = i / half;
-        const int32_t p = *(const int32_t *)(pos.p + t * pos.nb[0]);
-        double theta = (double)p * a.freq_scale * pow(a.base, -2.0 * (double)sl / (double)a.n_rot);
-        if (ff.p) theta /= (double)*(const float *)(ff.p + sl * ff.nb[0]);
-        double sn, cs;
-        sincos(theta, &sn, &cs);
-        tab[i] = make_float2((float)(cs * a.attn_factor), (float)(sn * a.attn_factor));
-    }
+#define ROPE_THREADS 256
+#define ROPE_HALF_MAX 256 /* table in shared memory up to n_rot = 512; wider: computed per pair */
+
+/* cos and sin (times attn_factor) of position p, frequency sl */
+__device__ __forceinline__ float2 rope_cs(int32_t p, int64_t sl, const rope_args &a, const gt &ff) {
+    double theta = (double)p * a.freq_scale * pow(a.base, -2.0 * (double)sl / (double)a.n_rot);
+    if (ff.p) theta /= (double)*(const float *)(ff.p + sl * ff.nb[0]);
+    double sn, cs;
+    sincos(theta, &sn, &cs);
+    return make_float2((float)(cs * a.attn_factor), (float)(sn * a.attn_factor));
 }
 
-/* src/dst [D, H, T, B]; tab from k_rope_table */
-__global__ void k_rope(gt d, gt s, const float2 *tab, rope_args a) {
-    const int64_t D = s.ne[0], half = a.n_rot / 2, slots = half + (D - a.n_rot);
-    const int64_t n = slots * s.ne[1] * s.ne[2] * s.ne[3];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t sl = i % slots, r = i / slots;
-        const int64_t h = r % s.ne[1], t = (r / s.ne[1]) % s.ne[2], b = r / (s.ne[1] * s.ne[2]);
+/* src/dst [D, H, T, B]; grid (T, head groups of hpb) */
+__global__ void __launch_bounds__(ROPE_THREADS) k_rope(gt d, gt s, gt pos, gt ff, rope_args a, int64_t hpb) {
+    __shared__ float2 tab[ROPE_HALF_MAX];
+    const int64_t t = blockIdx.x, half = a.n_rot / 2;
+    const int32_t p = *(const int32_t *)(pos.p + t * pos.nb[0]);
+    const bool use_tab = half <= ROPE_HALF_MAX;
+    if (use_tab)
+        for (int64_t sl = threadIdx.x; sl < half; sl += blockDim.x) tab[sl] = rope_cs(p, sl, a, ff);
+    __syncthreads();
+    const int64_t D = s.ne[0], slots = half + (D - a.n_rot), H = s.ne[1], B = s.ne[3];
+    const int64_t h0 = (int64_t)blockIdx.y * hpb, nh = H - h0 < hpb ? H - h0 : hpb;
+    const int64_t n = slots * nh * B;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const int64_t sl = i % slots, r = i / slots, h = h0 + r % nh, b = r / nh;
         const char *sr = s.p + h * s.nb[1] + t * s.nb[2] + b * s.nb[3];
         char *dr = d.p + h * d.nb[1] + t * d.nb[2] + b * d.nb[3];
         if (sl >= half) { /* pass-through tail */
@@ -42,7 +50,7 @@ __global__ void k_rope(gt d, gt s, const float2 *tab, rope_args a) {
             stf(d.dt, dr + e * d.nb[0], ldf(s.dt, sr + e * s.nb[0]));
             continue;
         }
-        const float2 cs = tab[t * half + sl];
+        const float2 cs = use_tab ? tab[sl] : rope_cs(p, sl, a, ff);
         const int64_t e0 = a.neox ? sl : 2 * sl, e1 = a.neox ? sl + half : 2 * sl + 1;
         const float x0 = ldf(s.dt, sr + e0 * s.nb[0]), x1 = ldf(s.dt, sr + e1 * s.nb[0]);
         stf(d.dt, dr + e0 * d.nb[0], x0 * cs.x - x1 * cs.y);
@@ -58,14 +66,17 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
                    (double)p->attn_factor};
     gt ff = {};
     if (p->freq_factors) ff = gview(p->freq_factors);
-    const int64_t T = src->ne[2], nt = T * (p->n_rot / 2);
-    void *tab = NULL;
-    rb_status s = gpu_scratch(be, (size_t)nt * sizeof(float2), &tab);
-    if (s != RB_OK) return s;
-    k_rope_table<<<gpu_blocks(nt, 256), 256, 0, gb(be)->stream>>>((float2 *)tab, gview(pos), ff, a, T);
-    s = gpu_check_launch(be, "rope table");
-    if (s != RB_OK) return s;
-    k_rope<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(src), (const float2 *)tab, a);
+    const int64_t T = src->ne[2], H = src->ne[1];
+    if (T > 0x7fffffffLL)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_rope: %lld positions are too many", (long long)T);
+    /* few positions (decode): 8 heads a block, so the heads spread over the
+     * multiprocessors; many: one block per position (one table each) */
+    const int64_t hpb = T < 16 ? 8 : (H > 0 ? H : 1);
+    const int64_t hg = (H + hpb - 1) / hpb;
+    if (hg > 65535)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_rope: %lld heads are too many", (long long)H);
+    k_rope<<<dim3((unsigned)T, (unsigned)(hg < 1 ? 1 : hg)), ROPE_THREADS, 0, gb(be)->stream>>>(
+        gview(dst), gview(src), gview(pos), ff, a, hpb);
     return gpu_check_launch(be, "rope");
 }
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# GPU checks from binaries built on the dev machine, so the lent GPU machine
+# (device tool, billed by the second) spends no time compiling.
+#
+# Here:   scripts/gpu-prebuilt.sh pack
+#   builds the CUDA flavour (sm_90, build/dev-cuda) and the HIP-on-NVIDIA
+#   flavour of the ROCm backend (sm_90, build/gpu-hipnv) and packs the GPU
+#   tests, test_hf_reference, bench_gpu and rbee of both into
+#   .cache/dev/{cuda,hipnv}.tar.xz (xz -9: the binaries share most bytes,
+#   ~5 MiB in all beside the ~47 MiB tracked tree); downloads the runtime .debs (jansson, cmocka,
+#   pcre2) into .cache/gpu-debs, which travels too.
+# There: scripts/gpu-prebuilt.sh run STEP... with STEP one of
+#   tests      every GPU test program and test_hf_reference on cuda:0
+#   hipnv      the same on rocm:0 (ROCm backend's HIP host path, HIP_NVIDIA)
+#   memcheck   compute-sanitizer memcheck of the op, attention, graph tests and the
+#              matrix-vector sweep
+#   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
+#              batched decode 1/4/8/16, graphs on and off
+#   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
+#   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
+#   nopdl      bench7b for bf16 and q4_0 with RBEE_GPU_PDL=0 (the gain of gpu_pdl.h)
+#   ops        bench_gpu ops (matrix products per format, copy bandwidth)
+#   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
+#              run (pp64 then 6 decode steps, graphs on) for bf16/q8_0/q4_0:
+#              raw CSV per type in the logs
+# Logs and JSON go to $OUT; a summary table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CMD=${1:-}
+shift || true
+
+if [[ $CMD == pack ]]; then
+  set -e
+  cmake -S . -B build/dev-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake -S . -B build/gpu-hipnv -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference"
+  ninja -C build/dev-cuda $T bench_gpu rbee_cli
+  ninja -C build/gpu-hipnv $T
+  rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv
+  for t in $T; do
+    cp build/dev-cuda/tests/*/$t .cache/dev/stage/cuda/
+    cp build/gpu-hipnv/tests/*/$t .cache/dev/stage/hipnv/
+  done
+  cp build/dev-cuda/tests/gpu/bench_gpu build/dev-cuda/apps/rbee/rbee .cache/dev/stage/cuda/
+  strip .cache/dev/stage/*/*
+  # one archive per flavour: the tracked tree (~47 MiB) leaves room for one at a time
+  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda
+  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
+  rm -rf .cache/dev/stage
+  mkdir -p .cache/gpu-debs
+  (cd .cache/gpu-debs && apt-get download libjansson4 libcmocka0 libpcre2-8-0 >/dev/null)
+  ls -la .cache/dev .cache/gpu-debs
+  exit 0
+fi
+[[ $CMD == run ]] || { echo "usage: $0 pack | run STEP..."; exit 2; }
+
+# logs go to $OUT/raw and are packed into $OUT/logs.tgz at the end (the
+# device tool returns at most 8 files)
+TOP=${OUT:-/tmp/rbee-prebuilt-out}
+OUT=$TOP/raw
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+SECONDS=0
+step() { echo "=== [$SECONDS s] $*"; }
+step machine
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader || true
+SYS=/tmp/rbee-sysroot
+mkdir -p $SYS
+for f in .cache/gpu-debs/*.deb; do dpkg -x "$f" $SYS; done
+export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d $d ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+BIN=/tmp/rbee-bin
+mkdir -p $BIN
+for a in .cache/dev/*.tar.xz; do tar -C $BIN -xJf "$a" || exit 1; done
+export RBEE_TEST_DATA_DIR=$PWD/tests/data TMPDIR=/tmp
+declare -a SUMMARY=()
+result() { SUMMARY+=("$(printf '%-40s %s' "$1" "$2")"); }
+
+run_prog() { # flavour prog backend-spec [env...]
+  local fl=$1 t=$2 spec=$3; shift 3
+  step "$fl/$t on $spec"
+  local log=$OUT/${fl}_$t.log rc
+  env RBEE_TEST_GPU=$spec RBEE_TEST_BACKEND=$spec "$@" timeout 300 $BIN/$fl/$t >"$log" 2>&1
+  rc=$?
+  grep -E "FAILED|Failure|error:|SKIPPED" "$log" | head -12
+  tail -2 "$log"
+  if [[ $rc -ne 0 ]]; then result "$fl/$t" "FAIL (exit $rc)"
+  elif grep -q SKIPPED "$log"; then result "$fl/$t" "FAIL (skipped)"
+  else result "$fl/$t" PASS; fi
+}
+
+bench() { # shape type reps extra... ($TAG names a variant run with an environment switch)
+  local shape=$1 ty=$2 reps=$3; shift 3
+  local name=bench-$shape-$ty${TAG:+-$TAG}
+  step "$name"
+  timeout 280 $BIN/cuda/rbee bench --random "$shape" --type "$ty" --backend cuda:0 -p 512 -n 128 -r "$reps" \
+    --json "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
+  local rc=$?
+  [[ $rc -eq 0 ]] || { result "$name" "FAIL (exit $rc)"; tail -3 "$OUT/$name.err"; return; }
+  python3 - "$OUT/$name.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["results"]:
+    name = r["test"] + (" x%d" % r["parallel"] if r["kind"] == "tgb" else "") + (" eager" if r.get("eager") else "")
+    print("  %-22s %10.1f t/s" % (name, r["median_ts"]))
+EOF
+  result "$name" ok
+}
+
+for s in "$@"; do
+  case $s in
+  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference; do
+           run_prog cuda $t cuda:0; done ;;
+  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference; do
+           run_prog hipnv $t rocm:0; done ;;
+  memcheck)
+    for t in test_gpu_ops test_gpu_attention test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
+      step "memcheck $t"
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t%% *}.log" 2>&1
+      rc=$?; tail -3 "$OUT/memcheck_${t%% *}.log"
+      [[ $rc -eq 0 ]] && result "memcheck $t" PASS || result "memcheck $t" "FAIL (exit $rc)"
+    done ;;
+  bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
+  bench7b) for ty in bf16 q8_0 q4_0; do bench llama-2-7b $ty 2; done ;;
+  benchtl) for ty in q8_0 q4_0; do bench tinyllama-1.1b $ty 3; done ;;
+  nopdl) export RBEE_GPU_PDL=0 TAG=nopdl; for ty in bf16 q4_0; do bench llama-2-7b $ty 2; done
+         unset RBEE_GPU_PDL TAG ;;
+  profile)
+    for ty in bf16 q8_0 q4_0; do
+      step "ncu 7b $ty"
+      timeout 280 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        $BIN/cuda/rbee bench --random llama-2-7b --type $ty --backend cuda:0 -p 64 -n 6 -r 1 \
+        >"$OUT/ncu-7b-$ty.csv" 2>"$OUT/ncu-7b-$ty.err"
+      rc=$?; tail -2 "$OUT/ncu-7b-$ty.err"
+      [[ $rc -eq 0 ]] && result "ncu 7b $ty" ok || result "ncu 7b $ty" "FAIL (exit $rc)"
+    done ;;
+  ncuops) # one launch of each direct kernel at M = 1 (4096 x 11008), and the activation quantizer
+    n=0
+    for k in "k_mvd_float<.int.30, .int.1>" "k_mvd_q<rbcuda::mvd_q8_0, .int.1>" \
+             "k_mvd_q<rbcuda::mvd_q4_0, .int.1>" "k_mv_xquant<.bool.0, .bool.1>"; do
+      n=$((n + 1))
+      step "ncu $k"
+      RBEE_BENCH_QUICK=1 timeout 120 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" \
+        --launch-skip 20 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+        $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/ncu-ops-$n.txt" 2>&1
+      grep -E "k_mvd|k_mv_x|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occ|Registers Per|Block Limit|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Mem Busy|Max Bandwidth|Stall|stall" \
+        "$OUT/ncu-ops-$n.txt" | head -40
+    done
+    result ncuops done ;;
+  ops) step "bench_gpu ops"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops.jsonl"; grep -v "^{" "$OUT/bench_ops.jsonl"; result ops done ;;
+  *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;
+  esac
+done
+step summary
+printf '%s\n' "${SUMMARY[@]}"
+tar -C "$OUT" -czf "$TOP/logs.tgz" . && rm -rf "$OUT"

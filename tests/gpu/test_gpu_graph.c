@@ -1,0 +1,746 @@
+/* Graph capture of the decode step (include/rbee/backend.h graphs, the
+ * position-independent decode of src/models/transformer.c).
+ *
+ * CPU (always runs): the CPU has no graphs (RB_E_UNSUPPORTED, eager decode
+ * unchanged), and the position-independent decode (KV rows written by
+ * rb_set_rows at the device-side position, attention over the whole cache
+ * with q_pos) gives exactly the bits of the per-step-shape decode, for tiny
+ * models of tests/data/models (GQA, gemma2 window + soft-capping, mistral
+ * window, qwen2 biases, phi3 fused qkv, MQA), f16 and f32 caches, batched
+ * decode of sequences at different positions, and with the projections
+ * fused at load (one in-place rope launch for q and k). A stand-in graph
+ * implementation on the CPU backend checks the front-end rules (host copies
+ * refused and the capture discarded, nested begin refused harmlessly) and
+ * that a refused capture leaves the decode eager after one attempt.
+ *
+ * GPU (skips without one): greedy decode of 24 tokens replayed from a graph
+ * (one sequence, and batches of 3) gives the bits of the same decode run
+ * eagerly, the same tokens as the per-step-shape decode (logits close, the
+ * figures printed); an out-of-range token id during a
+ * replay is caught on the device and reported as RB_E_RANGE, and the next
+ * step is right; a capture that fails (scratch would have to grow) falls
+ * back to eager decode with the same results; backend-level graphs: ids
+ * checked on the device (get_rows clamps, set_rows skips the row), host
+ * copies refused while capturing, a graph keeps working after the scratch
+ * it captured has been replaced. */
+#include "testutil.h"
+
+#include "core/backend_impl.h"
+#include "models/kv_cache_internal.h"
+#include "rbee/json_config.h"
+#include "rbee/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_GEN 24
+#define N_CTX 64
+
+static const char *const MODELS[] = {"llama_gqa", "gemma2", "mistral_sw8", "qwen2", "phi3", "llama_mqa_f16"};
+#define N_MODELS (sizeof MODELS / sizeof MODELS[0])
+
+static rb_backend *gpu_backend(void) {
+    const char *env = getenv("RBEE_TEST_GPU");
+    const char *specs[3] = {env && *env ? env : "cuda:0", "rocm:0", NULL};
+    for (int i = 0; specs[i]; i++) {
+        rb_backend *be = NULL;
+        if (rb_backend_create(specs[i], NULL, &be, NULL) == RB_OK) return be;
+        if (env && *env) break;
+    }
+    return NULL;
+}
+
+#define NEED_GPU(be)                                                                                           \
+    do {                                                                                                       \
+        if (!(be)) {                                                                                           \
+            print_message("no GPU backend available: skipping\n");                                           \
+            skip();                                                                                            \
+        }                                                                                                      \
+    } while (0)
+
+static void model_dir(char *buf, size_t n, const char *name) {
+    char root[1024];
+    tu_data(root, sizeof root, "models");
+    snprintf(buf, n, "%s/%s", root, name);
+}
+
+/* The model's greedy prompt from its ref.json. */
+static int32_t *read_prompt(const char *dir, size_t *n) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ref.json", dir);
+    rb_json_config *ref = NULL;
+    rb_error err;
+    if (rb_json_config_load(path, &ref, &err) != RB_OK) fail_msg("%s: %s", path, err.msg);
+    TU_OK(rb_json_config_arr_len(ref, "greedy_prompt", n));
+    int32_t *ids = malloc(sizeof(int32_t) * (*n ? *n : 1));
+    assert_non_null(ids);
+    for (size_t i = 0; i < *n; i++) {
+        int64_t v;
+        TU_OK(rb_json_config_arr_int(ref, "greedy_prompt", i, &v));
+        ids[i] = (int32_t)v;
+    }
+    rb_json_config_free(ref);
+    return ids;
+}
+
+static rb_model *load(rb_backend *be, const char *name) {
+    char dir[1200];
+    model_dir(dir, sizeof dir, name);
+    rb_model *m = NULL;
+    rb_error err;
+    if (rb_model_load(dir, be, NULL, &m, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
+    return m;
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int64_t a = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return (int32_t)a;
+}
+
+/* A greedy run: logits after the prompt and after each generated token. */
+typedef struct run {
+    float *logits; /* (N_GEN + 1) * V */
+    int32_t tok[N_GEN];
+    rb_graph_state state; /* the cache's graph state at the end */
+    char gerr[RB_ERROR_MSG_MAX]; /* why its capture failed, if it did */
+} run;
+
+/* Prefills the prompt (one batch, or token by token when step_prompt), then
+ * decodes N_GEN greedy tokens one at a time in the given decode mode. */
+static run greedy_ctx(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
+                      int64_t n_ctx) {
+    char dir[1200];
+    model_dir(dir, sizeof dir, name);
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    run r = {.logits = malloc(sizeof(float) * (size_t)(V * (N_GEN + 1)))};
+    assert_non_null(r.logits);
+    rb_kv_cache *kv = NULL;
+    rb_error err;
+    TU_OK(rb_kv_cache_create(m, n_ctx, kvdt, &kv, &err));
+    rb_kv_cache_set_decode_mode(kv, mode);
+    if (step_prompt) {
+        for (size_t i = 0; i < np; i++)
+            if (rb_model_forward(m, kv, &prompt[i], 1, false, r.logits, &err) != RB_OK)
+                fail_msg("%s prompt token %zu: %s", name, i, err.msg);
+    } else if (rb_model_forward(m, kv, prompt, (int64_t)np, false, r.logits, &err) != RB_OK) {
+        fail_msg("%s prefill: %s", name, err.msg);
+    }
+    for (int i = 0; i < N_GEN; i++) {
+        r.tok[i] = argmax(r.logits + (size_t)(i * V), V);
+        if (rb_model_forward(m, kv, &r.tok[i], 1, false, r.logits + (size_t)((i + 1) * V), &err) != RB_OK)
+            fail_msg("%s step %d (mode %d): %s", name, i, (int)mode, err.msg);
+    }
+    assert_int_equal(rb_kv_cache_used(kv), (int64_t)np + N_GEN);
+    r.state = rb_kv_cache_graph_state(kv);
+    snprintf(r.gerr, sizeof r.gerr, "%s", rb_kv_cache_graph_error(kv));
+    rb_kv_cache_free(kv);
+    free(prompt);
+    return r;
+}
+
+static run greedy(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt) {
+    return greedy_ctx(m, name, mode, kvdt, step_prompt, N_CTX);
+}
+
+/* Largest |a - b| over max |b| (0 when both are all zeros). */
+static double max_rel(const float *a, const float *b, size_t n) {
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - (double)b[i]);
+        if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
+        if (fabs((double)b[i]) > mx) mx = fabs((double)b[i]);
+    }
+    return mx > 0 ? d / mx : d;
+}
+
+static void expect_same_bits(const run *a, const run *b, int64_t V, const char *what) {
+    const size_t n = (size_t)(V * (N_GEN + 1));
+    const double e = max_rel(a->logits, b->logits, n);
+    if (memcmp(a->logits, b->logits, n * sizeof(float)) != 0)
+        fail_msg("%s: logits differ (max rel %.3g)", what, e);
+    for (int i = 0; i < N_GEN; i++)
+        if (a->tok[i] != b->tok[i]) fail_msg("%s: token %d is %d vs %d", what, i, a->tok[i], b->tok[i]);
+}
+
+/* Batched decode (rb_model_forward_batch) of NB sequences with prompts of
+ * different lengths (prefixes of the model's prompt), N_GEN greedy steps. */
+#define NB 3
+typedef struct brun {
+    float *logits; /* N_GEN steps of NB rows of V */
+    rb_graph_state state;
+} brun;
+
+static brun greedy_batch(rb_model *m, const char *name, rb_decode_mode mode) {
+    char dir[1200];
+    model_dir(dir, sizeof dir, name);
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
+    assert_true(np >= 3);
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    brun r = {.logits = malloc(sizeof(float) * (size_t)(V * NB * N_GEN))};
+    float *lg = malloc(sizeof(float) * (size_t)(V * NB));
+    assert_non_null(r.logits);
+    assert_non_null(lg);
+    rb_kv_cache *kv[NB];
+    int32_t tok[NB];
+    rb_error err;
+    for (int i = 0; i < NB; i++) {
+        TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &kv[i], &err));
+        rb_kv_cache_set_decode_mode(kv[i], mode);
+        const int64_t len = (int64_t)np - i; /* different positions per sequence */
+        if (rb_model_forward(m, kv[i], prompt, len, false, lg, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
+        tok[i] = argmax(lg, V);
+    }
+    for (int st = 0; st < N_GEN; st++) {
+        float *out = r.logits + (size_t)(st * NB * V);
+        if (rb_model_forward_batch(m, kv, tok, NB, out, &err) != RB_OK)
+            fail_msg("%s batch step %d (mode %d): %s", name, st, (int)mode, err.msg);
+        for (int i = 0; i < NB; i++) tok[i] = argmax(out + (size_t)(i * V), V);
+    }
+    for (int i = 0; i < NB; i++) assert_int_equal(rb_kv_cache_used(kv[i]), (int64_t)np - i + N_GEN);
+    r.state = rb_kv_cache_batch_graph_state(kv[0]);
+    for (int i = 0; i < NB; i++) rb_kv_cache_free(kv[i]);
+    free(lg);
+    free(prompt);
+    return r;
+}
+
+/* ---- CPU ---- */
+
+static void test_cpu_no_graphs(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    assert_false(rb_backend_graphs_supported(be));
+    assert_int_equal(rb_backend_capture_begin(be), RB_E_UNSUPPORTED);
+    assert_non_null(strstr(rb_backend_last_error(be), "not supported"));
+    rb_graph *g = (rb_graph *)(void *)&g;
+    assert_int_equal(rb_backend_capture_end(be, &g), RB_E_INVALID); /* nothing under way */
+    assert_null(g);
+    assert_int_equal(rb_graph_launch(NULL), RB_E_INVALID);
+    rb_graph_free(NULL);
+    /* AUTO on the CPU keeps the per-step decode: no warm-up, no graph */
+    rb_model *m = load(be, "llama_gqa");
+    run r = greedy(m, "llama_gqa", RB_DECODE_AUTO, RB_F16, false);
+    assert_int_equal(r.state, RB_GRAPH_NONE);
+    free(r.logits);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* A stand-in graph implementation on the CPU backend (tests only): the
+ * front-end rules and the decode's state machine without a GPU. */
+static int mock_begins, mock_ends, mock_launches, mock_frees;
+static rb_status mock_begin_status;
+static rb_status mock_begin(rb_backend *be) {
+    mock_begins++;
+    return mock_begin_status ? rb_backend_fail(be, mock_begin_status, "mock: capture refused") : RB_OK;
+}
+static rb_status mock_end(rb_backend *be, rb_graph *g) {
+    (void)be;
+    mock_ends++;
+    if (g) g->impl = &mock_ends;
+    return RB_OK;
+}
+static rb_status mock_launch(rb_backend *be, rb_graph *g) {
+    (void)be;
+    assert_ptr_equal(g->impl, &mock_ends);
+    mock_launches++;
+    return RB_OK;
+}
+static void mock_free(rb_backend *be, rb_graph *g) {
+    (void)be;
+    assert_ptr_equal(g->impl, &mock_ends);
+    mock_frees++;
+}
+static const rb_graph_vtable k_mock = {mock_begin, mock_end, mock_launch, mock_free};
+
+static void test_cpu_graph_frontend(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    be->graph_vt = &k_mock;
+    mock_begins = mock_ends = mock_launches = mock_frees = 0;
+    mock_begin_status = RB_OK;
+    assert_true(rb_backend_graphs_supported(be));
+    /* a host copy during the capture: refused, and the capture is discarded */
+    TU_OK(rb_backend_capture_begin(be));
+    rb_buffer *buf = NULL;
+    assert_int_equal(rb_buffer_alloc(be, 64, &buf), RB_E_INVALID);
+    assert_int_equal(rb_backend_sync(be), RB_E_INVALID);
+    rb_graph *g = NULL;
+    assert_int_equal(rb_backend_capture_end(be, &g), RB_E_INVALID);
+    assert_null(g);
+    assert_non_null(strstr(rb_backend_last_error(be), "discarded"));
+    assert_int_equal(mock_ends, 1);
+    TU_OK(rb_backend_sync(be)); /* eager again */
+    TU_OK(rb_buffer_alloc(be, 64, &buf));
+    /* a refused nested begin does not spoil the capture under way */
+    TU_OK(rb_backend_capture_begin(be));
+    assert_int_equal(rb_backend_capture_begin(be), RB_E_INVALID);
+    assert_int_equal(rb_buffer_set(buf, 0, "x", 1), RB_E_INVALID); /* ... but a refused copy does */
+    assert_int_equal(rb_backend_capture_end(be, &g), RB_E_INVALID);
+    TU_OK(rb_backend_capture_begin(be));
+    assert_int_equal(rb_backend_capture_begin(be), RB_E_INVALID);
+    TU_OK(rb_backend_capture_end(be, &g));
+    assert_non_null(g);
+    rb_graph_free(g);
+    g = (rb_graph *)&g; /* must be cleared by the refused call below */
+    assert_int_equal(rb_backend_capture_end(be, &g), RB_E_INVALID); /* nothing under way */
+    assert_null(g);
+    TU_OK(rb_backend_capture_begin(be));
+    TU_OK(rb_backend_capture_end(be, &g));
+    TU_OK(rb_graph_launch(g));
+    TU_OK(rb_graph_launch(g));
+    assert_int_equal(mock_launches, 2);
+    rb_graph_free(g);
+    assert_int_equal(mock_frees, 2);
+    /* a failing begin leaves the backend eager */
+    mock_begin_status = RB_E_BACKEND;
+    assert_int_equal(rb_backend_capture_begin(be), RB_E_BACKEND);
+    TU_OK(rb_buffer_set(buf, 0, "x", 1));
+    mock_begin_status = RB_OK;
+    rb_buffer_free(buf);
+    be->graph_vt = NULL;
+    rb_backend_destroy(be);
+}
+
+/* Decode on a backend whose captures fail: one eager warm-up, one capture
+ * attempt, then eager for good, with the per-step decode's bits. */
+static void test_cpu_graph_capture_refused(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = load(be, "gemma2");
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    run a = greedy(m, "gemma2", RB_DECODE_LEGACY, RB_F16, false);
+    be->graph_vt = &k_mock;
+    mock_begins = mock_ends = mock_launches = mock_frees = 0;
+    mock_begin_status = RB_E_BACKEND;
+    run b = greedy(m, "gemma2", RB_DECODE_AUTO, RB_F16, false);
+    mock_begin_status = RB_OK;
+    be->graph_vt = NULL;
+    print_message("cpu gemma2 with captures refused: state %d, %d capture attempts (%s)\n", (int)b.state, mock_begins,
+                  b.gerr);
+    assert_int_equal(b.state, RB_GRAPH_FAILED);
+    assert_int_equal(mock_begins, 1);
+    assert_int_equal(mock_launches, 0);
+    assert_non_null(strstr(b.gerr, "mock"));
+    expect_same_bits(&b, &a, V, "cpu gemma2 after a refused capture vs per-step");
+    free(a.logits);
+    free(b.logits);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* Position-independent decode == per-step decode, bit for bit, on the CPU. */
+static void test_cpu_fixed_equals_legacy(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    for (size_t i = 0; i < N_MODELS; i++) {
+        rb_model *m = load(be, MODELS[i]);
+        const int64_t V = rb_model_get_config(m)->n_vocab;
+        const rb_dtype dts[2] = {RB_F16, RB_F32};
+        for (int d = 0; d < 2; d++) {
+            run a = greedy(m, MODELS[i], RB_DECODE_LEGACY, dts[d], false);
+            run b = greedy(m, MODELS[i], RB_DECODE_FIXED, dts[d], false);
+            char what[96];
+            snprintf(what, sizeof what, "cpu %s %s cache: fixed vs per-step", MODELS[i], rb_dtype_name(dts[d]));
+            expect_same_bits(&b, &a, V, what);
+            print_message("%s: identical\n", what);
+            assert_int_equal(b.state, RB_GRAPH_NONE); /* FIXED never captures */
+            free(a.logits);
+            free(b.logits);
+        }
+        rb_model_free(m);
+    }
+    /* batched decode, fixed vs per-step */
+    for (size_t i = 0; i < 2; i++) {
+        rb_model *mb = load(be, MODELS[i]);
+        const int64_t Vb = rb_model_get_config(mb)->n_vocab;
+        brun a = greedy_batch(mb, MODELS[i], RB_DECODE_LEGACY), b = greedy_batch(mb, MODELS[i], RB_DECODE_FIXED);
+        if (memcmp(a.logits, b.logits, sizeof(float) * (size_t)(Vb * NB * N_GEN)) != 0)
+            fail_msg("cpu %s batched: fixed vs per-step differ (max rel %.3g)", MODELS[i],
+                     max_rel(b.logits, a.logits, (size_t)(Vb * NB * N_GEN)));
+        print_message("cpu %s batched x%d: fixed vs per-step identical\n", MODELS[i], NB);
+        assert_int_equal(b.state, RB_GRAPH_NONE);
+        free(a.logits);
+        free(b.logits);
+        rb_model_free(mb);
+    }
+    /* longrope picks its factors by position: it keeps the per-step decode
+     * even when asked for the fixed one */
+    rb_model *m = load(be, "phi3_longrope");
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    run a = greedy(m, "phi3_longrope", RB_DECODE_LEGACY, RB_F32, false);
+    run b = greedy(m, "phi3_longrope", RB_DECODE_FIXED, RB_F32, false);
+    expect_same_bits(&b, &a, V, "cpu phi3_longrope");
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F32, &kv, NULL));
+    rb_kv_cache_set_decode_mode(kv, RB_DECODE_FIXED);
+    int32_t t = 1;
+    assert_int_equal(rb_model_decode_token(m, kv, t, a.logits, NULL), RB_E_INVALID);
+    rb_kv_cache_free(kv);
+    free(a.logits);
+    free(b.logits);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* Projections fused at load (RBEE_FUSE_PROJ=1): q and k rotated in one
+ * in-place launch; fixed == per-step bit for bit, and the same tokens as the
+ * unfused model. */
+static void test_cpu_fused_projections(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    const char *names[2] = {"llama_gqa", "gemma2"};
+    for (int i = 0; i < 2; i++) {
+        rb_model *plain = load(be, names[i]);
+        assert_true(setenv("RBEE_FUSE_PROJ", "1", 1) == 0);
+        rb_model *fused = load(be, names[i]);
+        assert_true(unsetenv("RBEE_FUSE_PROJ") == 0);
+        if (!rb_model_get_config(fused)->fused_qkv) fail_msg("%s: RBEE_FUSE_PROJ=1 did not fuse qkv", names[i]);
+        assert_false(rb_model_get_config(plain)->fused_qkv);
+        const int64_t V = rb_model_get_config(plain)->n_vocab;
+        run a = greedy(plain, names[i], RB_DECODE_LEGACY, RB_F32, false);
+        run b = greedy(fused, names[i], RB_DECODE_LEGACY, RB_F32, false);
+        run c = greedy(fused, names[i], RB_DECODE_FIXED, RB_F32, false);
+        char what[96];
+        snprintf(what, sizeof what, "cpu %s fused: fixed vs per-step", names[i]);
+        expect_same_bits(&c, &b, V, what);
+        const double e = max_rel(b.logits, a.logits, (size_t)(V * (N_GEN + 1)));
+        print_message("cpu %s fused vs unfused: max rel %.3g\n", names[i], e);
+        assert_true(e <= 1e-5);
+        for (int j = 0; j < N_GEN; j++) assert_int_equal(b.tok[j], a.tok[j]);
+        free(a.logits);
+        free(b.logits);
+        free(c.logits);
+        rb_model_free(plain);
+        rb_model_free(fused);
+    }
+    rb_backend_destroy(be);
+}
+
+/* ---- GPU: decode ---- */
+
+/* Graph replay == eager position-independent decode bit for bit, and the
+ * per-step decode's tokens with close logits. */
+static void test_gpu_graph_decode(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    assert_true(rb_backend_graphs_supported(be));
+    int bad = 0;
+    for (size_t i = 0; i < N_MODELS; i++) {
+        rb_model *m = load(be, MODELS[i]);
+        const int64_t V = rb_model_get_config(m)->n_vocab;
+        run g = greedy(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false);
+        run f = greedy(m, MODELS[i], RB_DECODE_FIXED, RB_F16, false);
+        run l = greedy(m, MODELS[i], RB_DECODE_LEGACY, RB_F16, false);
+        const size_t n = (size_t)(V * (N_GEN + 1));
+        const double egf = max_rel(g.logits, f.logits, n), egl = max_rel(g.logits, l.logits, n);
+        const double l2 = tu_rel_l2_f(g.logits, l.logits, n);
+        int tok_diff = 0;
+        for (int j = 0; j < N_GEN; j++) tok_diff += g.tok[j] != l.tok[j];
+        const bool same_bits = memcmp(g.logits, f.logits, n * sizeof(float)) == 0;
+        print_message("gpu %-14s graph state %d; graph vs eager: %s (max rel %.3g); graph vs per-step: max rel "
+                      "%.3g, rel L2 %.3g, %d tokens differ\n",
+                      MODELS[i], (int)g.state, same_bits ? "identical" : "DIFFERENT", egf, egl, l2, tok_diff);
+        if (g.state != RB_GRAPH_READY || !same_bits || tok_diff || egl > 1e-4) bad++;
+        free(g.logits);
+        free(f.logits);
+        free(l.logits);
+        rb_model_free(m);
+    }
+    rb_backend_destroy(be);
+    if (bad) fail_msg("%d models: graph decode differs (see above)", bad);
+}
+
+/* The batched step from a graph: the eager batch's bits, the per-step
+ * batch's values. */
+static void test_gpu_graph_batch(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    int bad = 0;
+    for (size_t i = 0; i < 3; i++) {
+        rb_model *m = load(be, MODELS[i]);
+        const int64_t V = rb_model_get_config(m)->n_vocab;
+        const size_t n = (size_t)(V * NB * N_GEN);
+        brun g = greedy_batch(m, MODELS[i], RB_DECODE_AUTO), f = greedy_batch(m, MODELS[i], RB_DECODE_FIXED);
+        brun l = greedy_batch(m, MODELS[i], RB_DECODE_LEGACY);
+        const bool same = memcmp(g.logits, f.logits, n * sizeof(float)) == 0;
+        const double egl = max_rel(g.logits, l.logits, n);
+        print_message("gpu %-14s batch x%d graph state %d; graph vs eager %s (max rel %.3g); vs per-step max rel "
+                      "%.3g\n",
+                      MODELS[i], NB, (int)g.state, same ? "identical" : "DIFFERENT",
+                      max_rel(g.logits, f.logits, n), egl);
+        if (g.state != RB_GRAPH_READY || !same || egl > 1e-4) bad++;
+        free(g.logits);
+        free(f.logits);
+        free(l.logits);
+        rb_model_free(m);
+    }
+    rb_backend_destroy(be);
+    if (bad) fail_msg("%d models: batched graph decode differs (see above)", bad);
+}
+
+/* An out-of-range id reaching a replay (past the host check) is caught on
+ * the device: RB_E_RANGE, the cache does not advance, the next step is
+ * right. The host check still answers first through rb_model_forward. */
+static void test_gpu_graph_bad_token(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    rb_model *m = load(be, "llama_gqa");
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    run f = greedy(m, "llama_gqa", RB_DECODE_FIXED, RB_F16, false);
+    char dir[1200];
+    model_dir(dir, sizeof dir, "llama_gqa");
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    assert_non_null(lg);
+    rb_kv_cache *kv = NULL;
+    rb_error err;
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &kv, &err));
+    TU_OK(rb_model_forward(m, kv, prompt, (int64_t)np, false, lg, &err));
+    for (int i = 0; i < N_GEN; i++) {
+        if (i == 6 || i == 11) { /* the graph is ready from the second step on */
+            assert_int_equal(rb_kv_cache_graph_state(kv), RB_GRAPH_READY);
+            const int64_t used = rb_kv_cache_used(kv);
+            int32_t badt = i == 6 ? (int32_t)V + 3 : -2;
+            assert_int_equal(rb_model_forward(m, kv, &badt, 1, false, lg, &err), RB_E_RANGE);
+            rb_status s = rb_model_decode_token(m, kv, badt, lg, &err);
+            print_message("replay with token %d: %s: %s\n", badt, rb_status_str(s), err.msg);
+            assert_int_equal(s, RB_E_RANGE);
+            assert_non_null(strstr(err.msg, "rb_get_rows"));
+            assert_non_null(strstr(err.msg, "graph"));
+            assert_int_equal(rb_kv_cache_used(kv), used);
+            TU_OK(rb_backend_sync(be)); /* reported once */
+        }
+        TU_OK(rb_model_forward(m, kv, &f.tok[i], 1, false, lg, &err));
+        if (memcmp(lg, f.logits + (size_t)((i + 1) * V), sizeof(float) * (size_t)V) != 0)
+            fail_msg("step %d after a bad replay: logits differ (max rel %.3g)", i,
+                     max_rel(lg, f.logits + (size_t)((i + 1) * V), (size_t)V));
+    }
+    assert_int_equal(rb_kv_cache_graph_state(kv), RB_GRAPH_READY);
+    rb_kv_cache_free(kv);
+    free(lg);
+    free(prompt);
+    free(f.logits);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* A fresh backend has no scratch yet: capturing the very first step (no
+ * warm-up) needs it to grow, which a capture refuses. The step then runs
+ * eagerly, every result is right, and the cache stays eager. The cache is
+ * made long (512) so that decode attention splits its keys and needs scratch
+ * for the partial results. */
+static void test_gpu_graph_capture_fails(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    rb_model *m = load(be, "gemma2");
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    run a = greedy_ctx(m, "gemma2", RB_DECODE_GRAPH_NOWARM, RB_F16, true, 512);
+    run b = greedy_ctx(m, "gemma2", RB_DECODE_FIXED, RB_F16, true, 512);
+    print_message("capture without warm-up: state %d: %s\n", (int)a.state, a.gerr);
+    assert_int_equal(a.state, RB_GRAPH_FAILED);
+    assert_non_null(strstr(a.gerr, "scratch"));
+    expect_same_bits(&a, &b, V, "gemma2 after a failed capture vs eager");
+    /* the backend is fine: a warmed-up capture works on it now */
+    run c = greedy_ctx(m, "gemma2", RB_DECODE_AUTO, RB_F16, true, 512);
+    assert_int_equal(c.state, RB_GRAPH_READY);
+    expect_same_bits(&c, &b, V, "gemma2 graph after a failed capture vs eager");
+    free(a.logits);
+    free(b.logits);
+    free(c.logits);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* ---- GPU: backend-level graphs ---- */
+
+static rb_tensor tensor3(rb_backend *be, rb_dtype dt, int64_t n0, int64_t n1, int64_t n2) {
+    const int64_t ne[3] = {n0, n1, n2};
+    rb_tensor t;
+    TU_OK(rb_tensor_alloc(be, dt, 3, ne, &t));
+    return t;
+}
+
+static rb_tensor tensor(rb_backend *be, rb_dtype dt, int64_t n0, int64_t n1) { return tensor3(be, dt, n0, n1, 1); }
+
+/* get_rows + set_rows in a graph: ids read at each replay, bad ids caught
+ * on the device (get_rows clamps and set_rows skips), reported once. */
+static void test_gpu_graph_ids(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    enum { D = 8, V = 10, T = 3, S = 6 };
+    float tab[V * D], rows[T * D], cache[S * D];
+    for (int i = 0; i < V * D; i++) tab[i] = (float)(i / D) + 0.01f * (float)(i % D);
+    rb_tensor ttab = tensor(be, RB_F32, D, V), tids = tensor(be, RB_I32, T, 1), trows = tensor(be, RB_F32, D, T);
+    rb_tensor tslot = tensor(be, RB_I32, T, 1), tcache = tensor(be, RB_F16, D, S);
+    TU_OK(rb_tensor_set(&ttab, tab, sizeof tab));
+    TU_OK(rb_fill(be, &tcache, -1.0f));
+    int32_t ids[T] = {1, 2, 3}, slots[T] = {0, 1, 2};
+    TU_OK(rb_tensor_set(&tids, ids, sizeof ids));
+    TU_OK(rb_tensor_set(&tslot, slots, sizeof slots));
+    TU_OK(rb_get_rows(be, &trows, &ttab, &tids)); /* eager first */
+    TU_OK(rb_backend_capture_begin(be));
+    assert_int_equal(rb_backend_capture_begin(be), RB_E_INVALID); /* no nesting */
+    TU_OK(rb_get_rows(be, &trows, &ttab, &tids));
+    TU_OK(rb_set_rows(be, &tcache, &trows, &tslot));
+    rb_graph *g = NULL;
+    TU_OK(rb_backend_capture_end(be, &g));
+    assert_non_null(g);
+    const int32_t idv[3][T] = {{4, 0, 9}, {7, V, 5}, {-1, 8, 6}};
+    const int32_t slv[3][T] = {{3, 4, 5}, {0, 1, 2}, {5, S + 2, 0}};
+    for (int step = 0; step < 3; step++) {
+        TU_OK(rb_tensor_set(&tids, idv[step], sizeof idv[step]));
+        TU_OK(rb_tensor_set(&tslot, slv[step], sizeof slv[step]));
+        TU_OK(rb_graph_launch(g));
+        rb_status s = rb_backend_sync(be);
+        print_message("replay %d: %s %s\n", step, rb_status_str(s), s ? rb_backend_last_error(be) : "");
+        if (step == 0) TU_OK(s);
+        if (step == 1) {
+            assert_int_equal(s, RB_E_RANGE);
+            assert_non_null(strstr(rb_backend_last_error(be), "rb_get_rows"));
+            assert_non_null(strstr(rb_backend_last_error(be), "10"));
+        }
+        if (step == 2) {
+            assert_int_equal(s, RB_E_RANGE); /* the first bad id: get_rows or set_rows */
+            TU_OK(rb_backend_sync(be));      /* reported once */
+        }
+        TU_OK(rb_tensor_get(&trows, rows, sizeof rows));
+        for (int t = 0; t < T; t++) {
+            int32_t id = idv[step][t];
+            id = id < 0 ? 0 : id >= V ? V - 1 : id; /* clamped */
+            for (int e = 0; e < D; e++) assert_true(rows[t * D + e] == tab[id * D + e]);
+        }
+    }
+    /* the cache: each slot holds the row of the last replay that wrote it
+     * (bad slot S + 2 skipped: nothing else changed) */
+    rb_tensor tc32 = tensor(be, RB_F32, D, S);
+    TU_OK(rb_cast(be, &tc32, &tcache));
+    TU_OK(rb_tensor_get(&tc32, cache, sizeof cache));
+    for (int sl = 0; sl < S; sl++) {
+        int32_t id = -100;
+        for (int step = 0; step < 3; step++)
+            for (int t = 0; t < T; t++)
+                if (slv[step][t] == sl) {
+                    int32_t v = idv[step][t];
+                    id = v < 0 ? 0 : v >= V ? V - 1 : v;
+                }
+        for (int e = 0; e < D; e++) {
+            const float want = id == -100 ? -1.0f : tab[id * D + e];
+            if (fabsf(cache[sl * D + e] - want) > 1e-3f * (1 + fabsf(want)))
+                fail_msg("cache slot %d elem %d: %g, want %g", sl, e, (double)cache[sl * D + e], (double)want);
+        }
+    }
+    rb_graph_free(g);
+    rb_tensor_free(&tc32);
+    rb_tensor_free(&ttab);
+    rb_tensor_free(&tids);
+    rb_tensor_free(&trows);
+    rb_tensor_free(&tslot);
+    rb_tensor_free(&tcache);
+    rb_backend_destroy(be);
+}
+
+/* Host copies are refused while capturing, the capture is discarded, the
+ * backend works eagerly afterwards; a graph keeps working after the scratch
+ * it captured was replaced by a larger one. */
+static void test_gpu_graph_rules(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    enum { D = 64, H = 2, T = 5 };
+    rb_tensor x = tensor3(be, RB_F32, D, H, T), y = tensor3(be, RB_F32, D, H, T), pos = tensor(be, RB_I32, T, 1);
+    float xv[D * H * T], y0[D * H * T], y1[D * H * T];
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    tu_fill_uniform(&rng, xv, D * H * T, -1, 1);
+    int32_t pv[T] = {3, 0, 17, 9, 40};
+    TU_OK(rb_tensor_set(&x, xv, sizeof xv));
+    TU_OK(rb_tensor_set(&pos, pv, sizeof pv));
+    rb_rope_params rp = {.n_rot = D, .mode = RB_ROPE_NEOX, .freq_base = 10000, .freq_scale = 1, .attn_factor = 1};
+    TU_OK(rb_rope(be, &y, &x, &pos, &rp)); /* eager: sizes the scratch */
+    TU_OK(rb_tensor_get(&y, y0, sizeof y0));
+
+    /* a host read inside a capture: refused, capture discarded */
+    TU_OK(rb_backend_capture_begin(be));
+    TU_OK(rb_rope(be, &y, &x, &pos, &rp));
+    assert_int_equal(rb_tensor_get(&y, y1, sizeof y1), RB_E_INVALID);
+    assert_non_null(strstr(rb_backend_last_error(be), "captured"));
+    rb_buffer *nb = NULL;
+    assert_int_equal(rb_buffer_alloc(be, 64, &nb), RB_E_INVALID);
+    rb_graph *g = (rb_graph *)(void *)&g;
+    assert_int_equal(rb_backend_capture_end(be, &g), RB_E_INVALID);
+    assert_null(g);
+    print_message("discarded capture: %s\n", rb_backend_last_error(be));
+    TU_OK(rb_fill(be, &y, 0.0f));
+    TU_OK(rb_rope(be, &y, &x, &pos, &rp)); /* eager again */
+    TU_OK(rb_tensor_get(&y, y1, sizeof y1));
+    assert_memory_equal(y0, y1, sizeof y0);
+
+    /* capture the rope; then grow the scratch with a large eager rope */
+    TU_OK(rb_backend_capture_begin(be));
+    TU_OK(rb_rope(be, &y, &x, &pos, &rp));
+    TU_OK(rb_backend_capture_end(be, &g));
+    enum { TB = 1 << 15 };
+    rb_tensor bx = tensor3(be, RB_F32, D, 1, TB), bp = tensor(be, RB_I32, TB, 1);
+    int32_t *zeros = calloc(TB, sizeof(int32_t));
+    assert_non_null(zeros);
+    TU_OK(rb_tensor_set(&bp, zeros, TB * sizeof(int32_t)));
+    free(zeros);
+    TU_OK(rb_fill(be, &bx, 0.5f));
+    TU_OK(rb_rope(be, &bx, &bx, &bp, &rp)); /* table of TB * D/2 float pairs: 8 MiB of scratch */
+    for (int rep = 0; rep < 2; rep++) {
+        TU_OK(rb_fill(be, &y, 0.0f));
+        pv[0] = 5 + rep; /* positions are read at each replay */
+        TU_OK(rb_tensor_set(&pos, pv, sizeof pv));
+        TU_OK(rb_graph_launch(g));
+        TU_OK(rb_tensor_get(&y, y1, sizeof y1));
+        rb_tensor ye = tensor3(be, RB_F32, D, H, T);
+        TU_OK(rb_rope(be, &ye, &x, &pos, &rp));
+        TU_OK(rb_tensor_get(&ye, y0, sizeof y0));
+        assert_memory_equal(y0, y1, sizeof y0);
+        rb_tensor_free(&ye);
+    }
+    rb_graph_free(g);
+    rb_tensor_free(&bx);
+    rb_tensor_free(&bp);
+    rb_tensor_free(&x);
+    rb_tensor_free(&y);
+    rb_tensor_free(&pos);
+    rb_backend_destroy(be);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_gpu_graph_*" under compute-sanitizer */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_no_graphs),
+        cmocka_unit_test(test_cpu_fixed_equals_legacy),
+        cmocka_unit_test(test_cpu_fused_projections),
+        cmocka_unit_test(test_cpu_graph_frontend),
+        cmocka_unit_test(test_cpu_graph_capture_refused),
+        cmocka_unit_test(test_gpu_graph_ids),
+        cmocka_unit_test(test_gpu_graph_rules),
+        cmocka_unit_test(test_gpu_graph_decode),
+        cmocka_unit_test(test_gpu_graph_batch),
+        cmocka_unit_test(test_gpu_graph_bad_token),
+        cmocka_unit_test(test_gpu_graph_capture_fails),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
