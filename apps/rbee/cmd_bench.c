@@ -4,7 +4,10 @@
  * to warm up, then r times; the median is reported (with every sample).
  * `--random SHAPE --type T` first synthesizes a random-weight llama model of a
  * named shape into a temporary GGUF (see bench_model.c), so no download is
- * needed; the file is unlinked as soon as the model has mapped it. */
+ * needed; the file is unlinked as soon as the model has mapped it.
+ * --compare-eager repeats the decode tests with graph capture off
+ * (RBEE_NO_GRAPH=1, read when a KV cache is created), so one model load
+ * gives both figures. */
 #include "bench_model.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -26,6 +29,7 @@ typedef struct bench_result {
     const char *kind; /* "pp", "tg", or "tgb" (batched decode of `parallel` sequences) */
     int64_t n_tokens;
     int parallel;     /* sequences decoded together (tgb); 1 otherwise */
+    bool eager;       /* decode graphs turned off (--compare-eager) */
     int reps;
     double samples[BENCH_MAX_REPS]; /* tokens/s */
     double median_ts, mean_ts, stddev_ts;
@@ -154,7 +158,8 @@ static void usage(FILE *f) {
             "                       (e.g. 1,4,8,16; aggregate tokens/s, as the worker batches)\n"
             "  --random SHAPE       synthesize random weights of a named shape: %s\n"
             "  --type T             weight type for --random: %s\n"
-            "  --seed S             seed for --random (default 1)\n",
+            "  --seed S             seed for --random (default 1)\n"
+            "  --compare-eager      repeat the decode tests with graph capture off (RBEE_NO_GRAPH=1)\n",
             rb_bench_shape_names(), rb_bench_type_names());
 }
 
@@ -186,10 +191,11 @@ static void print_json(const char *model, const char *backend, int threads, cons
            (long long)c->n_ff, (long long)c->n_vocab);
     for (int i = 0; i < nres; i++) {
         const bench_result *r = &res[i];
-        printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"parallel\": %d, \"n_tokens\": %lld, \"reps\": %d, "
-               "\"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, \"cpu_s\": %.4f, \"wall_s\": %.4f, "
-               "\"samples_ts\": [",
-               i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, r->parallel, (long long)r->n_tokens, r->reps,
+        printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"parallel\": %d, \"eager\": %s, \"n_tokens\": %lld, "
+               "\"reps\": %d, \"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, \"cpu_s\": %.4f, "
+               "\"wall_s\": %.4f, \"samples_ts\": [",
+               i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, r->parallel, r->eager ? "true" : "false",
+               (long long)r->n_tokens, r->reps,
                r->median_ts,
                r->mean_ts, r->stddev_ts, r->cpu_s, r->wall_s);
         for (int j = 0; j < r->reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
@@ -202,19 +208,20 @@ static void print_human(const char *model, const char *backend, int threads, con
                         const bench_result *res, int nres) {
     printf("model: %s (%s, %.2f GiB of weights), backend %s, %d threads\n", model,
            rb_dtype_name(rb_model_weight_dtype(m)), (double)rb_model_weight_bytes(m) / (1u << 30), backend, threads);
-    printf("%-10s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
+    printf("%-16s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
     for (int i = 0; i < nres; i++) {
         char name[48];
         if (res[i].parallel > 1 || strcmp(res[i].kind, "tgb") == 0)
             snprintf(name, sizeof name, "tg%lld x%d", (long long)res[i].n_tokens, res[i].parallel);
         else
             snprintf(name, sizeof name, "%s%lld", res[i].kind, (long long)res[i].n_tokens);
-        printf("%-10s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
+        if (res[i].eager) snprintf(name + strlen(name), sizeof name - strlen(name), " eager");
+        printf("%-16s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
                res[i].cpu_s);
     }
 }
 
-enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL };
+enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL, OPT_EAGER };
 
 #define BENCH_MAX_PARALLEL_RUNS 8
 
@@ -234,7 +241,7 @@ static bool parse_parallel(const char *s, int *out, int *n) {
 int rb_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
     int64_t n_prompt = 512, n_gen = 128, reps = 5, threads = 0, seed = 1, iv;
-    bool json = false;
+    bool json = false, compare_eager = false;
     int par[BENCH_MAX_PARALLEL_RUNS], n_par = 0;
     static const struct option opts[] = {
         {"parallel", required_argument, 0, OPT_PARALLEL},
@@ -243,6 +250,7 @@ int rb_cmd_bench(int argc, char **argv) {
         {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
         {"json", no_argument, 0, OPT_JSON},       {"random", required_argument, 0, OPT_RANDOM},
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED},
+        {"compare-eager", no_argument, 0, OPT_EAGER},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     optind = 1;
     int c;
@@ -255,6 +263,7 @@ int rb_cmd_bench(int argc, char **argv) {
         case OPT_BACKEND: backend = optarg; break;
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
         case OPT_JSON: json = true; break;
+        case OPT_EAGER: compare_eager = true; break;
         case OPT_PARALLEL:
             if (!parse_parallel(optarg, par, &n_par)) {
                 fprintf(stderr, "bench: --parallel expects up to %d comma-separated counts in 1..256\n",
@@ -326,7 +335,7 @@ int rb_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err.msg);
         rc = 1;
     }
-    bench_result res[2 + BENCH_MAX_PARALLEL_RUNS];
+    bench_result res[2 * (1 + BENCH_MAX_PARALLEL_RUNS) + 1];
     int nres = 0;
     if (rc == 0) {
         uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
@@ -344,6 +353,28 @@ int rb_cmd_bench(int argc, char **argv) {
             res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .parallel = par[i], .reps = (int)reps};
             if (!run_batched(cm.model, toks, &res[nres])) rc = 1;
             nres++;
+        }
+        if (compare_eager && rc == 0 && n_gen > 0) { /* the same decode tests, graphs off */
+            rb_kv_cache *kv2 = NULL;
+            if (setenv("RBEE_NO_GRAPH", "1", 1) != 0 ||
+                rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv2, &err) != RB_OK) {
+                fprintf(stderr, "bench: eager comparison: %s\n", err.msg[0] ? err.msg : "setenv failed");
+                rc = 1;
+            }
+            if (rc == 0) {
+                res[nres] = (bench_result){.kind = "tg", .n_tokens = n_gen, .parallel = 1, .reps = (int)reps,
+                                           .eager = true};
+                if (!run_test(cm.model, kv2, toks, logits, &res[nres])) rc = 1;
+                nres++;
+            }
+            for (int i = 0; i < n_par && rc == 0; i++) {
+                res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .parallel = par[i], .reps = (int)reps,
+                                           .eager = true};
+                if (!run_batched(cm.model, toks, &res[nres])) rc = 1;
+                nres++;
+            }
+            rb_kv_cache_free(kv2);
+            unsetenv("RBEE_NO_GRAPH");
         }
     }
     if (rc == 0) {

@@ -1,9 +1,17 @@
 /* One sequence's KV cache: per layer, keys and values as [head_dim * n_kv_heads,
- * n_ctx] tensors (one row per position) in f16 or f32, plus the scratch arena
- * the forward pass uses for activations of this sequence. */
+ * n_ctx] tensors (one row per position) in f16, bf16 or f32, plus the scratch
+ * arena the forward pass uses for activations of this sequence and the graph
+ * of its captured decode step. A layer's key and value rows of one position
+ * are adjacent ([k row | v row], so k[il] and v[il] are views with a row
+ * stride of two rows): a decode step writes both with one rb_set_rows when
+ * the projection put k and v side by side (fused qkv). */
 #include "models/kv_cache_internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+
+static atomic_uint_fast64_t g_next_serial = 1;
 
 rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_cache **out, rb_error *err) {
     if (!m || !out) return rb_error_set(err, RB_E_INVALID, "rb_kv_cache_create: NULL argument");
@@ -17,6 +25,9 @@ rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_c
     kv->m = m;
     kv->n_ctx = n_ctx;
     kv->dtype = dtype;
+    kv->serial = (uint64_t)atomic_fetch_add(&g_next_serial, 1);
+    const char *ng = getenv("RBEE_NO_GRAPH"); /* eager decode, for comparisons */
+    kv->decode_mode = ng && ng[0] && strcmp(ng, "0") != 0 ? RB_DECODE_LEGACY : RB_DECODE_AUTO;
     kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
     kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
     if (!kv->k || !kv->v) {
@@ -33,16 +44,40 @@ rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_c
         return rb_error_set(err, s, "cannot allocate a KV cache of %.1f MiB on %s: %s", mib, rb_backend_name(m->be),
                             rb_backend_last_error(m->be));
     }
+    const size_t rb = rb_dtype_row_size(dtype, row);
     for (int64_t il = 0; il < c->n_layer; il++) {
         rb_tensor_init4(&kv->k[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il) * per);
-        rb_tensor_init4(&kv->v[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il + 1) * per);
+        rb_tensor_init4(&kv->v[il], dtype, row, n_ctx, 1, 1, kv->buf, (size_t)(2 * il) * per + rb);
+        kv->k[il].nb[1] = kv->v[il].nb[1] = 2 * rb;
+        kv->k[il].nb[2] = kv->v[il].nb[2] = kv->k[il].nb[3] = kv->v[il].nb[3] = 2 * rb * (size_t)n_ctx;
     }
     *out = kv;
     return RB_OK;
 }
 
+void rb_decode_graph_drop(rb_decode_graph *dg) {
+    rb_graph_free(dg->graph);
+    free(dg->key);
+    memset(dg, 0, sizeof *dg);
+}
+
+void rb_kv_cache_drop_graph(rb_kv_cache *kv) { /* before the buffers they address */
+    rb_decode_graph_drop(&kv->dec);
+    rb_decode_graph_drop(&kv->bat);
+}
+
+void rb_kv_cache_set_decode_mode(rb_kv_cache *kv, rb_decode_mode mode) {
+    rb_kv_cache_drop_graph(kv);
+    kv->decode_mode = mode;
+}
+
+rb_graph_state rb_kv_cache_graph_state(const rb_kv_cache *kv) { return kv->dec.state; }
+rb_graph_state rb_kv_cache_batch_graph_state(const rb_kv_cache *kv) { return kv->bat.state; }
+const char *rb_kv_cache_graph_error(const rb_kv_cache *kv) { return kv->dec.error; }
+
 void rb_kv_cache_free(rb_kv_cache *kv) {
     if (!kv) return;
+    rb_kv_cache_drop_graph(kv);
     if (kv->buf) rb_buffer_free(kv->buf);
     if (kv->arena) rb_buffer_free(kv->arena);
     free(kv->k);

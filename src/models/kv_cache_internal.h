@@ -1,21 +1,68 @@
-/* Internal layout of rb_kv_cache, shared by kv_cache.c and the forward pass. */
+/* Internal layout of rb_kv_cache, shared by kv_cache.c and the forward pass,
+ * and the internal switches of its one-token decode (tests use them). */
 #ifndef RBEE_KV_CACHE_INTERNAL_H
 #define RBEE_KV_CACHE_INTERNAL_H
 
 #include "models/model_internal.h"
+
+/* How rb_model_forward runs a one-token step of this cache. */
+typedef enum rb_decode_mode {
+    RB_DECODE_AUTO = 0,     /* graphs where the backend has them, else as LEGACY */
+    RB_DECODE_LEGACY,       /* per-step shapes (attention over used keys): RBEE_NO_GRAPH=1 */
+    RB_DECODE_FIXED,        /* position-independent ops, always eager */
+    RB_DECODE_GRAPH_NOWARM, /* test: capture on the first step, without the eager warm-up */
+} rb_decode_mode;
+
+typedef enum rb_graph_state {
+    RB_GRAPH_NONE = 0, /* no position-independent step run yet (for this arena) */
+    RB_GRAPH_WARM,     /* one ran eagerly: the next one captures */
+    RB_GRAPH_READY,    /* captured: steps replay it */
+    RB_GRAPH_FAILED,   /* capture failed (graph_error says why): eager until the arena changes */
+} rb_graph_state;
+
+/* A captured position-independent step, with what it was captured for. */
+typedef struct rb_decode_graph {
+    rb_graph_state state;
+    uint64_t gen;  /* the owner's arena_gen that state refers to */
+    uint64_t *key; /* serials of the caches of the step (one, or a batch's) */
+    int64_t n_key;
+    rb_graph *graph;
+    char error[RB_ERROR_MSG_MAX];
+} rb_decode_graph;
 
 struct rb_kv_cache {
     rb_model *m;
     int64_t n_ctx;
     int64_t used;
     rb_dtype dtype;
-    rb_tensor *k, *v; /* per layer [head_dim * n_kv_heads, n_ctx] */
+    rb_tensor *k, *v; /* per layer [head_dim * n_kv_heads, n_ctx], rows interleaved: k, v, k, v, ... */
     rb_buffer *buf;
     size_t bytes;
     /* activation scratch for forward passes of up to arena_tokens tokens */
     rb_buffer *arena;
     size_t arena_size;
     int64_t arena_tokens;
+    uint64_t arena_gen; /* bumped whenever the arena is reallocated */
+    uint64_t serial;    /* unique among the caches of this process */
+    /* captured decode steps (see transformer.c): this cache's one-token step,
+     * and a batched step (rb_model_forward_batch) whose first cache it is */
+    rb_decode_mode decode_mode;
+    rb_decode_graph dec, bat;
 };
+
+/* Frees the captured graphs (if any) and forgets the warm-ups. */
+void rb_kv_cache_drop_graph(rb_kv_cache *kv);
+void rb_decode_graph_drop(rb_decode_graph *dg);
+/* Switches the decode mode (drops any graph). */
+void rb_kv_cache_set_decode_mode(rb_kv_cache *kv, rb_decode_mode mode);
+rb_graph_state rb_kv_cache_graph_state(const rb_kv_cache *kv);
+/* The same for the batched step this cache leads. */
+rb_graph_state rb_kv_cache_batch_graph_state(const rb_kv_cache *kv);
+/* Why the last capture of the one-token step failed ("" if none did). */
+const char *rb_kv_cache_graph_error(const rb_kv_cache *kv);
+/* Test hook: one position-independent decode step of token without the
+ * host-side vocabulary check (so the device-side check of a graph replay
+ * can be seen). RB_E_INVALID unless the cache decodes that way. */
+rb_status rb_model_decode_token(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err);
 
 #endif

@@ -76,6 +76,8 @@ rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_op
         rb_model_free(m);
         return s;
     }
+    /* weights are immutable from here on: backends may stream them ahead */
+    for (size_t i = 0; i < m->n_bufs; i++) rb_buffer_set_constant(m->bufs[i]);
     *out = m;
     return RB_OK;
 }

@@ -1,13 +1,25 @@
 /* Binds a model's weight tensors by name from a GGUF file (llama.cpp names)
  * or a safetensors set (Hugging Face names), checking every shape against the
  * config, and places them on the model's backend: wrapped in place on the
- * CPU (the file stays memory-mapped), uploaded elsewhere. */
+ * CPU (the file stays memory-mapped), uploaded elsewhere.
+ *
+ * Where weights are uploaded anyway (the backend's buffers are not host
+ * memory: GPUs), separate q/k/v and gate/up projections are uploaded as one
+ * matrix each (wqkv = [q rows | k rows | v rows], w_gate_up = [gate | up],
+ * biases likewise) and the config's fused_qkv / fused_gate_up set, so a layer
+ * runs two matrix products and launches fewer. This needs every layer's parts
+ * to share one dtype (the bytes then concatenate into a well-formed matrix,
+ * block formats included); otherwise that fusion is skipped. The CPU keeps
+ * the mapped, unfused tensors (no copies). RBEE_FUSE_PROJ=1 forces the
+ * fusion (on the CPU too: for tests), RBEE_FUSE_PROJ=0 turns it off. */
 #include "models/model_internal.h"
 #include "rbee/quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_CAT 3 /* parts of one fused tensor: q, k, v */
 
 rb_status rb_model_own_buffer(rb_model *m, rb_buffer *buf) {
     if (m->n_bufs == m->cap_bufs) {
@@ -68,6 +80,20 @@ static rb_status place(rb_model *m, const found_weight *fw, rb_tensor *out, rb_e
     return RB_OK;
 }
 
+/* Checks a found weight's dtype and that its shape is {ne0, ne1}. */
+static rb_status check_found(const char *name, const found_weight *fw, int64_t ne0, int64_t ne1, rb_error *err) {
+    const rb_dtype_traits *tr = rb_dtype_info((int)fw->dtype);
+    if (!tr || fw->dtype == RB_I8 || fw->dtype == RB_I16 || fw->dtype == RB_I32 || fw->dtype == RB_I64 ||
+        fw->dtype == RB_F64 || fw->dtype == RB_Q8_K)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "tensor '%s' has unsupported dtype %s", name,
+                            rb_dtype_name(fw->dtype));
+    if (fw->ne[0] != ne0 || fw->ne[1] != ne1 || fw->ne[2] != 1 || fw->ne[3] != 1)
+        return rb_error_set(err, RB_E_FORMAT, "tensor '%s' has shape [%lld,%lld,%lld,%lld], expected [%lld,%lld]",
+                            name, (long long)fw->ne[0], (long long)fw->ne[1], (long long)fw->ne[2],
+                            (long long)fw->ne[3], (long long)ne0, (long long)ne1);
+    return RB_OK;
+}
+
 /* Finds `name` and checks its shape is {ne0, ne1} (ne1 = 1 for vectors). */
 static rb_status bind(rb_model *m, const char *name, int64_t ne0, int64_t ne1, bool required, rb_tensor *out,
                       bool *present, rb_error *err) {
@@ -77,16 +103,8 @@ static rb_status bind(rb_model *m, const char *name, int64_t ne0, int64_t ne1, b
         if (!required) return RB_OK;
         return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", name);
     }
-    const rb_dtype_traits *tr = rb_dtype_info((int)fw.dtype);
-    if (!tr || fw.dtype == RB_I8 || fw.dtype == RB_I16 || fw.dtype == RB_I32 || fw.dtype == RB_I64 ||
-        fw.dtype == RB_F64 || fw.dtype == RB_Q8_K)
-        return rb_error_set(err, RB_E_UNSUPPORTED, "tensor '%s' has unsupported dtype %s", name,
-                            rb_dtype_name(fw.dtype));
-    if (fw.ne[0] != ne0 || fw.ne[1] != ne1 || fw.ne[2] != 1 || fw.ne[3] != 1)
-        return rb_error_set(err, RB_E_FORMAT, "tensor '%s' has shape [%lld,%lld,%lld,%lld], expected [%lld,%lld]",
-                            name, (long long)fw.ne[0], (long long)fw.ne[1], (long long)fw.ne[2],
-                            (long long)fw.ne[3], (long long)ne0, (long long)ne1);
-    rb_status s = place(m, &fw, out, err);
+    rb_status s = check_found(name, &fw, ne0, ne1, err);
+    if (s == RB_OK) s = place(m, &fw, out, err);
     if (s == RB_OK && present) *present = true;
     return s;
 }
@@ -145,6 +163,107 @@ static const name_table k_hf_names = {
     "mlp.gate_up_proj.weight", "mlp.down_proj.weight",
 };
 
+/* ---- fused projections (see the top of the file) ---- */
+
+static void layer_name(char *buf, size_t n, bool hf, int il, const char *sfx) {
+    snprintf(buf, n, hf ? "model.layers.%d.%s" : "blk.%d.%s", il, sfx);
+}
+
+/* Weights are fused where the backend copies them anyway (not host memory). */
+static bool want_fusion(const rb_model *m) {
+    const char *env = getenv("RBEE_FUSE_PROJ");
+    if (env && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+    return rb_buffer_host_ptr(m->tok_embd.buf) == NULL;
+}
+
+/* Found, a concatenable dtype, and stored as whole rows back to back. */
+static bool cat_ok(const rb_model *m, const char *name, found_weight *fw) {
+    if (!find_weight(m, name, fw)) return false;
+    const rb_dtype_traits *tr = rb_dtype_info((int)fw->dtype);
+    if (!tr || fw->dtype == RB_Q8_K || fw->ne[0] <= 0 || fw->ne[0] % tr->block_size) return false;
+    const int64_t rows = fw->ne[1] * fw->ne[2] * fw->ne[3];
+    return rows > 0 && fw->nbytes == rb_dtype_row_size(fw->dtype, fw->ne[0]) * (size_t)rows;
+}
+
+/* True when in every layer the n weights sfx exist with one dtype and the n
+ * biases bsfx (nullable) are either all absent or all present with one
+ * dtype: then each group's bytes concatenate into one well-formed tensor.
+ * Shapes are checked when binding, with the usual messages. */
+static bool can_concat(const rb_model *m, bool hf, const char *const *sfx, const char *const *bsfx, int n) {
+    char name[256];
+    for (int il = 0; il < m->cfg.n_layer; il++) {
+        found_weight fw, first;
+        for (int i = 0; i < n; i++) {
+            layer_name(name, sizeof name, hf, il, sfx[i]);
+            if (!cat_ok(m, name, i ? &fw : &first) || (i && fw.dtype != first.dtype)) return false;
+        }
+        if (!bsfx) continue;
+        int found = 0;
+        for (int i = 0; i < n; i++) {
+            layer_name(name, sizeof name, hf, il, bsfx[i]);
+            if (!find_weight(m, name, &fw)) continue;
+            if (!cat_ok(m, name, found ? &fw : &first) || (found && fw.dtype != first.dtype)) return false;
+            found++;
+        }
+        if (found != 0 && found != n) return false;
+    }
+    return true;
+}
+
+typedef struct cat_part {
+    const char *sfx;
+    int64_t ne0, ne1; /* expected shape; ne1 = 1: a vector */
+} cat_part;
+
+/* Uploads the n parts of layer il back to back into one backend buffer: a
+ * [ne0, sum of ne1] matrix, or for vectors one [sum of ne0] vector. Parts
+ * that are all missing leave *present false (optional biases). */
+static rb_status bind_cat(rb_model *m, bool hf, int il, const cat_part *parts, int n, bool vector, rb_tensor *out,
+                          bool *present, rb_error *err) {
+    char name[MAX_CAT][256];
+    found_weight fw[MAX_CAT];
+    bool have[MAX_CAT];
+    int found = 0;
+    if (present) *present = false;
+    for (int i = 0; i < n; i++) {
+        layer_name(name[i], sizeof name[i], hf, il, parts[i].sfx);
+        found += have[i] = find_weight(m, name[i], &fw[i]);
+    }
+    if (found == 0 && present) return RB_OK;
+    size_t total = 0;
+    int64_t ne[2] = {vector ? 0 : parts[0].ne0, vector ? 1 : 0};
+    for (int i = 0; i < n; i++) {
+        if (!have[i]) return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", name[i]);
+        rb_status s = check_found(name[i], &fw[i], parts[i].ne0, parts[i].ne1, err);
+        if (s != RB_OK) return s;
+        if (fw[i].dtype != fw[0].dtype || !cat_ok(m, name[i], &fw[i]))
+            return rb_error_set(err, RB_E_FORMAT, "tensor '%s' (%s) cannot be concatenated with '%s' (%s)", name[i],
+                                rb_dtype_name(fw[i].dtype), name[0], rb_dtype_name(fw[0].dtype));
+        total += fw[i].nbytes;
+        ne[vector ? 0 : 1] += vector ? parts[i].ne0 : parts[i].ne1;
+    }
+    rb_buffer *buf = NULL;
+    rb_status s = rb_buffer_alloc(m->be, total, &buf);
+    if (s != RB_OK)
+        return rb_error_set(err, s, "cannot allocate %zu bytes for the fused '%s': %s", total, name[0],
+                            rb_backend_last_error(m->be));
+    if ((s = rb_model_own_buffer(m, buf)) != RB_OK) {
+        rb_buffer_free(buf);
+        return rb_error_set(err, s, "out of memory");
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if ((s = rb_buffer_set(buf, off, fw[i].data, fw[i].nbytes)) != RB_OK)
+            return rb_error_set(err, s, "cannot upload '%s': %s", name[i], rb_backend_last_error(m->be));
+        off += fw[i].nbytes;
+    }
+    if (rb_tensor_init(out, fw[0].dtype, vector ? 1 : 2, ne, buf, 0) != RB_OK)
+        return rb_error_set(err, RB_E_FORMAT, "bad fused tensor shape for '%s'", name[0]);
+    m->weight_bytes += total;
+    if (present) *present = true;
+    return RB_OK;
+}
+
 static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *err) {
     const rb_model_config *c = &m->cfg;
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff, V = c->n_vocab;
@@ -160,7 +279,11 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
     }
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-    const bool gemma2_hf = hf && c->post_norms;
+    const bool gemma2_hf = hf && c->post_norms, fuse = want_fusion(m);
+    const char *const qkv_w[3] = {nt->wq, nt->wk, nt->wv}, *const qkv_b[3] = {nt->bq, nt->bk, nt->bv};
+    const char *const gu_w[2] = {nt->w_gate, nt->w_up};
+    const bool cat_qkv = fuse && !c->fused_qkv && can_concat(m, hf, qkv_w, qkv_b, 3);
+    const bool cat_gu = fuse && !c->fused_gate_up && can_concat(m, hf, gu_w, NULL, 2);
     for (int il = 0; il < c->n_layer; il++) {
         rb_layer_weights *L = &m->layers[il];
         char name[256];
@@ -170,6 +293,13 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->wqkv), E, (Hq + 2 * Hkv) * D, true, &L->wqkv, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->bqkv), (Hq + 2 * Hkv) * D, 1, false, &L->bqkv, &L->has_bqkv, err)) != RB_OK)
                 return s;
+        } else if (cat_qkv) {
+            const cat_part w[3] = {{nt->wq, E, Hq * D}, {nt->wk, E, Hkv * D}, {nt->wv, E, Hkv * D}};
+            const cat_part bias[3] = {{nt->bq, Hq * D, 1}, {nt->bk, Hkv * D, 1}, {nt->bv, Hkv * D, 1}};
+            if ((s = bind_cat(m, hf, il, w, 3, false, &L->wqkv, NULL, err)) != RB_OK) return s;
+            if ((s = bind_cat(m, hf, il, bias, 3, true, &L->bqkv, &L->has_bqkv, err)) != RB_OK) return s;
+            if (c->qkv_bias && !L->has_bqkv)
+                return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", NAME(nt->bq));
         } else {
             if ((s = bind(m, NAME(nt->wq), E, Hq * D, true, &L->wq, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->wk), E, Hkv * D, true, &L->wk, NULL, err)) != RB_OK) return s;
@@ -190,6 +320,9 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
         if ((s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK) return s;
         if (c->fused_gate_up) {
             if ((s = bind(m, NAME(nt->w_gate_up), E, 2 * F, true, &L->w_gate_up, NULL, err)) != RB_OK) return s;
+        } else if (cat_gu) {
+            const cat_part w[2] = {{nt->w_gate, E, F}, {nt->w_up, E, F}};
+            if ((s = bind_cat(m, hf, il, w, 2, false, &L->w_gate_up, NULL, err)) != RB_OK) return s;
         } else {
             if ((s = bind(m, NAME(nt->w_gate), E, F, true, &L->w_gate, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->w_up), E, F, true, &L->w_up, NULL, err)) != RB_OK) return s;
@@ -206,6 +339,9 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
         }
     }
     if (hf && c->embd_scale && (s = make_plus_one(m, &m->out_norm, err)) != RB_OK) return s;
+    /* the forward pass now takes the fused paths (the layouts above are theirs) */
+    if (cat_qkv) m->cfg.fused_qkv = true;
+    if (cat_gu) m->cfg.fused_gate_up = true;
     return RB_OK;
 }
 

@@ -2,23 +2,37 @@
  * per layer attention (rope, KV-cache write, grouped-query attention with
  * optional sliding window and soft-capping) and gated MLP, then the output
  * head. Written only against ops.h, so it runs on any backend. Activations
- * live in a per-sequence arena sized for one micro-batch. */
+ * live in a per-sequence arena sized for one micro-batch.
+ *
+ * One-token decode on a backend with graphs runs "position-independent":
+ * the position is only read on the device (rope's pos tensor, KV rows
+ * written by rb_set_rows at that position, attention over the whole cache
+ * with q_pos), so every step queues the same ops on the same memory. The
+ * first such step runs eagerly (it also sizes the backend's scratch), the
+ * second is captured into a graph kept in the KV cache, and later steps only
+ * upload token and position, replay the graph and read the logits. The
+ * graph is rebuilt when the arena is reallocated and freed with the cache.
+ * Longrope models (factors chosen by position) stay eager; RBEE_NO_GRAPH=1
+ * keeps the per-step shapes of before, for comparison. */
 #include "models/kv_cache_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define RB_MAX_UBATCH 512
 
+/* q and k are rotated in place in qkv (no separate roped copies). */
 typedef struct fwd_bufs {
-    rb_tensor ids, pos, x, h, qkv, qr, kr, att, o, g, u, logits;
+    rb_tensor ids, pos, x, h, qkv, att, o, g, u, logits;
 } fwd_bufs;
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* Lays out every activation tensor of a T-token micro-batch at offsets of
- * buf (NULL: only computes the total size). */
+ * buf (NULL: only computes the total size). ids and pos come first and next
+ * to each other: one upload fills both. */
 static size_t layout(const rb_model_config *c, int64_t T, bool all_logits, rb_buffer *buf, fwd_bufs *fb) {
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff;
     size_t off = 0;
@@ -34,8 +48,6 @@ static size_t layout(const rb_model_config *c, int64_t T, bool all_logits, rb_bu
     PLACE(x, RB_F32, E, T, 1);
     PLACE(h, RB_F32, E, T, 1);
     PLACE(qkv, RB_F32, (Hq + 2 * Hkv) * D, T, 1);
-    PLACE(qr, RB_F32, D, Hq, T);
-    PLACE(kr, RB_F32, D, Hkv, T);
     PLACE(att, RB_F32, D, Hq, T);
     PLACE(o, RB_F32, E, T, 1);
     PLACE(g, RB_F32, (c->fused_gate_up ? 2 : 1) * F, T, 1);
@@ -49,8 +61,10 @@ static rb_status ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err) {
     const rb_model_config *c = &kv->m->cfg;
     size_t need = layout(c, T, true, NULL, NULL);
     if (kv->arena && kv->arena_size >= need) return RB_OK;
+    rb_kv_cache_drop_graph(kv); /* it addresses the old arena */
     if (kv->arena) rb_buffer_free(kv->arena);
     kv->arena = NULL;
+    kv->arena_gen++;
     rb_status s = rb_buffer_alloc(kv->m->be, need, &kv->arena);
     if (s != RB_OK)
         return rb_error_set(err, s, "cannot allocate %.1f MiB of activations: %s", (double)need / 1048576.0,
@@ -90,23 +104,35 @@ typedef struct seq_group {
     int64_t row0, n, p0;
 } seq_group;
 
-static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *tokens, int64_t T,
-                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, rb_error *err) {
+/* Token ids and positions of the micro-batch into the arena, in one copy. */
+static rb_status upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
+                               const seq_group *grp, int64_t n_grp, rb_error *err) {
+    const size_t lo = b->ids.offs, pos_at = b->pos.offs - lo, n = pos_at + sizeof(int32_t) * (size_t)T;
+    char *tmp = calloc(1, n);
+    if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    memcpy(tmp, tokens, sizeof(int32_t) * (size_t)T);
+    for (int64_t gi = 0; gi < n_grp; gi++)
+        for (int64_t i = 0; i < grp[gi].n; i++) {
+            const int32_t p = (int32_t)(grp[gi].p0 + i);
+            memcpy(tmp + pos_at + sizeof(int32_t) * (size_t)(grp[gi].row0 + i), &p, sizeof p);
+        }
+    rb_status s = rb_buffer_set(b->ids.buf, lo, tmp, n);
+    free(tmp);
+    if (s != RB_OK) return rb_error_set(err, s, "cannot upload token ids and positions: %s", rb_backend_last_error(be));
+    return RB_OK;
+}
+
+/* Queues every op of a micro-batch whose inputs are uploaded, up to the
+ * logits on the device (head: compute them). fixed: the position-independent
+ * form (KV rows written at b->pos, attention over each whole cache with
+ * q_pos), so the queued ops do not depend on the positions. */
+static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_group *grp, int64_t n_grp,
+                         bool all_logits, bool head, bool fixed, rb_error *err) {
     const rb_model_config *c = &m->cfg;
     rb_backend *be = m->be;
-    const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff, V = c->n_vocab;
+    const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff;
     int il = -1;
-    fwd_bufs b;
-    layout(c, T, all_logits, arena, &b);
-
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
-    if (!pos) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-    for (int64_t gi = 0; gi < n_grp; gi++)
-        for (int64_t i = 0; i < grp[gi].n; i++) pos[grp[gi].row0 + i] = (int32_t)(grp[gi].p0 + i);
-    rb_status st = rb_tensor_set(&b.pos, pos, sizeof(int32_t) * (size_t)T);
-    free(pos);
-    if (st != RB_OK) return rb_error_set(err, st, "cannot upload positions: %s", rb_backend_last_error(be));
-    CK(rb_tensor_set(&b.ids, tokens, sizeof(int32_t) * (size_t)T));
+    fwd_bufs b = *bufs;
 
     CK(rb_get_rows(be, &b.x, &m->tok_embd, &b.ids));
     if (c->embd_scale) CK(rb_affine(be, &b.x, &b.x, (float)sqrt((double)E), 0.0f));
@@ -121,10 +147,12 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
     };
     const int64_t kvrow = D * Hkv;
     const size_t qkv_row = (size_t)((Hq + 2 * Hkv) * D) * sizeof(float);
+    bool out_normed = false; /* the last layer's residual add also applied the output norm */
 
+    il = 0;
+    CK(rb_rms_norm(be, &b.h, &b.x, &m->layers[0].attn_norm, c->norm_eps));
     for (il = 0; il < c->n_layer; il++) {
         const rb_layer_weights *L = &m->layers[il];
-        CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
 
         /* projections into the qkv region */
         rb_tensor q, k, v;
@@ -151,23 +179,27 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
             k = view3(&k2, 0, D, Hkv, T, D * sizeof(float), k2.nb[1]);
             v = v2;
         }
+        /* rotary embedding, in place */
         if (!c->has_rope_long) {
-            CK(rb_rope(be, &b.qr, &q, &b.pos, &rp));
-            CK(rb_rope(be, &b.kr, &k, &b.pos, &rp));
+            if (c->fused_qkv) { /* q and k heads are adjacent in each qkv row: one launch */
+                rb_tensor qk = view3(&b.qkv, 0, D, Hq + Hkv, T, D * sizeof(float), qkv_row);
+                CK(rb_rope(be, &qk, &qk, &b.pos, &rp));
+            } else {
+                CK(rb_rope(be, &q, &q, &b.pos, &rp));
+                CK(rb_rope(be, &k, &k, &b.pos, &rp));
+            }
         } else { /* longrope (transformers' dynamic rule): long factors once a
                   * sequence's batch reaches past the original context */
             for (int64_t gi = 0; gi < n_grp; gi++) {
                 const seq_group *g = &grp[gi];
                 rb_rope_params rpg = rp;
                 if (g->p0 + g->n > c->rope_orig_ctx) rpg.freq_factors = &m->rope_factors_long;
-                rb_tensor qs, ks, qd, kd, ps;
+                rb_tensor qs, ks, ps;
                 CK(rb_tensor_slice(&q, 2, g->row0, g->n, &qs));
                 CK(rb_tensor_slice(&k, 2, g->row0, g->n, &ks));
-                CK(rb_tensor_slice(&b.qr, 2, g->row0, g->n, &qd));
-                CK(rb_tensor_slice(&b.kr, 2, g->row0, g->n, &kd));
                 CK(rb_tensor_slice(&b.pos, 0, g->row0, g->n, &ps));
-                CK(rb_rope(be, &qd, &qs, &ps, &rpg));
-                CK(rb_rope(be, &kd, &ks, &ps, &rpg));
+                CK(rb_rope(be, &qs, &qs, &ps, &rpg));
+                CK(rb_rope(be, &ks, &ks, &ps, &rpg));
             }
         }
         const bool swa = c->sliding_window > 0 && (c->swa_pattern == 0 || il % c->swa_pattern == 0);
@@ -175,23 +207,36 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
             const seq_group *g = &grp[gi];
             rb_kv_cache *kv = g->kv;
             const size_t es = rb_dtype_info((int)kv->dtype)->type_size;
+            rb_tensor ps;
+            CK(rb_tensor_slice(&b.pos, 0, g->row0, g->n, &ps));
             /* append this group's keys and values at rows p0.. of its cache */
-            rb_tensor kdst = view3(&kv->k[il], (size_t)g->p0 * (size_t)kvrow * es, D, Hkv, g->n, D * es,
-                                   (size_t)kvrow * es);
-            rb_tensor vdst = view3(&kv->v[il], (size_t)g->p0 * (size_t)kvrow * es, kvrow, g->n, 1,
-                                   (size_t)kvrow * es, (size_t)kvrow * es * (size_t)g->n);
-            rb_tensor ksrc, vsrc;
-            CK(rb_tensor_slice(&b.kr, 2, g->row0, g->n, &ksrc));
-            CK(rb_tensor_slice(&v, 1, g->row0, g->n, &vsrc));
-            CK(rb_cast(be, &kdst, &ksrc));
-            CK(rb_cast(be, &vdst, &vsrc));
+            const size_t kvs = kv->k[il].nb[1]; /* cache row stride (k and v rows interleaved) */
+            if (fixed && c->fused_qkv) { /* k and v adjacent in each qkv row: one write of both */
+                rb_tensor kvsrc = view3(&b.qkv, (size_t)g->row0 * qkv_row + (size_t)(Hq * D) * sizeof(float),
+                                        2 * kvrow, g->n, 1, qkv_row, qkv_row * (size_t)g->n);
+                rb_tensor kvdst = view3(&kv->k[il], 0, 2 * kvrow, kv->n_ctx, 1, kvs, kvs * (size_t)kv->n_ctx);
+                CK(rb_set_rows(be, &kvdst, &kvsrc, &ps));
+            } else if (fixed) { /* rows named by the positions on the device */
+                rb_tensor ks = view3(&k, (size_t)g->row0 * k.nb[2], kvrow, g->n, 1, k.nb[2], k.nb[2] * (size_t)g->n);
+                rb_tensor vs = view3(&v, (size_t)g->row0 * v.nb[1], kvrow, g->n, 1, v.nb[1], v.nb[1] * (size_t)g->n);
+                CK(rb_set_rows(be, &kv->k[il], &ks, &ps));
+                CK(rb_set_rows(be, &kv->v[il], &vs, &ps));
+            } else {
+                rb_tensor kdst = view3(&kv->k[il], (size_t)g->p0 * kvs, D, Hkv, g->n, D * es, kvs);
+                rb_tensor vdst = view3(&kv->v[il], (size_t)g->p0 * kvs, kvrow, g->n, 1, kvs, kvs * (size_t)g->n);
+                rb_tensor ksrc, vsrc;
+                CK(rb_tensor_slice(&k, 2, g->row0, g->n, &ksrc));
+                CK(rb_tensor_slice(&v, 1, g->row0, g->n, &vsrc));
+                CK(rb_cast(be, &kdst, &ksrc));
+                CK(rb_cast(be, &vdst, &vsrc));
+            }
 
-            /* attention over positions 0..p0+n-1 of this sequence */
-            const int64_t Tk = g->p0 + g->n;
-            rb_tensor qa = view3(&b.qr, (size_t)(g->row0 * D * Hq) * sizeof(float), D, g->n, Hq,
-                                 (size_t)(D * Hq) * sizeof(float), (size_t)D * sizeof(float));
-            rb_tensor ka = view3(&kv->k[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
-            rb_tensor va = view3(&kv->v[il], 0, D, Tk, Hkv, (size_t)kvrow * es, (size_t)D * es);
+            /* attention over positions 0..p0+n-1 of this sequence (fixed:
+             * over the whole cache, later rows invisible through q_pos) */
+            const int64_t Tk = fixed ? kv->n_ctx : g->p0 + g->n;
+            rb_tensor qa = view3(&q, (size_t)g->row0 * q.nb[2], D, g->n, Hq, q.nb[2], q.nb[1]);
+            rb_tensor ka = view3(&kv->k[il], 0, D, Tk, Hkv, kvs, (size_t)D * es);
+            rb_tensor va = view3(&kv->v[il], 0, D, Tk, Hkv, kvs, (size_t)D * es);
             rb_tensor ad = view3(&b.att, (size_t)(g->row0 * D * Hq) * sizeof(float), D, Hq, g->n,
                                  (size_t)D * sizeof(float), (size_t)(D * Hq) * sizeof(float));
             rb_attn_params ap = {
@@ -199,8 +244,9 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
                 .softcap = c->attn_softcap,
                 .causal = true,
                 .window = swa ? c->sliding_window : 0,
-                .q_pos0 = g->p0,
+                .q_pos0 = fixed ? 0 : g->p0,
                 .mask = NULL,
+                .q_pos = fixed ? &ps : NULL,
             };
             CK(rb_attention(be, &ad, &qa, &ka, &va, &ap));
         }
@@ -210,10 +256,10 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
         CK(rb_matmul(be, &b.o, &L->wo, &att2));
         if (L->has_bo) CK(rb_binary(be, RB_BINARY_ADD, &b.o, &b.o, &L->bo));
         if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_attn_norm, c->norm_eps));
-        CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
+        /* residual add fused with the MLP's input norm */
+        CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
 
-        /* gated MLP */
-        CK(rb_rms_norm(be, &b.h, &b.x, &L->ffn_norm, c->norm_eps));
+        /* gated MLP: act(gate) * up in one op */
         const rb_unary_op act = c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
         if (c->fused_gate_up) {
             CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
@@ -221,40 +267,196 @@ static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *toke
                                    (size_t)(2 * F * T) * sizeof(float));
             rb_tensor up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
                                  (size_t)(2 * F * T) * sizeof(float));
-            CK(rb_unary(be, act, &b.u, &gate));
-            CK(rb_binary(be, RB_BINARY_MUL, &b.u, &b.u, &up));
+            CK(rb_glu(be, &b.u, &gate, &up, act));
             CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
         } else {
             rb_tensor g1 = view3(&b.g, 0, F, T, 1, (size_t)F * sizeof(float), (size_t)(F * T) * sizeof(float));
             CK(rb_matmul(be, &g1, &L->w_gate, &b.h));
             CK(rb_matmul(be, &b.u, &L->w_up, &b.h));
-            CK(rb_unary(be, act, &g1, &g1));
-            CK(rb_binary(be, RB_BINARY_MUL, &g1, &g1, &b.u));
+            CK(rb_glu(be, &g1, &g1, &b.u, act));
             CK(rb_matmul(be, &b.o, &L->w_down, &g1));
         }
         if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_ffn_norm, c->norm_eps));
-        CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
+        /* residual add fused with the next norm: the next layer's attention
+         * norm, or the output norm when every row's logits are wanted */
+        if (il + 1 < c->n_layer) {
+            CK(rb_add_rms_norm(be, &b.x, &b.o, &m->layers[il + 1].attn_norm, c->norm_eps, &b.h));
+        } else if (head && (all_logits || T == 1)) {
+            CK(rb_add_rms_norm(be, &b.x, &b.o, &m->out_norm, c->norm_eps, &b.h));
+            out_normed = true;
+        } else {
+            CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
+        }
     }
     il = -1;
-    for (int64_t gi = 0; gi < n_grp; gi++) grp[gi].kv->used = grp[gi].p0 + grp[gi].n;
-    if (!logits) return RB_OK; /* an inner micro-batch of a longer prompt */
+    if (!head) return RB_OK; /* an inner micro-batch of a longer prompt */
 
     /* output head: every row, or only the last one */
-    rb_tensor xin = b.x, hout = b.h;
-    if (!all_logits) {
-        xin = view3(&b.x, (size_t)((T - 1) * E) * sizeof(float), E, 1, 1, (size_t)E * sizeof(float),
-                    (size_t)E * sizeof(float));
-        hout = view3(&b.h, 0, E, 1, 1, (size_t)E * sizeof(float), (size_t)E * sizeof(float));
+    rb_tensor hout = b.h;
+    if (!all_logits) hout = view3(&b.h, 0, E, 1, 1, (size_t)E * sizeof(float), (size_t)E * sizeof(float));
+    if (!out_normed) {
+        rb_tensor xin = view3(&b.x, (size_t)((T - 1) * E) * sizeof(float), E, 1, 1, (size_t)E * sizeof(float),
+                              (size_t)E * sizeof(float));
+        CK(rb_rms_norm(be, &hout, &xin, &m->out_norm, c->norm_eps));
     }
-    CK(rb_rms_norm(be, &hout, &xin, &m->out_norm, c->norm_eps));
     CK(rb_matmul(be, &b.logits, &m->output, &hout));
     if (c->final_softcap > 0) {
         CK(rb_affine(be, &b.logits, &b.logits, 1.0f / c->final_softcap, 0.0f));
         CK(rb_unary(be, RB_UNARY_TANH, &b.logits, &b.logits));
         CK(rb_affine(be, &b.logits, &b.logits, c->final_softcap, 0.0f));
     }
-    CK(rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(V * (all_logits ? T : 1))));
     return RB_OK;
+}
+
+static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *tokens, int64_t T,
+                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, rb_error *err) {
+    const rb_model_config *c = &m->cfg;
+    rb_backend *be = m->be;
+    fwd_bufs b;
+    layout(c, T, all_logits, arena, &b);
+    rb_status s = upload_inputs(be, &b, tokens, T, grp, n_grp, err);
+    if (s == RB_OK) s = run_ops(m, &b, T, grp, n_grp, all_logits, logits != NULL, false, err);
+    if (s != RB_OK) return s;
+    for (int64_t gi = 0; gi < n_grp; gi++) grp[gi].kv->used = grp[gi].p0 + grp[gi].n;
+    if (!logits) return RB_OK;
+    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(c->n_vocab * (all_logits ? T : 1)));
+    if (s != RB_OK) return rb_error_set(err, s, "reading the logits: %s", rb_backend_last_error(be));
+    return RB_OK;
+}
+
+/* ---- decode steps: position-independent, captured into graphs ---- */
+
+/* The position-independent form is used for this cache's decode steps. */
+static bool decode_fixed(const rb_model *m, const rb_kv_cache *kv) {
+    if (m->cfg.has_rope_long) return false; /* the rope factors depend on the position */
+    switch (kv->decode_mode) {
+    case RB_DECODE_AUTO: return rb_backend_graphs_supported(m->be);
+    case RB_DECODE_FIXED:
+    case RB_DECODE_GRAPH_NOWARM: return true;
+    default: return false;
+    }
+}
+
+/* ... and captured into a graph (else run eagerly every step). */
+static bool decode_graphs(const rb_model *m, const rb_kv_cache *kv) {
+    return decode_fixed(m, kv) && kv->decode_mode != RB_DECODE_FIXED && rb_backend_graphs_supported(m->be);
+}
+
+/* Records what a slot's state refers to: the caches of the step and the
+ * owner's arena. false: no memory for the key (the slot stays as it was). */
+static bool slot_mark(rb_decode_graph *dg, rb_graph_state state, const uint64_t *key, int64_t n_key, uint64_t gen) {
+    if (!dg->key || dg->n_key != n_key) {
+        uint64_t *k = malloc(sizeof(uint64_t) * (size_t)n_key);
+        if (!k) return false;
+        free(dg->key);
+        dg->key = k;
+        dg->n_key = n_key;
+    }
+    memcpy(dg->key, key, sizeof(uint64_t) * (size_t)n_key);
+    dg->gen = gen;
+    dg->state = state;
+    return true;
+}
+
+static rb_status launch(rb_backend *be, rb_graph *g, rb_error *err) {
+    rb_status s = rb_graph_launch(g);
+    return s == RB_OK ? RB_OK : rb_error_set(err, s, "replaying a decode graph: %s", rb_backend_last_error(be));
+}
+
+/* Queues the ops of a position-independent step (inputs uploaded) through
+ * dg, a graph slot of owner's: replays its graph when it was captured for
+ * the same caches (key) and arena; else runs the ops eagerly, and when the
+ * previous step was such an eager warm-up with the same key (or nowarm),
+ * captures them into dg first. A capture that fails leaves the slot eager
+ * until its key or the arena changes. */
+static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg, const uint64_t *key, int64_t n_key,
+                            bool want, bool nowarm, const fwd_bufs *b, int64_t T, const seq_group *grp,
+                            int64_t n_grp, rb_error *err) {
+    rb_backend *be = m->be;
+    const bool same = dg->state != RB_GRAPH_NONE && dg->gen == owner->arena_gen && dg->n_key == n_key &&
+                      memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
+    if (!same && dg->state != RB_GRAPH_NONE) rb_decode_graph_drop(dg);
+    if (dg->graph) return launch(be, dg->graph, err);
+    if (want && (dg->state == RB_GRAPH_WARM || (dg->state == RB_GRAPH_NONE && nowarm))) {
+        rb_error cerr;
+        rb_error_clear(&cerr);
+        rb_status s = rb_backend_capture_begin(be);
+        if (s != RB_OK) {
+            rb_error_set(&cerr, s, "begin: %s", rb_backend_last_error(be));
+        } else {
+            s = run_ops(m, b, T, grp, n_grp, true, true, true, &cerr);
+            rb_graph *gr = NULL;
+            const rb_status se = rb_backend_capture_end(be, &gr); /* discards it when an op failed */
+            if (s == RB_OK && se != RB_OK) rb_error_set(&cerr, se, "end: %s", rb_backend_last_error(be));
+            if (s == RB_OK && se == RB_OK) {
+                dg->graph = gr;
+                dg->state = RB_GRAPH_READY;
+                return launch(be, gr, err);
+            }
+        }
+        /* eager from now on, until the key or the arena changes (without
+         * memory for the key: retried after the next warm-up) */
+        if (!slot_mark(dg, RB_GRAPH_FAILED, key, n_key, owner->arena_gen)) dg->state = RB_GRAPH_NONE;
+        snprintf(dg->error, sizeof dg->error, "%s", cerr.msg);
+    }
+    rb_status s = run_ops(m, b, T, grp, n_grp, true, true, true, err);
+    /* warmed up (the backend's scratch is sized): the next such step captures */
+    if (s == RB_OK && want && dg->state == RB_GRAPH_NONE)
+        (void)slot_mark(dg, RB_GRAPH_WARM, key, n_key, owner->arena_gen);
+    return s;
+}
+
+static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err) {
+    rb_backend *be = m->be;
+    fwd_bufs b;
+    layout(&m->cfg, 1, true, kv->arena, &b);
+    seq_group g = {.kv = kv, .row0 = 0, .n = 1, .p0 = kv->used};
+    rb_status s = upload_inputs(be, &b, &token, 1, &g, 1, err);
+    if (s == RB_OK)
+        s = graph_step(m, kv, &kv->dec, &kv->serial, 1, decode_graphs(m, kv),
+                       kv->decode_mode == RB_DECODE_GRAPH_NOWARM, &b, 1, &g, 1, err);
+    if (s != RB_OK) return s;
+    /* a replay's device-side id checks report here */
+    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)m->cfg.n_vocab);
+    if (s != RB_OK) return rb_error_set(err, s, "decode step: %s", rb_backend_last_error(be));
+    kv->used = g.p0 + 1;
+    return RB_OK;
+}
+
+/* One token for each of n sequences (n <= RB_MAX_UBATCH, checked), in the
+ * position-independent form through kvs[0]'s batch graph slot. */
+static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                              seq_group *grp, float *logits, rb_error *err) {
+    rb_backend *be = m->be;
+    rb_kv_cache *lead = kvs[0];
+    rb_status s = ensure_arena(lead, n, err);
+    if (s != RB_OK) return s;
+    uint64_t *key = malloc(sizeof(uint64_t) * (size_t)n);
+    if (!key) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    bool want = true;
+    for (int64_t i = 0; i < n; i++) {
+        key[i] = kvs[i]->serial;
+        want = want && decode_graphs(m, kvs[i]);
+    }
+    fwd_bufs b;
+    layout(&m->cfg, n, true, lead->arena, &b);
+    s = upload_inputs(be, &b, tokens, n, grp, n, err);
+    if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, want, false, &b, n, grp, n, err);
+    free(key);
+    if (s != RB_OK) return s;
+    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));
+    if (s != RB_OK) return rb_error_set(err, s, "batched decode step: %s", rb_backend_last_error(be));
+    for (int64_t i = 0; i < n; i++) kvs[i]->used = grp[i].p0 + 1;
+    return RB_OK;
+}
+
+rb_status rb_model_decode_token(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err) {
+    if (!m || !kv || kv->m != m || !logits || !decode_fixed(m, kv))
+        return rb_error_set(err, RB_E_INVALID, "rb_model_decode_token: bad arguments or not a fixed decode");
+    if (kv->used >= kv->n_ctx) return rb_error_set(err, RB_E_RANGE, "context of %lld is full", (long long)kv->n_ctx);
+    int64_t ub = kv->arena_tokens > 1 ? kv->arena_tokens : 1;
+    rb_status s = ensure_arena(kv, ub, err);
+    return s == RB_OK ? decode_step(m, kv, token, logits, err) : s;
 }
 
 rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
@@ -274,6 +476,7 @@ rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, 
     if (kv->arena_tokens > ub) ub = kv->arena_tokens < RB_MAX_UBATCH ? kv->arena_tokens : RB_MAX_UBATCH;
     rb_status s = ensure_arena(kv, ub, err);
     if (s != RB_OK) return s;
+    if (n == 1 && logits && decode_fixed(m, kv)) return decode_step(m, kv, tokens[0], logits, err);
     for (int64_t done = 0; done < n;) {
         int64_t T = n - done < kv->arena_tokens ? n - done : kv->arena_tokens;
         bool last = done + T == n;
@@ -306,6 +509,13 @@ rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int
         for (int64_t j = 0; j < i && s == RB_OK; j++)
             if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
         g[i] = (seq_group){.kv = kv, .row0 = i, .n = 1, .p0 = kv ? kv->used : 0};
+    }
+    bool fixed = n <= RB_MAX_UBATCH;
+    for (int64_t i = 0; i < n && s == RB_OK && fixed; i++) fixed = decode_fixed(m, kvs[i]);
+    if (s == RB_OK && fixed) {
+        s = decode_batch(m, kvs, tokens, n, g, logits, err);
+        free(g);
+        return s;
     }
     for (int64_t done = 0; s == RB_OK && done < n; done += RB_MAX_UBATCH) {
         const int64_t T = n - done < RB_MAX_UBATCH ? n - done : RB_MAX_UBATCH;

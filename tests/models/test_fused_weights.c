@@ -1,0 +1,156 @@
+/* GPU backends load q/k/v and gate/up as one fused matrix each (see
+ * src/models/model_weights.c); the CPU keeps the mapped separate tensors, so
+ * the fused path would go untested here. RBEE_FUSE_PROJ=1 forces it on the
+ * CPU: every tiny HF model of tests/data/models (llama variants, mistral,
+ * qwen2 with q/k/v biases, gemma, gemma2; phi3 is fused in its files) and
+ * the llama.cpp fixture GGUFs (f32 and block formats) are loaded both ways
+ * and must give the same logits (relative L2 <= 1e-6; the matrix kernels may
+ * group rows differently, so bit-identity is reported, not required) over a
+ * prefill and single-token decode steps, with the fused flags set only in
+ * the fused load and the same weight byte count; and without the override
+ * the CPU does not fuse (its weights stay memory-mapped). RBEE_TEST_BACKEND
+ * (e.g. cuda:0) runs the same comparison on another backend, where the
+ * default load must fuse and the matrix library may pick other kernels for
+ * the wider matrices (relative L2 <= 1e-5 there). */
+#include "testutil.h"
+
+#include "rbee/model.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NT 12 /* tokens: 8 prefilled, then 4 decode steps */
+
+typedef struct run {
+    float *logits; /* NT x V */
+    int64_t V;
+    bool fused_qkv, fused_gate_up;
+    size_t weight_bytes;
+} run;
+
+static run run_model(rb_backend *be, const char *path, const char *fuse) {
+    assert_int_equal(setenv("RBEE_FUSE_PROJ", fuse, 1), 0);
+    rb_error err;
+    rb_error_clear(&err);
+    rb_model *m = NULL;
+    rb_status s = rb_model_load(path, be, NULL, &m, &err);
+    unsetenv("RBEE_FUSE_PROJ");
+    if (s != RB_OK) fail_msg("load %s (RBEE_FUSE_PROJ=%s): %s", path, fuse, err.msg);
+    const rb_model_config *c = rb_model_get_config(m);
+    run r = {.V = c->n_vocab, .fused_qkv = c->fused_qkv, .fused_gate_up = c->fused_gate_up,
+             .weight_bytes = rb_model_weight_bytes(m)};
+    int32_t tok[NT];
+    for (int i = 0; i < NT; i++) tok[i] = (int32_t)((i * 37 + 5) % r.V);
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(m, 32, RB_F32, &kv, &err));
+    r.logits = malloc(sizeof(float) * (size_t)(NT * r.V));
+    assert_non_null(r.logits);
+    if (rb_model_forward(m, kv, tok, 8, true, r.logits, &err) != RB_OK) fail_msg("%s: %s", path, err.msg);
+    for (int i = 8; i < NT; i++)
+        if (rb_model_forward(m, kv, &tok[i], 1, false, r.logits + (size_t)i * (size_t)r.V, &err) != RB_OK)
+            fail_msg("%s: %s", path, err.msg);
+    rb_kv_cache_free(kv);
+    rb_model_free(m);
+    return r;
+}
+
+/* Loads path unfused and fused and compares; returns true if the fused
+ * load used both fused paths. */
+static bool check_pair(rb_backend *be, const char *path, const char *label) {
+    const double tol = rb_backend_kind(be) == RB_DEVICE_CPU ? 1e-6 : 1e-5;
+    run a = run_model(be, path, "0"), b = run_model(be, path, "1");
+    assert_int_equal(a.V, b.V);
+    assert_int_equal(a.weight_bytes, b.weight_bytes);
+    const size_t n = (size_t)(NT * a.V);
+    const bool same = memcmp(a.logits, b.logits, n * sizeof(float)) == 0;
+    const double e = tu_rel_l2_f(b.logits, a.logits, n);
+    print_message("%-28s fused qkv %d gate_up %d (unfused load: %d %d): logits %s, rel L2 %.2g\n", label,
+                  b.fused_qkv, b.fused_gate_up, a.fused_qkv, a.fused_gate_up, same ? "bit-identical" : "differ",
+                  e);
+    if (e > tol) fail_msg("%s: fused weights change the logits: rel L2 %.3g", label, e);
+    /* the unfused load stays unfused unless the files themselves are (phi3) */
+    assert_true(b.fused_qkv >= a.fused_qkv && b.fused_gate_up >= a.fused_gate_up);
+    const bool both = b.fused_qkv && b.fused_gate_up && !(a.fused_qkv && a.fused_gate_up);
+    free(a.logits);
+    free(b.logits);
+    return both;
+}
+
+/* Without the override the CPU keeps the mapped separate tensors, and
+ * device backends fuse. */
+static void check_default(rb_backend *be, const char *dir) {
+    const bool want = rb_backend_kind(be) != RB_DEVICE_CPU;
+    unsetenv("RBEE_FUSE_PROJ");
+    rb_error err;
+    rb_error_clear(&err);
+    rb_model *m = NULL;
+    if (rb_model_load(dir, be, NULL, &m, &err) != RB_OK) fail_msg("load %s: %s", dir, err.msg);
+    assert_int_equal(rb_model_get_config(m)->fused_qkv, want);
+    assert_int_equal(rb_model_get_config(m)->fused_gate_up, want);
+    rb_model_free(m);
+}
+
+static rb_backend *test_backend(void) {
+    const char *spec = getenv("RBEE_TEST_BACKEND");
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create(spec && *spec ? spec : "cpu", NULL, &be, NULL));
+    return be;
+}
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+static void test_hf_models(void **state) {
+    (void)state;
+    char root[1024];
+    tu_data(root, sizeof root, "models");
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    char *names[64];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 64)
+        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    assert_true(n >= 15);
+    rb_backend *be = test_backend();
+    int fused = 0, seen_qwen2 = 0, seen_gemma = 0, seen_llama = 0;
+    for (int i = 0; i < n; i++) {
+        char dir[2048];
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        if (strcmp(names[i], "qwen2") == 0) check_default(be, dir);
+        const bool both = check_pair(be, dir, names[i]);
+        const bool phi3 = strncmp(names[i], "phi3", 4) == 0;
+        if (!phi3 && !both) fail_msg("%s: the forced load did not fuse q/k/v and gate/up", names[i]);
+        fused += both;
+        seen_qwen2 += both && strncmp(names[i], "qwen2", 5) == 0;
+        seen_gemma += both && strncmp(names[i], "gemma", 5) == 0;
+        seen_llama += both && strncmp(names[i], "llama", 5) == 0;
+        free(names[i]);
+    }
+    assert_true(fused >= 12 && seen_qwen2 >= 1 && seen_gemma >= 1 && seen_llama >= 1);
+    rb_backend_destroy(be);
+}
+
+static void test_gguf_fixtures(void **state) {
+    (void)state;
+    rb_backend *be = test_backend();
+    const char *files[] = {"llamacpp/tiny-f32.gguf", "llamacpp/tiny-q8_0.gguf", "llamacpp/tiny-q4_0.gguf",
+                           "llamacpp/tiny-q4_k.gguf", "llamacpp/tiny-q6_k.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[1024];
+        tu_fixture(path, sizeof path, files[i]);
+        check_pair(be, path, files[i]);
+    }
+    rb_backend_destroy(be);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hf_models),
+        cmocka_unit_test(test_gguf_fixtures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
