@@ -579,7 +579,19 @@ template <class F> static rb_status mvd_launch_m(rb_backend *be, const mvd_args 
     return mvd_launch<F, 4>(be, p, slices, pdl);
 }
 
-/* q4_0 / q8_0 weights through k_mvd_q: K % 256 == 0, 16-byte aligned rows,
+/* The arguments common to every format: destination, weights, broadcast,
+ * activation rows. */
+static mvd_args mvd_base(const gt &dv, const gt &av, int64_t r2, int64_t r3, int64_t M) {
+    mvd_args p = {};
+    p.d = dv;
+    p.a = av;
+    p.r2 = r2;
+    p.r3 = r3;
+    p.M = (int)M;
+    return p;
+}
+
+/* q4_0 / q8_0 weights through k_mvd: K % 256 == 0, 16-byte aligned rows,
  * M <= MVD_MAX_M; *done = false otherwise. */
 template <class Q>
 static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
@@ -589,18 +601,13 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
     if (!mvd_enabled() || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
         return RB_OK;
     *done = true;
-    mvd_args p = {};
-    p.d = dv;
-    p.a = av;
-    p.r2 = r2;
-    p.r3 = r3;
-    p.M = (int)M;
+    mvd_args p = mvd_base(dv, av, r2, r3, M);
     rb_status s = mv_quant_acts<false>(be, bv, bf, slices, M, K, &p.xq, &p.xs);
     if (s != RB_OK) return s;
     return mvd_launch_m<mvd_quant<Q>>(be, p, slices, pdl);
 }
 
-/* float weights through k_mvd_float: contiguous 16-byte aligned rows, K a
+/* float weights through k_mvd: contiguous 16-byte aligned rows, K a
  * multiple of the elements per 16 bytes, contiguous aligned f32 activations
  * (bf), M <= MVD_MAX_M; *done = false otherwise. */
 template <int DT>
@@ -612,16 +619,11 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
         !mvd_rows_aligned(av))
         return RB_OK;
     *done = true;
-    mvd_args p = {};
-    p.d = dv;
-    p.a = av;
-    p.r2 = r2;
-    p.r3 = r3;
+    mvd_args p = mvd_base(dv, av, r2, r3, bf->ne[1]);
     p.bp = bf->p;
     p.bnb1 = bf->nb[1];
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
-    p.M = (int)bf->ne[1];
     return mvd_launch_m<mvd_float<DT>>(be, p, slices, pdl);
 }
 
