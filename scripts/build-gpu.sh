@@ -28,7 +28,7 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
   echo "build-gpu: CUDA backend built in $((SECONDS - start)) s"
   # The HIP flavour built by nvcc (RBEE_HIP_NVIDIA, src/backends/gpu/hip_on_nvidia.h):
-  # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-hip-nvidia-run.sh).
+  # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-prebuilt.sh run hipnv).
   # It must compile with the HIP names of gpu_vendor.h and link no cuBLAS.
   start=$SECONDS
   cmake -S . -B "$PREFIX-hipnv" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,3 +126,19 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 int tu_tmpdir_remove(const char *dir) { return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int tu_model_names(char **names, int max) {
+    char root[1024];
+    tu_data(root, sizeof root, "models");
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max)
+        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    return n;
+}

@@ -29,6 +29,10 @@ const char *tu_fixture(char *buf, size_t len, const char *relpath);
 /* Same for a file under the repository's tests/data folder. */
 const char *tu_data(char *buf, size_t len, const char *relpath);
 
+/* Names of the reference model folders under tests/data/models (at most
+ * max, each strdup'ed, sorted); returns how many. */
+int tu_model_names(char **names, int max);
+
 /* A fresh directory /tmp/<prefix>XXXXXX, its path written to buf (len >= 64);
  * returns 0, or -1 on failure (cmocka group setup style). */
 int tu_tmpdir_make(char *buf, size_t len, const char *prefix);

@@ -124,22 +124,6 @@ void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, cons
     rb_st_close(st);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-int ct_model_names(char **names, int max) {
-    char root[1024];
-    tu_data(root, sizeof root, "models");
-    DIR *d = opendir(root);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < max)
-        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    return n;
-}
-
 void ct_model_dir(char *buf, size_t len, const char *name) {
     char rel[512];
     snprintf(rel, sizeof rel, "models/%s", name);

@@ -35,8 +35,6 @@ void ct_write_safetensors(const char *path, const ct_st_entry *e, size_t n);
  * named reshape (NULL: none) given a wrong shape. */
 void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, const char *reshape);
 
-/* Sorted names of tests/data/models/<name>; returns the count. */
-int ct_model_names(char **names, int max);
 /* Absolute folder of tests/data/models/<name>. */
 void ct_model_dir(char *buf, size_t len, const char *name);
 

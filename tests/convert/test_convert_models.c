@@ -256,7 +256,7 @@ static void check_metadata(const char *name, const char *dir, const char *gguf_p
 static void test_f32_every_model(void **state) {
     (void)state;
     char *names[64];
-    int n = ct_model_names(names, 64);
+    int n = tu_model_names(names, 64);
     assert_true(n >= 15);
     char tmp[1024];
     ct_tmpdir(tmp, sizeof tmp);
@@ -347,7 +347,7 @@ static void check_dtypes_and_fallback(const char *path, const char *f16_path, rb
 static void test_lossy_formats(void **state) {
     (void)state;
     char *names[64];
-    int n = ct_model_names(names, 64);
+    int n = tu_model_names(names, 64);
     char tmp[1024];
     ct_tmpdir(tmp, sizeof tmp);
     const size_t nc = sizeof k_cases / sizeof k_cases[0];

@@ -81,7 +81,7 @@ static uint32_t file_type(const rb_gguf *g) {
 static void test_requantize_equals_direct_convert(void **state) {
     (void)state;
     char *names[64];
-    int n = ct_model_names(names, 64);
+    int n = tu_model_names(names, 64);
     char tmp[1024];
     ct_tmpdir(tmp, sizeof tmp);
     for (int i = 0; i < n; i++) {

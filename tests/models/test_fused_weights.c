@@ -16,7 +16,6 @@
 
 #include "rbee/model.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,21 +98,13 @@ static rb_backend *test_backend(void) {
     return be;
 }
 
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
 static void test_hf_models(void **state) {
     (void)state;
     char root[1024];
     tu_data(root, sizeof root, "models");
-    DIR *d = opendir(root);
-    assert_non_null(d);
     char *names[64];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 64)
-        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    const int n = tu_model_names(names, 64);
     assert_true(n >= 15);
     rb_backend *be = test_backend();
     int fused = 0, seen_qwen2 = 0, seen_gemma = 0, seen_llama = 0;

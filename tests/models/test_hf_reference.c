@@ -10,7 +10,6 @@
 #include "rbee/json_config.h"
 #include "rbee/model.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,21 +88,13 @@ static void check_model(rb_backend *be, const char *dir, const char *name) {
     rb_json_config_free(ref);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void test_all_models(void **state) {
     (void)state;
     char root[1024];
     tu_data(root, sizeof root, "models");
-    DIR *d = opendir(root);
-    assert_non_null(d);
     char *names[64];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 64)
-        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    const int n = tu_model_names(names, 64);
     assert_true(n >= 15);
     rb_backend *be = NULL;
     /* RBEE_TEST_BACKEND (e.g. cuda:0) runs the same checks on another backend */

@@ -6,7 +6,8 @@
  * waiting on the kernel ahead (programmatic dependent launch, gpu_pdl.h), so
  * weights stream while the activations are being produced.
  *
- * Formats (F::consume computes one span held in registers or shared memory):
+ * Formats (F::consume_regs computes a float span from registers, F::consume a
+ * quantized one from shared memory):
  *  - f32/f16/bf16: a lane loads U = 8 pieces of 16 bytes of the row (4 KiB
  *    per warp), then multiplies them with the f32 activations (read through
  *    L1, where all groups of a multiprocessor find them).
@@ -112,10 +113,6 @@ template <int DT> struct mvd_float {
             }
         }
     }
-    /* (shared-memory form, unused: float spans stay in registers) */
-    template <int MT>
-    __device__ static __forceinline__ void consume(const uint4 *, int, int64_t, int, const mvd_x<MT> &,
-                                                   float (&)[MT]) {}
 };
 
 /* ---- q4_0 / q8_0: span = 64 pairs of blocks ---- */
@@ -151,10 +148,6 @@ struct mvd_q8_0_fmt {
 template <class Q> struct mvd_quant {
     static constexpr int SPAN_PAIRS = 64, SPAN_BYTES = SPAN_PAIRS * Q::PAIR_WORDS * 4;
     static constexpr bool QUANT = true;
-    /* (register form, unused: quantized spans go through shared memory) */
-    template <int MT>
-    __device__ static __forceinline__ void consume_regs(const uint4 (&)[(SPAN_BYTES + 511) / 512], int, int64_t, int,
-                                                        const mvd_x<MT> &, float (&)[MT]) {}
     __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / 64 * (Q::PAIR_WORDS * 4); }
     __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
         const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
@@ -213,11 +206,11 @@ __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_
  * spans are used from registers. */
 template <class F, int MT> __global__ void __launch_bounds__(MVD_THREADS) k_mvd(const mvd_args p) {
     rb_grid_dep_trigger();
-    extern __shared__ int4 mvd_ring_mem[];
+    extern __shared__ int4 mvd_slot_mem[];
     constexpr int UL = (F::SPAN_BYTES + 511) / 512; /* uint4 per lane per full span */
     constexpr int SLOT_U = F::SPAN_BYTES / 16 + 1;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
-    uint4 *slot = (uint4 *)mvd_ring_mem + gi * SLOT_U;
+    uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U;
     const int64_t G = (int64_t)gridDim.x * MVD_GROUPS, g = (int64_t)blockIdx.x * MVD_GROUPS + gi;
     const int64_t N = p.a.ne[1], K = p.a.ne[0];
     const int64_t nsp = (F::row_bytes(K) + F::SPAN_BYTES - 1) / F::SPAN_BYTES; /* spans per row */
@@ -243,7 +236,7 @@ template <class F, int MT> __global__ void __launch_bounds__(MVD_THREADS) k_mvd(
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int mm = m < p.M ? m : p.M - 1;
-        if (F::QUANT) {
+        if constexpr (F::QUANT) {
             const int64_t off = (sl * p.M + mm) * K;
             X.q[m] = p.xq + off;
             X.r[m] = p.xs + (off >> 5);
@@ -261,7 +254,7 @@ template <class F, int MT> __global__ void __launch_bounds__(MVD_THREADS) k_mvd(
         for (int64_t span = 0; span < nsp; span++) {
             if (row != lo || span != 0) load(row, span);
             const int nbytes = (int)F::span_bytes(K, span);
-            if (F::QUANT) {
+            if constexpr (F::QUANT) {
                 RB_GROUP_SYNC(); /* the previous span's reads of the slot are done */
 #pragma unroll
                 for (int j = 0; j < UL; j++) {

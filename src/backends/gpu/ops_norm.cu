@@ -257,15 +257,13 @@ static gt opt_view(const rb_tensor *t) {
     return v;
 }
 
-static unsigned row_blocks(const rb_tensor *t) {
-    const int64_t r = t->ne[1] * t->ne[2] * t->ne[3];
-    return (unsigned)(r < 65535LL * 16 ? (r < 1 ? 1 : r) : 65535LL * 16);
-}
-
+/* one block per row, capped (the kernels loop over rows) */
 static unsigned row_blocks_gt(const gt &t) {
     const int64_t r = t.ne[1] * t.ne[2] * t.ne[3];
     return (unsigned)(r < 65535LL * 16 ? (r < 1 ? 1 : r) : 65535LL * 16);
 }
+
+static unsigned row_blocks(const rb_tensor *t) { return row_blocks_gt(gview(t)); }
 
 /* Rows k_rms_rows can take: f32, contiguous, 16-byte aligned, n % 4 == 0,
  * at most 4 * 8 * 1024 wide. */
