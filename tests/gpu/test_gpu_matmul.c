@@ -11,9 +11,12 @@
  *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
  *    plus f16 activations in a permuted view (the strided quantizer and the
- *    f32 conversion). Covers the direct kernels (aligned rows, M <= 4), the
- *    staged ones (M > 4, unaligned rows, K % 256 != 0) and the direct
- *    kernels launched ahead of their inputs (weights in a constant buffer).
+ *    f32 conversion). Covers the direct kernels (aligned rows, M <= 4; for
+ *    q4_0/q8_0 with the activations quantized in each block from contiguous
+ *    f32 rows, or by the separate quantizer from the permuted f16 view at
+ *    N = 257), the staged ones (M > 4, unaligned rows, K % 256 != 0) and the
+ *    direct kernels launched ahead of their inputs (weights in a constant
+ *    buffer).
  * Bounds (relative L2 error; in the sweep the denominator is floored at a
  * quarter of the expected output norm, sqrt(sum_i sum_k (w_ik x_k)^2), so a
  * lone output that happens to be near zero cannot fail on rounding alone):
@@ -286,6 +289,8 @@ static void test_matvec_sweep(void **state) {
                     sweep_case(c, g, &rng, &a, av, Ms[mi], RB_F32, GP_CONTIG, &acc);
                 if (N == 33) /* strided f16 activations */
                     for (int64_t M = 3; M <= 16; M += 13) sweep_case(c, g, &rng, &a, av, M, RB_F16, GP_PERM, &acc);
+                if (N == 257) /* the direct kernels with separately quantized activations */
+                    sweep_case(c, g, &rng, &a, av, 3, RB_F16, GP_PERM, &acc);
                 const double e = err_rel(&acc.ref), bound = quant ? 1e-2 : 1e-5;
                 if (!(e <= bound)) {
                     print_error("matvec %s N=%lld K=%lld, all M: rel L2 vs reference %.3g > %.0e\n", rb_dtype_name(wt),

@@ -80,73 +80,6 @@ template <int N> __device__ __forceinline__ void mv_wait() {
 #endif
 }
 
-/* Quantizes 8 consecutive activations per lane of a 32-lane group (256
- * elements; in q8_0 mode each 4 lanes are one block). Every lane of the group
- * must call. Returns the 8 int8 values packed and, meaningful on lanes with
- * lane % 4 == 0, the record of its 32-element unit. */
-template <bool KQ> __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *qv, int2 *rec) {
-    int q[8];
-    float d;
-    if (!KQ) {
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-        amax = fmaxf(amax, MV_XOR32(amax, 1));
-        amax = fmaxf(amax, MV_XOR32(amax, 2));
-        /* as the CPU backend's SIMD quantizer: x * (127 / amax), nearest-even */
-        d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = (int)rintf(v[i] * id);
-        d = f16_bits_to_f32(f32_to_f16_bits(d));
-    } else {
-        /* CPU q8_K: the first element of largest magnitude sets the scale */
-        float am = 0.0f, mx = 0.0f;
-        int ix = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float a = fabsf(v[i]);
-            if (a > am) {
-                am = a;
-                mx = v[i];
-                ix = i;
-            }
-        }
-        uint32_t kh = __float_as_uint(am), kl = ((uint32_t)(255 - (lane * 8 + ix)) << 1) | (mx < 0.0f ? 1u : 0u);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const uint32_t oh = MV_XOR32(kh, o), ol = MV_XOR32(kl, o);
-            if (oh > kh || (oh == kh && ol > kl)) {
-                kh = oh;
-                kl = ol;
-            }
-        }
-        am = __uint_as_float(kh);
-        if (am == 0.0f) {
-            d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) q[i] = 0;
-        } else {
-            const float is = -127.0f / ((kl & 1u) ? -am : am);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int t = (int)rintf(is * v[i]);
-                q[i] = t < 127 ? t : 127;
-            }
-            d = 1.0f / is;
-        }
-    }
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) s += q[i];
-    s += MV_XOR32(s, 1);          /* 16 elements: this lane pair */
-    const int s2 = MV_XOR32(s, 2); /* the other pair of the block */
-    qv->x = (q[0] & 0xff) | ((q[1] & 0xff) << 8) | ((q[2] & 0xff) << 16) | (q[3] << 24);
-    qv->y = (q[4] & 0xff) | ((q[5] & 0xff) << 8) | ((q[6] & 0xff) << 16) | (q[7] << 24);
-    rec->x = __float_as_int(d);
-    rec->y = (s & 0xffff) | (s2 << 16);
-}
-
 /* Separate activation quantization into device scratch: xq [slice][M][K],
  * xs [slice][M][K / 32]; b is any f32/f16/bf16 view (VEC: contiguous f32
  * rows, 16-byte aligned). */
@@ -415,10 +348,11 @@ static rb_status mv_smem_limit(rb_backend *be, size_t *lim) {
 
 /* Blocks of kernel fn per multiprocessor at smem bytes. The first use of fn
  * on a device allows it the device's whole shared memory per block. */
-static rb_status mv_occupancy(rb_backend *be, const void *fn, size_t smem, int *occ) {
+static rb_status mv_occupancy(rb_backend *be, const void *fn, int threads, size_t smem, int *occ) {
 #if defined(RBEE_GPU_HIP)
     (void)be;
     (void)fn;
+    (void)threads;
     int n = smem ? (int)(65536 / smem) : 4;
     *occ = n < 1 ? 1 : n > 4 ? 4 : n;
     return RB_OK;
@@ -435,7 +369,7 @@ static rb_status mv_occupancy(rb_backend *be, const void *fn, size_t smem, int *
         mv_cache_put(dev, fn, 1, 1);
     }
     int n = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, MV_THREADS, smem);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, smem);
     if (e != cudaSuccess) return gpu_fail(be, e, "matmul (matrix-vector): occupancy");
     if (n < 1)
         return rb_backend_fail(be, RB_E_BACKEND, "matmul (matrix-vector): %zu bytes of shared memory do not fit", smem);
@@ -450,7 +384,7 @@ static rb_status mv_launch(rb_backend *be, mv_args p, int64_t slices, size_t sme
     gpu_backend *g = gb(be);
     const void *fn = (const void *)k_mv<F, R, MT, FUSED>;
     int occ = 1;
-    rb_status s = mv_occupancy(be, fn, smem, &occ);
+    rb_status s = mv_occupancy(be, fn, MV_THREADS, smem, &occ);
     if (s != RB_OK) return s;
     const int64_t N = p.a.ne[1];
     int64_t G = (int64_t)g->n_sm * occ / slices;
@@ -549,12 +483,13 @@ static bool mvd_rows_aligned(const gt &av) {
 }
 
 /* blocks per slice: the device's resident blocks, at most one group per row */
-static rb_status mvd_grid(rb_backend *be, const void *fn, size_t smem, int64_t N, int64_t slices, unsigned *G) {
+static rb_status mvd_grid(rb_backend *be, const void *fn, int threads, size_t smem, int64_t N, int64_t slices,
+                          unsigned *G) {
     int occ = 1;
-    rb_status s = mv_occupancy(be, fn, smem, &occ);
+    rb_status s = mv_occupancy(be, fn, threads, smem, &occ);
     if (s != RB_OK) return s;
     int64_t g = (int64_t)gb(be)->n_sm * occ / slices;
-    const int64_t gmax = (N + MVD_GROUPS - 1) / MVD_GROUPS;
+    const int64_t gmax = (N + threads / 32 - 1) / (threads / 32);
     if (g > gmax) g = gmax;
     if (g > 0x7fffffffLL) g = 0x7fffffffLL;
     *G = (unsigned)(g < 1 ? 1 : g);
@@ -563,20 +498,29 @@ static rb_status mvd_grid(rb_backend *be, const void *fn, size_t smem, int64_t N
 
 /* pdl: the weights are constant, so the kernel may start streaming them
  * before the kernel ahead of it has finished (gpu_pdl.h) */
-template <class F, int MT> static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
-    const void *fn = (const void *)k_mvd<F, MT>;
-    const size_t smem = mvd_smem<F>();
+template <class F, int MT, int NT, bool FX, int MINB = 1>
+static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
+    const void *fn = (const void *)k_mvd<F, MT, NT, FX, MINB>;
+    const size_t smem = mvd_smem<F, NT>(FX, p.M, p.a.ne[0]);
     unsigned G = 1;
-    rb_status s = mvd_grid(be, fn, smem, p.a.ne[1], slices, &G);
+    rb_status s = mvd_grid(be, fn, NT, smem, p.a.ne[1], slices, &G);
     if (s != RB_OK) return s;
-    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT>, dim3(G, (unsigned)slices), dim3(MVD_THREADS), smem, p);
+    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, FX, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, p);
     return gpu_check_launch(be, "matmul (matrix-vector, direct)");
 }
 
-template <class F> static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
-    if (p.M == 1) return mvd_launch<F, 1>(be, p, slices, pdl);
-    if (p.M == 2) return mvd_launch<F, 2>(be, p, slices, pdl);
-    return mvd_launch<F, 4>(be, p, slices, pdl);
+template <class F, int NT, bool FX>
+static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
+    if (p.M == 1) return mvd_launch<F, 1, NT, FX, F::MINB1>(be, p, slices, pdl);
+    if (p.M == 2) return mvd_launch<F, 2, NT, FX>(be, p, slices, pdl);
+    return mvd_launch<F, 4, NT, FX>(be, p, slices, pdl);
+}
+
+/* RBEE_GPU_MV_FUSEDX=0: quantize the activations of the direct quantized
+ * kernels in a separate kernel (k_mv_xquant) instead of in each block (read once) */
+static bool mvd_fusedx_enabled() {
+    static const int v = mv_env_int("RBEE_GPU_MV_FUSEDX", 1);
+    return v != 0;
 }
 
 /* The arguments common to every format: destination, weights, broadcast,
@@ -602,9 +546,22 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
         return RB_OK;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, M);
-    rb_status s = mv_quant_acts<false>(be, bv, bf, slices, M, K, &p.xq, &p.xs);
+    using F = mvd_quant<Q>;
+    /* activations quantized by each block where they are contiguous aligned
+     * f32 rows (bf) and fit beside the slots in shared memory */
+    size_t lim = 0;
+    rb_status s = mv_smem_limit(be, &lim);
     if (s != RB_OK) return s;
-    return mvd_launch_m<mvd_quant<Q>>(be, p, slices, pdl);
+    if (mvd_fusedx_enabled() && bf && mvd_smem<F, MVD_Q_THREADS>(true, M, K) <= lim) {
+        p.bp = bf->p;
+        p.bnb1 = bf->nb[1];
+        p.bnb2 = bf->nb[2];
+        p.bnb3 = bf->nb[3];
+        return mvd_launch_m<F, MVD_Q_THREADS, true>(be, p, slices, pdl);
+    }
+    s = mv_quant_acts<false>(be, bv, bf, slices, M, K, &p.xq, &p.xs);
+    if (s != RB_OK) return s;
+    return mvd_launch_m<F, MVD_Q_THREADS, false>(be, p, slices, pdl);
 }
 
 /* float weights through k_mvd: contiguous 16-byte aligned rows, K a
@@ -624,7 +581,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
     p.bnb1 = bf->nb[1];
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
-    return mvd_launch_m<mvd_float<DT>>(be, p, slices, pdl);
+    return mvd_launch_m<mvd_float<DT>, MVD_THREADS, false>(be, p, slices, pdl);
 }
 
 template <class F>

@@ -84,6 +84,73 @@ __device__ __forceinline__ float mv_xd(int2 r) { return __int_as_float(r.x); }
 __device__ __forceinline__ int mv_xs_lo(int2 r) { return (int)(int16_t)(r.y & 0xffff); }
 __device__ __forceinline__ int mv_xs_hi(int2 r) { return r.y >> 16; }
 
+/* Quantizes 8 consecutive activations per lane of a 32-lane group (256
+ * elements; in q8_0 mode each 4 lanes are one block). Every lane of the group
+ * must call. Returns the 8 int8 values packed and, meaningful on lanes with
+ * lane % 4 == 0, the record of its 32-element unit. */
+template <bool KQ> __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *qv, int2 *rec) {
+    int q[8];
+    float d;
+    if (!KQ) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+        amax = fmaxf(amax, MV_XOR32(amax, 1));
+        amax = fmaxf(amax, MV_XOR32(amax, 2));
+        /* as the CPU backend's SIMD quantizer: x * (127 / amax), nearest-even */
+        d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)rintf(v[i] * id);
+        d = f16_bits_to_f32(f32_to_f16_bits(d));
+    } else {
+        /* CPU q8_K: the first element of largest magnitude sets the scale */
+        float am = 0.0f, mx = 0.0f;
+        int ix = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float a = fabsf(v[i]);
+            if (a > am) {
+                am = a;
+                mx = v[i];
+                ix = i;
+            }
+        }
+        uint32_t kh = __float_as_uint(am), kl = ((uint32_t)(255 - (lane * 8 + ix)) << 1) | (mx < 0.0f ? 1u : 0u);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const uint32_t oh = MV_XOR32(kh, o), ol = MV_XOR32(kl, o);
+            if (oh > kh || (oh == kh && ol > kl)) {
+                kh = oh;
+                kl = ol;
+            }
+        }
+        am = __uint_as_float(kh);
+        if (am == 0.0f) {
+            d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[i] = 0;
+        } else {
+            const float is = -127.0f / ((kl & 1u) ? -am : am);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int t = (int)rintf(is * v[i]);
+                q[i] = t < 127 ? t : 127;
+            }
+            d = 1.0f / is;
+        }
+    }
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += q[i];
+    s += MV_XOR32(s, 1);          /* 16 elements: this lane pair */
+    const int s2 = MV_XOR32(s, 2); /* the other pair of the block */
+    qv->x = (q[0] & 0xff) | ((q[1] & 0xff) << 8) | ((q[2] & 0xff) << 16) | (q[3] << 24);
+    qv->y = (q[4] & 0xff) | ((q[5] & 0xff) << 8) | ((q[6] & 0xff) << 16) | (q[7] << 24);
+    rec->x = __float_as_int(d);
+    rec->y = (s & 0xffff) | (s2 << 16);
+}
+
 /* ---- q4_0: WU = one 18-byte block (32 elements) ---- */
 struct mvf_q4_0 {
     static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = 32, BLK_BYTES = 18, STAGES = MV_ST(4);
