@@ -295,8 +295,12 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         grid = dim3((unsigned)ntile, (unsigned)(Hkv * B), (unsigned)a.nsplit);
     } else {
         items = rows;
-        /* a warp per row: ~12 per multiprocessor fill it */
-        a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, kern == ATT_DECODE ? 64 : 128);
+        /* a warp per row: ~12 per multiprocessor fill it (decode: down to one
+         * 32-key chunk per warp, so short contexts still spread; 7B q4_0
+         * decode at 512-640 keys 403 tok/s against 397 with 64). Merging in
+         * the warp that finishes a row's last split (a device counter per
+         * row) instead of k_att_merge was slower: 378-386 tok/s. */
+        a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, kern == ATT_DECODE ? 32 : 128);
     }
     if (a.nsplit > 1) { /* whole key tiles / warp chunks per split */
         const int64_t al = kern == ATT_TC ? att_tc_bn((int)D) : 32;

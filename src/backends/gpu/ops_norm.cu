@@ -6,7 +6,8 @@
  * the CPU backend, so its scale matches the CPU's to f32 rounding.
  * rms_norm and add + rms_norm on contiguous, 16-byte aligned f32 rows (every
  * decode step, twice per layer) take k_rms_rows: a thread holds its V float4
- * of the row in registers, so all of a row's loads are in flight at once.
+ * of the row (and of an f32 weight) in registers, so all of a row's loads
+ * are in flight at once.
  * The generic loops below wait for each load in turn (the store into x may
  * alias the next load), 17 us for a 4096-wide row on an H100 against ~2. */
 #include "backends/gpu/gpu_common.cuh"
@@ -115,11 +116,13 @@ __global__ void __launch_bounds__(1024) k_rms_rows(gt x, gt dl, gt w, gt h, floa
         float4 *xr = (float4 *)(x.p + c[1] * x.nb[1] + c[2] * x.nb[2] + c[3] * x.nb[3]);
         const float4 *dr = ADD ? (const float4 *)(dl.p + c[1] * dl.nb[1] + c[2] * dl.nb[2] + c[3] * dl.nb[3]) : NULL;
         float4 *hr = (float4 *)(h.p + c[1] * h.nb[1] + c[2] * h.nb[2] + c[3] * h.nb[3]);
-        float4 v[V];
+        float4 v[V], wv[V];
 #pragma unroll
         for (int j = 0; j < V; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            /* the weights' loads fly with the row's, not after the reduction */
+            wv[j] = wvec && i < n4 ? ((const float4 *)w.p)[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
         }
         if (ADD) {
             float4 d[V];
@@ -152,11 +155,10 @@ __global__ void __launch_bounds__(1024) k_rms_rows(gt x, gt dl, gt w, gt h, floa
             if (ADD) xr[i] = v[j];
             float4 y = make_float4(v[j].x * k, v[j].y * k, v[j].z * k, v[j].w * k);
             if (wvec) {
-                const float4 ww = ((const float4 *)w.p)[i];
-                y.x *= ww.x;
-                y.y *= ww.y;
-                y.z *= ww.z;
-                y.w *= ww.w;
+                y.x *= wv[j].x;
+                y.y *= wv[j].y;
+                y.z *= wv[j].z;
+                y.w *= wv[j].w;
             } else if (w.p) {
                 y.x *= ldf(w.dt, w.p + (4 * i) * w.nb[0]);
                 y.y *= ldf(w.dt, w.p + (4 * i + 1) * w.nb[0]);

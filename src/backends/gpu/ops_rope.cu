@@ -29,7 +29,10 @@ __device__ __forceinline__ float2 rope_cs(int32_t p, int64_t sl, const rope_args
     return make_float2((float)(cs * a.attn_factor), (float)(sn * a.attn_factor));
 }
 
-/* src/dst [D, H, T, B]; grid (T, head groups of hpb) */
+/* src/dst [D, H, T, B]; grid (T, head groups of hpb). I: the index type of
+ * the per-block loop (int where it fits: 64-bit division and remainder cost
+ * ~70 instructions each, most of a decode step's rope). */
+template <typename I>
 __global__ void __launch_bounds__(ROPE_THREADS) k_rope(gt d, gt s, gt pos, gt ff, rope_args a, int64_t hpb) {
     __shared__ float2 tab[ROPE_HALF_MAX];
     const int64_t t = blockIdx.x, half = a.n_rot / 2;
@@ -38,20 +41,23 @@ __global__ void __launch_bounds__(ROPE_THREADS) k_rope(gt d, gt s, gt pos, gt ff
     if (use_tab)
         for (int64_t sl = threadIdx.x; sl < half; sl += blockDim.x) tab[sl] = rope_cs(p, sl, a, ff);
     __syncthreads();
-    const int64_t D = s.ne[0], slots = half + (D - a.n_rot), H = s.ne[1], B = s.ne[3];
-    const int64_t h0 = (int64_t)blockIdx.y * hpb, nh = H - h0 < hpb ? H - h0 : hpb;
-    const int64_t n = slots * nh * B;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const int64_t sl = i % slots, r = i / slots, h = h0 + r % nh, b = r / nh;
-        const char *sr = s.p + h * s.nb[1] + t * s.nb[2] + b * s.nb[3];
-        char *dr = d.p + h * d.nb[1] + t * d.nb[2] + b * d.nb[3];
-        if (sl >= half) { /* pass-through tail */
-            const int64_t e = a.n_rot + (sl - half);
+    const int64_t D = s.ne[0], H = s.ne[1], B = s.ne[3];
+    const I slots = (I)(half + (D - a.n_rot));
+    const int64_t h0 = (int64_t)blockIdx.y * hpb;
+    const I nh = (I)(H - h0 < hpb ? H - h0 : hpb), n = slots * nh * (I)B, ihalf = (I)half;
+    const char *sb = s.p + h0 * s.nb[1] + t * s.nb[2];
+    char *db = d.p + h0 * d.nb[1] + t * d.nb[2];
+    for (I i = (I)threadIdx.x; i < n; i += (I)blockDim.x) {
+        const I sl = i % slots, r = i / slots, h = r % nh, b = r / nh;
+        const char *sr = sb + h * s.nb[1] + b * s.nb[3];
+        char *dr = db + h * d.nb[1] + b * d.nb[3];
+        if (sl >= ihalf) { /* pass-through tail */
+            const int64_t e = a.n_rot + (sl - ihalf);
             stf(d.dt, dr + e * d.nb[0], ldf(s.dt, sr + e * s.nb[0]));
             continue;
         }
         const float2 cs = use_tab ? tab[sl] : rope_cs(p, sl, a, ff);
-        const int64_t e0 = a.neox ? sl : 2 * sl, e1 = a.neox ? sl + half : 2 * sl + 1;
+        const int64_t e0 = a.neox ? sl : 2 * sl, e1 = a.neox ? sl + ihalf : 2 * sl + 1;
         const float x0 = ldf(s.dt, sr + e0 * s.nb[0]), x1 = ldf(s.dt, sr + e1 * s.nb[0]);
         stf(d.dt, dr + e0 * d.nb[0], x0 * cs.x - x1 * cs.y);
         stf(d.dt, dr + e1 * d.nb[0], x0 * cs.y + x1 * cs.x);
@@ -75,8 +81,11 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
     const int64_t hg = (H + hpb - 1) / hpb;
     if (hg > 65535)
         return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_rope: %lld heads are too many", (long long)H);
-    k_rope<<<dim3((unsigned)T, (unsigned)(hg < 1 ? 1 : hg)), ROPE_THREADS, 0, gb(be)->stream>>>(
-        gview(dst), gview(src), gview(pos), ff, a, hpb);
+    const dim3 grid((unsigned)T, (unsigned)(hg < 1 ? 1 : hg));
+    if (slots * (hpb < H ? hpb : H) * src->ne[3] < 0x7fffffffLL)
+        k_rope<int><<<grid, ROPE_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(src), gview(pos), ff, a, hpb);
+    else
+        k_rope<int64_t><<<grid, ROPE_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(src), gview(pos), ff, a, hpb);
     return gpu_check_launch(be, "rope");
 }
 
