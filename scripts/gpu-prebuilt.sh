@@ -20,9 +20,13 @@
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   nopdl      bench7b for bf16 and q4_0 with RBEE_GPU_PDL=0 (the gain of gpu_pdl.h)
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
+#   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
+#              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
+#   bf16_7b q8_0_7b q4_0_7b   one type of bench7b
+#   t:PROG     one GPU test program on cuda:0
 #   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
-#              run (pp64 then 6 decode steps, graphs on) for bf16/q8_0/q4_0:
-#              raw CSV per type in the logs
+#              run (pp512 then 4 decode steps, graphs on, as in the middle of
+#              tg128) for bf16/q8_0/q4_0 ($PROFILE_TYPES): raw CSV per type
 # Logs and JSON go to $OUT; a summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,14 +130,18 @@ for s in "$@"; do
     done ;;
   bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
   bench7b) for ty in bf16 q8_0 q4_0; do bench llama-2-7b $ty 2; done ;;
+  bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
+  t:*) run_prog cuda "${s#t:}" cuda:0 ;;
+  env:*=*) v=${s#env:}; step "env $v"
+           if [[ -z ${v#*=} ]]; then unset "${v%%=*}"; unset TAG; else export "$v"; export TAG="${v%%=*}-${v#*=}"; fi ;;
   benchtl) for ty in q8_0 q4_0; do bench tinyllama-1.1b $ty 3; done ;;
   nopdl) export RBEE_GPU_PDL=0 TAG=nopdl; for ty in bf16 q4_0; do bench llama-2-7b $ty 2; done
          unset RBEE_GPU_PDL TAG ;;
   profile)
-    for ty in bf16 q8_0 q4_0; do
+    for ty in ${PROFILE_TYPES:-bf16 q8_0 q4_0}; do
       step "ncu 7b $ty"
       timeout 280 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        $BIN/cuda/rbee bench --random llama-2-7b --type $ty --backend cuda:0 -p 64 -n 6 -r 1 \
+        $BIN/cuda/rbee bench --random llama-2-7b --type $ty --backend cuda:0 -p 512 -n 4 -r 1 \
         >"$OUT/ncu-7b-$ty.csv" 2>"$OUT/ncu-7b-$ty.err"
       rc=$?; tail -2 "$OUT/ncu-7b-$ty.err"
       [[ $rc -eq 0 ]] && result "ncu 7b $ty" ok || result "ncu 7b $ty" "FAIL (exit $rc)"
