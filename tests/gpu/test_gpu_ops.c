@@ -1,7 +1,8 @@
 /* Every non-matmul, non-attention op on the GPU against the CPU backend on
  * the same seeded random tensors (odd shapes; contiguous, permuted and sliced
  * layouts; f32/f16/bf16): fill, affine, all unary and binary ops with
- * broadcasting, where, cast (float <-> float strided, quantized -> float),
+ * broadcasting, where, cast (float <-> float strided and in 4-wide rows,
+ * quantized -> float),
  * get_rows (float and q4_0/q8_0/q4_K/q6_K tables, bad ids), set_rows,
  * rms_norm, layer_norm, softmax with masks, reductions, rope, and the fused
  * rb_glu / rb_add_rms_norm (1e-6 relative to the CPU). f32 results
@@ -137,6 +138,22 @@ static void test_cast(void **state) {
                 gp_free(&s);
                 gp_free(&d);
             }
+    /* rows of contiguous f32/f16/bf16 with ne[0] % 4 == 0: the 4-wide rows
+     * kernel (prefill casts activations this way) */
+    const int64_t rne[4] = {256, 5, 3, 1};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int l = 0; l < 2; l++) {
+                gp s = MK(fl[i], rne, l ? GP_SLICE : GP_CONTIG, -300, 300), d = MK(fl[j], rne, GP_CONTIG, 0, 1);
+                TU_OK(rb_cast(e->c, &d.c, &s.c));
+                TU_OK(rb_cast(e->g, &d.g, &s.g));
+                char what[64];
+                snprintf(what, sizeof what, "rows cast %s->%s layout %d", rb_dtype_name(fl[i]), rb_dtype_name(fl[j]),
+                         l);
+                gp_expect_close(&d, 0, 0, what);
+                gp_free(&s);
+                gp_free(&d);
+            }
     /* KV-cache write: f32 [D, H, T] rows into an f16 cache view with a row stride */
     const int64_t kne[4] = {64, 4, 9, 1};
     gp k = MK(RB_F32, kne, GP_SLICE, -2, 2), c = MK(RB_F16, kne, GP_SLICE, 0, 1);
@@ -201,6 +218,14 @@ static void test_get_set_rows(void **state) {
     TU_OK(rb_set_rows(e->c, &dst.c, &src.c, &sl.c));
     TU_OK(rb_set_rows(e->g, &dst.g, &src.g, &sl.g));
     gp_expect_close(&dst, 0, 0, "set_rows");
+    gp_free(&src);
+    gp_free(&dst);
+    /* contiguous source rows: the 4-wide rows kernel */
+    src = MK(RB_F32, sne, GP_CONTIG, -2, 2);
+    dst = MK(RB_F16, dne, GP_CONTIG, -1, 1);
+    TU_OK(rb_set_rows(e->c, &dst.c, &src.c, &sl.c));
+    TU_OK(rb_set_rows(e->g, &dst.g, &src.g, &sl.g));
+    gp_expect_close(&dst, 0, 0, "set_rows (rows kernel)");
     gp_free(&src);
     gp_free(&dst);
     gp_free(&sl);

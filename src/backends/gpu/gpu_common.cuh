@@ -54,6 +54,61 @@ __device__ __forceinline__ void stf(int dt, char *p, float v) {
     }
 }
 
+/* ---- 4-wide rows of f32/f16/bf16 (ops_elementwise.cu, ops_index.cu) ----
+ * Views whose elements are contiguous within rows, ne[0] % 4 == 0 and rows
+ * aligned to 4 elements (rows4_ok): a thread moves 4 elements with one vector
+ * load or store; conversions as ldf/stf. */
+__device__ __forceinline__ void ld4(int dt, const char *p, float v[4]) {
+    if (dt == RB_F32) {
+        const float4 f = *(const float4 *)p;
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+        const uint2 u = *(const uint2 *)p;
+        const uint16_t h[4] = {(uint16_t)(u.x & 0xffffu), (uint16_t)(u.x >> 16), (uint16_t)(u.y & 0xffffu),
+                               (uint16_t)(u.y >> 16)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = dt == RB_F16 ? f16_bits_to_f32(h[k]) : bf16_to_f32(h[k]);
+    }
+}
+
+__device__ __forceinline__ void st4(int dt, char *p, const float v[4]) {
+    if (dt == RB_F32) {
+        *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        uint16_t h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = dt == RB_F16 ? f32_to_f16_bits(v[k]) : f32_to_bf16(v[k]);
+        *(uint2 *)p = make_uint2((uint32_t)h[0] | ((uint32_t)h[1] << 16), (uint32_t)h[2] | ((uint32_t)h[3] << 16));
+    }
+}
+
+/* start of row r (over dims 1..3 of ne) in view v */
+__device__ __forceinline__ char *row_at(const gt &v, const int64_t ne[4], int64_t r) {
+    const int64_t c1 = r % ne[1], c2 = (r / ne[1]) % ne[2], c3 = r / (ne[1] * ne[2]);
+    return v.p + c1 * v.nb[1] + c2 * v.nb[2] + c3 * v.nb[3];
+}
+
+/* the rows fast path applies to v (see k_convert_rows) */
+static inline bool rows4_ok(const gt &v) {
+    const int64_t es = v.dt == RB_F32 ? 4 : (v.dt == RB_F16 || v.dt == RB_BF16) ? 2 : 0, al = 4 * es;
+    return es && v.nb[0] == es && v.ne[0] % 4 == 0 && v.ne[0] / 4 <= 0x7fffffffLL && (uintptr_t)v.p % al == 0 &&
+           v.nb[1] % al == 0 && v.nb[2] % al == 0 && v.nb[3] % al == 0;
+}
+
+/* grid of the rows kernels: column blocks x row blocks */
+static inline dim3 rows_grid(const gt &d, int threads) {
+    const int64_t q = d.ne[0] / 4, nrows = d.ne[1] * d.ne[2] * d.ne[3];
+    const int64_t bx = (q + threads - 1) / threads;
+    return dim3((unsigned)(bx < 1 ? 1 : bx > 1024 ? 1024 : bx),
+                (unsigned)(nrows < 1 ? 1 : nrows > 65535 ? 65535 : nrows));
+}
+
+/* both views walk the same rows (the rows kernels index rows by d's extents) */
+static inline bool rows4_pair(const gt &d, const gt &s) {
+    return rows4_ok(d) && rows4_ok(s) && d.ne[0] == s.ne[0] && d.ne[1] == s.ne[1] && d.ne[2] == s.ne[2] &&
+           d.ne[3] == s.ne[3];
+}
+
 /* Splits a linear index over ne (ggml order) into coordinates. */
 __device__ __forceinline__ void unravel(int64_t i, const int64_t ne[4], int64_t c[4]) {
     c[0] = i % ne[0];
