@@ -29,7 +29,11 @@
  * lane (CUDA; default 2 for M <= 8, 4 above; HIP always 2), RBEE_GPU_MV_FUSED = byte
  * budget of the in-kernel activation quantization (default 16384, at most
  * 48 KiB; 0: always the separate kernel; run 1 on an H200 had the separate
- * kernel ahead from M = 8 at K = 4096). */
+ * kernel ahead from M = 8 at K = 4096).
+ * Decode itself (M <= 4, 16-byte aligned rows, q4_0/q8_0/f32/f16/bf16) takes
+ * the direct kernels of matvec_direct.cuh first: RBEE_GPU_MV_DIRECT=0 turns
+ * them off, RBEE_GPU_MV_FUSEDX=0 gives their quantized forms the separate
+ * activation quantizer instead of the per-block one. */
 #ifndef RBEE_GPU_MATVEC_CUH
 #define RBEE_GPU_MATVEC_CUH
 
