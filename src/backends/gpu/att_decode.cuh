@@ -28,6 +28,7 @@ namespace RB_GPU_NS {
 template <bool BF, int D>
 __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
     rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
     constexpr int KG = CH <= 16 ? CH : 16;  /* key pieces loaded before use */
     constexpr bool VPRE = NSTEP <= 16;      /* value pieces prefetched with the keys */

@@ -131,6 +131,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
 #define ATT_SPLIT_MAX 256
 __global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow) {
     rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     __shared__ float wsh[ATT_SPLIT_MAX];
     __shared__ float red[32];
     const int64_t Dv = dst.ne[0], Hq = dst.ne[1], Tq = dst.ne[2];
@@ -242,13 +243,15 @@ static rb_status att_tc_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt 
 template <bool BF>
 static rb_status att_dec_dispatch(rb_backend *be, int64_t D, unsigned blocks, const gt &dst, const gt &q,
                                   const gt &k, const gt &v, const gt &mk, const att_args &a) {
-    cudaStream_t st = gb(be)->stream;
+    gpu_backend *g = gb(be);
+    const bool pdl = gpu_pdl_small();
+    const dim3 grid(blocks), blk(ATT_DEC_THREADS);
     switch (D) {
-    case 64: k_att_dec<BF, 64><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
-    case 80: k_att_dec<BF, 80><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
-    case 96: k_att_dec<BF, 96><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
-    case 128: k_att_dec<BF, 128><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
-    default: k_att_dec<BF, 256><<<blocks, ATT_DEC_THREADS, 0, st>>>(dst, q, k, v, mk, a); break;
+    case 64: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 80: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 80>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 96: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 96>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 128: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    default: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 256>, grid, blk, 0, dst, q, k, v, mk, a); break;
     }
     return gpu_check_launch(be, "attention (decode)");
 }
@@ -341,7 +344,8 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         }
     }
     if (s != RB_OK || a.nsplit == 1) return s;
-    k_att_merge<<<gpu_blocks(rows, 1), ATT_MERGE_THREADS, 0, g->stream>>>(gd, a.part, a.nsplit, rows);
+    (void)gpu_launch_pdl(g, gpu_pdl_small(), k_att_merge, dim3(gpu_blocks(rows, 1)), dim3(ATT_MERGE_THREADS), 0, gd,
+                         (const float *)a.part, a.nsplit, rows);
     return gpu_check_launch(be, "attention merge");
 }
 

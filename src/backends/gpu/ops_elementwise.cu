@@ -171,6 +171,7 @@ __global__ void k_convert_rows(gt d, gt s, int64_t nrows) {
 
 __global__ void k_glu_rows(gt d, gt g, gt u, int act, int64_t nrows) {
     rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     const int q = (int)(d.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const char *gr = row_at(g, d.ne, r), *ur = row_at(u, d.ne, r);
@@ -274,8 +275,8 @@ rb_status gpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const r
     if (n == 0) return RB_OK;
     const gt d = gview(dst), g = gview(gate), u = gview(up);
     if (rows4_pair(d, g) && rows4_pair(d, u)) {
-        k_glu_rows<<<rows_grid(d, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(d, g, u, (int)act,
-                                                                                d.ne[1] * d.ne[2] * d.ne[3]);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_glu_rows, rows_grid(d, EW_THREADS), dim3(EW_THREADS), 0, d, g,
+                             u, (int)act, d.ne[1] * d.ne[2] * d.ne[3]);
         return gpu_check_launch(be, "glu");
     }
     k_glu<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(gate), gview(up), (int)act,

@@ -58,6 +58,7 @@ __global__ void k_set_rows(gt d, gt s, gt ids, int64_t n, int *guard) {
  * per-element kernel (64-bit index division per element). */
 __global__ void k_set_rows4(gt d, gt s, gt ids, int64_t nrows, int *guard) {
     rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     const int q = (int)(s.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const int64_t c1 = r % s.ne[1], c2 = (r / s.ne[1]) % s.ne[2], c3 = r / (s.ne[1] * s.ne[2]);
@@ -104,8 +105,8 @@ rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, con
     }
     const gt d = gview(dst), sv = gview(src);
     if (rows4_ok(d) && rows4_ok(sv) && d.ne[0] == sv.ne[0] && d.ne[2] == sv.ne[2] && d.ne[3] == sv.ne[3]) {
-        k_set_rows4<<<rows_grid(sv, 256), 256, 0, gb(be)->stream>>>(d, sv, gview(ids),
-                                                                  sv.ne[1] * sv.ne[2] * sv.ne[3], guard);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_set_rows4, rows_grid(sv, 256), dim3(256), 0, d, sv,
+                             gview(ids), sv.ne[1] * sv.ne[2] * sv.ne[3], guard);
         return gpu_check_launch(be, "set_rows");
     }
     k_set_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(d, sv, gview(ids), n, guard);
