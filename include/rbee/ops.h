@@ -116,6 +116,35 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
  * q8_1 / q8_K blocks) as ggml does. */
 rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 
+/* rb_matmul with the passes around it fused in. In decode every op over one
+ * row is a kernel launch on a GPU, so the norm before a projection, the gate
+ * before the down projection and the residual add after it are folded into
+ * the product where the backend can:
+ *   in  = b                                   (neither norm nor glu)
+ *   in  = b / sqrt(mean(b^2) + eps) * norm_w  (norm: rb_rms_norm over rows)
+ *   in  = act(b) * up                         (glu: rb_glu, b is the gate)
+ *   dst = matmul(a, in), or dst += matmul(a, in) (accumulate)
+ * b (and up, norm_w) are f32 here; dst is f32 when accumulating and must not
+ * overlap b or up. A backend without a fused kernel for the case runs the
+ * separate ops: `in` into tmp_in (b's shape, f32; needed with norm or glu),
+ * the product into tmp_out (dst's shape, f32; needed with accumulate), then
+ * adds it to dst; the results then equal those of the separate calls. A
+ * fused kernel computes the same in f32 with other rounding (the norm's sum
+ * of squares in another order). */
+typedef struct rb_matmul_fusion {
+    bool norm;                /* rms_norm over each row of b first */
+    const rb_tensor *norm_w;  /* its weight [K] (nullable) */
+    float eps;
+    bool glu;                 /* act(b) * up first */
+    const rb_tensor *up;      /* b's shape */
+    rb_unary_op act;          /* silu, gelu_tanh, gelu or relu */
+    bool accumulate;          /* add the product to dst */
+    rb_tensor *tmp_in;        /* scratch of the unfused path (see above) */
+    rb_tensor *tmp_out;
+} rb_matmul_fusion;
+rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                          const rb_matmul_fusion *f);
+
 typedef enum rb_rope_mode {
     RB_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): GGUF llama layout */
     RB_ROPE_NEOX = 2,   /* rotate halves (x[i], x[i + n_rot/2]): HF layout, qwen2, gemma, phi3 */

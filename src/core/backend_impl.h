@@ -62,6 +62,12 @@ typedef struct rb_backend_vtable {
                         const rb_tensor *bias, const int stride[2], const int pad[2], const int dilation[2],
                         int groups);
     rb_status (*upsample)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
+    /* optional, last so that a backend without it may leave it out (NULL: rb_matmul_fused runs the separate ops). Answers
+     * RB_E_UNSUPPORTED, without recording an error or queueing anything,
+     * where it has no fused kernel for the case; the front-end then runs the
+     * separate ops. */
+    rb_status (*matmul_fused)(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                              const rb_matmul_fusion *f);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves

@@ -522,6 +522,79 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     return be->vt->matmul(be, dst, a, b);
 }
 
+/* true when t and u share bytes of one buffer */
+static bool overlap(const rb_tensor *t, const rb_tensor *u) {
+    if (t->buf != u->buf || rb_tensor_nelements(t) == 0 || rb_tensor_nelements(u) == 0) return false;
+    size_t t0, t1, u0, u1;
+    byte_span(t, &t0, &t1);
+    byte_span(u, &u0, &u1);
+    return t0 <= u1 && u0 <= t1;
+}
+
+rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                          const rb_matmul_fusion *f) {
+    NEED_BE();
+    opc c = {be, "rb_matmul_fused"};
+    if (!f) return fail(&c, RB_E_INVALID, "fusion is NULL");
+    TRY(check_t(&c, "dst", dst));
+    TRY(check_t(&c, "a", a));
+    TRY(check_dtype(&c, "b", b, RB_F32));
+    if (f->norm && f->glu) return fail(&c, RB_E_INVALID, "norm and glu cannot both come first");
+    if (f->norm) {
+        TRY(check_row_param(&c, "norm_w", f->norm_w, b->ne[0]));
+        TRY(check_eps(&c, f->eps));
+    }
+    if (f->glu) {
+        if (!f->up) return fail(&c, RB_E_INVALID, "glu without up");
+        TRY(check_dtype(&c, "up", f->up, RB_F32));
+        TRY(same_shape(&c, "up", f->up, "b", b));
+        if (f->act != RB_UNARY_SILU && f->act != RB_UNARY_GELU_TANH && f->act != RB_UNARY_GELU &&
+            f->act != RB_UNARY_RELU)
+            return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation", (int)f->act,
+                        unary_name(f->act));
+    }
+    if (f->norm || f->glu) {
+        if (!f->tmp_in) return fail(&c, RB_E_INVALID, "tmp_in is needed with norm or glu");
+        TRY(check_dtype(&c, "tmp_in", f->tmp_in, RB_F32));
+        TRY(same_shape(&c, "tmp_in", f->tmp_in, "b", b));
+        TRY(writable(&c, "tmp_in", f->tmp_in));
+        if (overlap(f->tmp_in, b) || overlap(f->tmp_in, dst) || (f->glu && overlap(f->tmp_in, f->up)))
+            return fail(&c, RB_E_INVALID, "tmp_in %s overlaps b, up or dst", D(f->tmp_in).s);
+    }
+    if (f->accumulate) {
+        TRY(check_dtype(&c, "dst", dst, RB_F32));
+        if (!f->tmp_out) return fail(&c, RB_E_INVALID, "tmp_out is needed with accumulate");
+        TRY(check_dtype(&c, "tmp_out", f->tmp_out, RB_F32));
+        TRY(same_shape(&c, "tmp_out", f->tmp_out, "dst", dst));
+        TRY(writable(&c, "tmp_out", f->tmp_out));
+        if (overlap(f->tmp_out, dst) || overlap(f->tmp_out, b) || (f->glu && overlap(f->tmp_out, f->up)) ||
+            (f->tmp_in && (f->norm || f->glu) && overlap(f->tmp_out, f->tmp_in)))
+            return fail(&c, RB_E_INVALID, "tmp_out %s overlaps dst, b, up or tmp_in", D(f->tmp_out).s);
+    }
+    if (overlap(dst, b) || (f->glu && overlap(dst, f->up)))
+        return fail(&c, RB_E_INVALID, "dst %s overlaps b or up", D(dst).s);
+    if (a->ne[0] != b->ne[0] || dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] ||
+        dst->ne[3] != b->ne[3])
+        return fail(&c, RB_E_INVALID, "shapes do not multiply: dst %s, a %s, b %s", D(dst).s, D(a).s, D(b).s);
+    TRY(writable(&c, "dst", dst));
+    if (be->vt->matmul_fused) {
+        const rb_status s = be->vt->matmul_fused(be, dst, a, b, f);
+        if (s != RB_E_UNSUPPORTED) return s;
+    }
+    /* the separate ops (each validates the rest) */
+    const rb_tensor *in = b;
+    if (f->norm) {
+        TRY(rb_rms_norm(be, f->tmp_in, b, f->norm_w, f->eps));
+        in = f->tmp_in;
+    } else if (f->glu) {
+        TRY(rb_glu(be, f->tmp_in, b, f->up, f->act));
+        in = f->tmp_in;
+    }
+    if (!f->accumulate) return rb_matmul(be, dst, a, in);
+    TRY(rb_matmul(be, f->tmp_out, a, in));
+    return rb_binary(be, RB_BINARY_ADD, dst, dst, f->tmp_out);
+}
+
 /* ---- rope and attention ---- */
 
 rb_status rb_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,

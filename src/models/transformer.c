@@ -2,7 +2,9 @@
  * per layer attention (rope, KV-cache write, grouped-query attention with
  * optional sliding window and soft-capping) and gated MLP, then the output
  * head. Written only against ops.h, so it runs on any backend. Activations
- * live in a per-sequence arena sized for one micro-batch.
+ * live in a per-sequence arena sized for one micro-batch. Decode-sized
+ * micro-batches fold norms, gate and residual adds into the projections
+ * (rb_matmul_fused: 7 instead of 11 ops a layer where a backend fuses them).
  *
  * One-token decode on a backend with graphs runs "position-independent":
  * the position is only read on the device (rope's pos tensor, KV rows
@@ -22,6 +24,10 @@
 #include <string.h>
 
 #define RB_MAX_UBATCH 512
+/* Micro-batches of at most this many rows (decode) run the norms, the gate
+ * and the residual adds inside the projections (rb_matmul_fused): on a GPU
+ * each separate op over a few rows costs a kernel launch and its gap. */
+#define RB_FUSE_ROWS 4
 
 /* q and k are rotated in place in qkv (no separate roped copies). */
 typedef struct fwd_bufs {
@@ -148,16 +154,27 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
     const int64_t kvrow = D * Hkv;
     const size_t qkv_row = (size_t)((Hq + 2 * Hkv) * D) * sizeof(float);
     bool out_normed = false; /* the last layer's residual add also applied the output norm */
+    /* fused: x is the residual stream at each layer's start (not yet
+     * normed: the projections norm it as they read it), and every residual
+     * add happens inside the projection that produces it. Else h holds the
+     * normed x at each layer's start. */
+    const bool fuse = T <= RB_FUSE_ROWS && !c->post_norms;
 
     il = 0;
-    CK(rb_rms_norm(be, &b.h, &b.x, &m->layers[0].attn_norm, c->norm_eps));
+    if (!fuse) CK(rb_rms_norm(be, &b.h, &b.x, &m->layers[0].attn_norm, c->norm_eps));
     for (il = 0; il < c->n_layer; il++) {
         const rb_layer_weights *L = &m->layers[il];
 
         /* projections into the qkv region */
         rb_tensor q, k, v;
+        if (c->fused_qkv && fuse) {
+            const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps, .tmp_in = &b.h};
+            CK(rb_matmul_fused(be, &b.qkv, &L->wqkv, &b.x, &fu));
+        } else if (fuse) {
+            CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
+        }
         if (c->fused_qkv) {
-            CK(rb_matmul(be, &b.qkv, &L->wqkv, &b.h));
+            if (!fuse) CK(rb_matmul(be, &b.qkv, &L->wqkv, &b.h));
             if (L->has_bqkv) CK(rb_binary(be, RB_BINARY_ADD, &b.qkv, &b.qkv, &L->bqkv));
             q = view3(&b.qkv, 0, D, Hq, T, D * sizeof(float), qkv_row);
             k = view3(&b.qkv, (size_t)(Hq * D) * sizeof(float), D, Hkv, T, D * sizeof(float), qkv_row);
@@ -253,29 +270,54 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
 
         rb_tensor att2 = view3(&b.att, 0, Hq * D, T, 1, (size_t)(Hq * D) * sizeof(float),
                                (size_t)(Hq * D * T) * sizeof(float));
-        CK(rb_matmul(be, &b.o, &L->wo, &att2));
-        if (L->has_bo) CK(rb_binary(be, RB_BINARY_ADD, &b.o, &b.o, &L->bo));
-        if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_attn_norm, c->norm_eps));
-        /* residual add fused with the MLP's input norm */
-        CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
+        if (fuse) { /* x += wo att (+ bo) */
+            const rb_matmul_fusion fu = {.accumulate = true, .tmp_out = &b.o};
+            CK(rb_matmul_fused(be, &b.x, &L->wo, &att2, &fu));
+            if (L->has_bo) CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &L->bo));
+        } else {
+            CK(rb_matmul(be, &b.o, &L->wo, &att2));
+            if (L->has_bo) CK(rb_binary(be, RB_BINARY_ADD, &b.o, &b.o, &L->bo));
+            if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_attn_norm, c->norm_eps));
+            /* residual add fused with the MLP's input norm */
+            CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
+        }
 
-        /* gated MLP: act(gate) * up in one op */
+        /* gated MLP: act(gate) * up in one op (fused: inside the down
+         * projection, which also adds its product to x) */
         const rb_unary_op act = c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
         if (c->fused_gate_up) {
-            CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
+            if (fuse) {
+                const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->ffn_norm, .eps = c->norm_eps, .tmp_in = &b.h};
+                CK(rb_matmul_fused(be, &b.g, &L->w_gate_up, &b.x, &fu));
+            } else {
+                CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
+            }
             rb_tensor gate = view3(&b.g, 0, F, T, 1, (size_t)(2 * F) * sizeof(float),
                                    (size_t)(2 * F * T) * sizeof(float));
             rb_tensor up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
                                  (size_t)(2 * F * T) * sizeof(float));
-            CK(rb_glu(be, &b.u, &gate, &up, act));
-            CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
+            if (fuse) {
+                const rb_matmul_fusion fu = {
+                    .glu = true, .up = &up, .act = act, .accumulate = true, .tmp_in = &b.u, .tmp_out = &b.o};
+                CK(rb_matmul_fused(be, &b.x, &L->w_down, &gate, &fu));
+            } else {
+                CK(rb_glu(be, &b.u, &gate, &up, act));
+                CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
+            }
         } else {
             rb_tensor g1 = view3(&b.g, 0, F, T, 1, (size_t)F * sizeof(float), (size_t)(F * T) * sizeof(float));
+            if (fuse) CK(rb_rms_norm(be, &b.h, &b.x, &L->ffn_norm, c->norm_eps));
             CK(rb_matmul(be, &g1, &L->w_gate, &b.h));
             CK(rb_matmul(be, &b.u, &L->w_up, &b.h));
             CK(rb_glu(be, &g1, &g1, &b.u, act));
-            CK(rb_matmul(be, &b.o, &L->w_down, &g1));
+            if (fuse) {
+                const rb_matmul_fusion fu = {.accumulate = true, .tmp_out = &b.o};
+                CK(rb_matmul_fused(be, &b.x, &L->w_down, &g1, &fu));
+            } else {
+                CK(rb_matmul(be, &b.o, &L->w_down, &g1));
+            }
         }
+        if (fuse) continue; /* the residual add is done */
         if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_ffn_norm, c->norm_eps));
         /* residual add fused with the next norm: the next layer's attention
          * norm, or the output norm when every row's logits are wanted */
@@ -292,14 +334,19 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
     if (!head) return RB_OK; /* an inner micro-batch of a longer prompt */
 
     /* output head: every row, or only the last one */
-    rb_tensor hout = b.h;
-    if (!all_logits) hout = view3(&b.h, 0, E, 1, 1, (size_t)E * sizeof(float), (size_t)E * sizeof(float));
-    if (!out_normed) {
-        rb_tensor xin = view3(&b.x, (size_t)((T - 1) * E) * sizeof(float), E, 1, 1, (size_t)E * sizeof(float),
-                              (size_t)E * sizeof(float));
-        CK(rb_rms_norm(be, &hout, &xin, &m->out_norm, c->norm_eps));
+    rb_tensor hout = b.h, xin = b.x;
+    if (!all_logits) {
+        hout = view3(&b.h, 0, E, 1, 1, (size_t)E * sizeof(float), (size_t)E * sizeof(float));
+        xin = view3(&b.x, (size_t)((T - 1) * E) * sizeof(float), E, 1, 1, (size_t)E * sizeof(float),
+                    (size_t)E * sizeof(float));
     }
-    CK(rb_matmul(be, &b.logits, &m->output, &hout));
+    if (fuse) {
+        const rb_matmul_fusion fu = {.norm = true, .norm_w = &m->out_norm, .eps = c->norm_eps, .tmp_in = &hout};
+        CK(rb_matmul_fused(be, &b.logits, &m->output, &xin, &fu));
+    } else {
+        if (!out_normed) CK(rb_rms_norm(be, &hout, &xin, &m->out_norm, c->norm_eps));
+        CK(rb_matmul(be, &b.logits, &m->output, &hout));
+    }
     if (c->final_softcap > 0) {
         CK(rb_affine(be, &b.logits, &b.logits, 1.0f / c->final_softcap, 0.0f));
         CK(rb_unary(be, RB_UNARY_TANH, &b.logits, &b.logits));

@@ -31,7 +31,18 @@
  *    differs: 2e-5 per product (1e-3 where the CPU runs its scalar
  *    quantizer, which rounds q8_0 ties and scales differently);
  *  - GEMM in f32 1e-5, in f16 2e-3, in bf16 1e-2; an f16 destination adds
- *    1e-3. Skips without a GPU. */
+ *    1e-3.
+ *  - test_matmul_fused: rb_matmul_fused (norm with and without weight, glu,
+ *    accumulate) for every weight type of the direct kernels (and q4_K, which
+ *    runs the separate ops), M = 1, 3, 4, 5, K = 256 and 4096, against the
+ *    double reference (bounds as above) and the CPU backend (float 1e-5;
+ *    quantized 1e-3: the norm's scale is computed in another order, which can
+ *    move an int8 activation by one), with the scratch poisoned: where the
+ *    direct kernels surely apply (q4_0, q8_0, f32, f16, bf16 at M = 1, or
+ *    M <= 4 at K = 256) the add must not go through tmp_out, nor the norm
+ *    before q4_0/q8_0 weights through tmp_in, so a silent fall back to the
+ *    separate ops fails.
+ * Skips without a GPU. */
 #include "gpu_pair.h"
 
 #include "rbee/quant.h"
@@ -313,12 +324,149 @@ static void test_matvec_sweep(void **state) {
     if (failures) fail_msg("matvec sweep: %d comparisons out of bounds", failures);
 }
 
+/* gate (first = 0) or up (first = K) half of a [2K, M] pair */
+static void half(const gp *p, int64_t first, int64_t K, rb_tensor *c, rb_tensor *g) {
+    *c = p->c;
+    *g = p->g;
+    c->ne[0] = g->ne[0] = K;
+    c->offs += (size_t)first * 4;
+    g->offs += (size_t)first * 4;
+}
+
+static double ref_act(rb_unary_op act, double x) {
+    if (act == RB_UNARY_SILU) return x / (1.0 + exp(-x));
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); /* gelu_tanh */
+}
+
+static void test_matmul_fused(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 710);
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_F32, RB_F16, RB_BF16, RB_Q4_K};
+    const int64_t Ks[] = {256, 4096}, Ms[] = {1, 3, 4, 5}, N = 257;
+    int failures = 0, fused = 0;
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const rb_dtype wt = ws[wi];
+            const bool quant = rb_dtype_info((int)wt)->is_quant;
+            const int64_t K = Ks[ki], ane[4] = {K, N, 1, 1}, wne[4] = {K, 1, 1, 1};
+            gp a = gp_make(c, g, &rng, wt, ane, GP_CONTIG, -1, 1);
+            if (ki == 1) TU_OK(rb_buffer_set_constant(a.gb)); /* launched ahead of its inputs (pdl) */
+            gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
+            double *av = values(&a), *wv = gp_read(&w, 0);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                for (int mode = 0; mode < 5; mode++) {
+                    /* 0 norm+w, 1 norm+acc (no w), 2 glu silu+acc, 3 glu gelu_tanh, 4 acc */
+                    const int64_t M = Ms[mi], bne[4] = {K, M, 1, 1}, pne[4] = {2 * K, M, 1, 1}, dne[4] = {N, M, 1, 1};
+                    const bool norm = mode <= 1, glu = mode == 2 || mode == 3, acc = mode == 1 || mode == 2 || mode == 4;
+                    const rb_unary_op act = mode == 3 ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
+                    gp p = gp_make(c, g, &rng, RB_F32, glu ? pne : bne, GP_CONTIG, -2, 2);
+                    gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, -1, 1);
+                    gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
+                    gp to = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+                    memset(ti.orig, 0xff, ti.size); /* NaN */
+                    memset(to.orig, 0xff, to.size);
+                    TU_OK(rb_buffer_set(ti.gb, 0, ti.orig, ti.size));
+                    TU_OK(rb_buffer_set(to.gb, 0, to.orig, to.size));
+                    rb_tensor bc = p.c, bg = p.g, uc = p.c, ug = p.g;
+                    if (glu) {
+                        half(&p, 0, K, &bc, &bg);
+                        half(&p, K, K, &uc, &ug);
+                    }
+                    rb_matmul_fusion fc = {.norm = norm, .norm_w = mode == 0 ? &w.c : NULL, .eps = 1e-5f, .glu = glu,
+                                           .up = &uc, .act = act, .accumulate = acc, .tmp_in = &ti.c, .tmp_out = &to.c};
+                    rb_matmul_fusion fg = fc;
+                    fg.norm_w = mode == 0 ? &w.g : NULL;
+                    fg.up = &ug;
+                    fg.tmp_in = &ti.g;
+                    fg.tmp_out = &to.g;
+                    double *pv = gp_read(&p, 0), *d0 = gp_read(&d, 0);
+                    TU_OK(rb_matmul_fused(g, &d.g, &a.g, &bg, &fg));
+                    TU_OK(rb_matmul_fused(c, &d.c, &a.c, &bc, &fc));
+                    double *got = gp_read(&d, 1), *cpu = gp_read(&d, 0);
+                    /* the direct kernels apply (q4_0/q8_0 hold M rows of
+                     * activations in shared memory: one row always fits,
+                     * more at K = 256; on HIP the budget is 48 KiB); there
+                     * the add never goes through tmp_out, and the norm
+                     * before q4_0/q8_0 weights never through tmp_in */
+                    const bool direct = wt != RB_Q4_K && (M == 1 || (M <= 4 && K == 256));
+                    const bool in_kept = direct && (mode == 4 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
+                    if ((in_kept && !gp_gpu_unchanged(&ti)) || (direct && !gp_gpu_unchanged(&to))) {
+                        print_error("fused %s K=%lld M=%lld mode %d: the separate ops ran (scratch written)\n",
+                                    rb_dtype_name(wt), (long long)K, (long long)M, mode);
+                        failures++;
+                    }
+                    if (in_kept) fused++;
+                    /* double reference */
+                    const int64_t W = glu ? 2 * K : K;
+                    double *in = malloc(sizeof(double) * (size_t)(K * M)), *ref = malloc(sizeof(double) * (size_t)(N * M)),
+                           *var = malloc(sizeof(double) * (size_t)(N * M));
+                    assert_non_null(in);
+                    assert_non_null(ref);
+                    assert_non_null(var);
+                    for (int64_t m = 0; m < M; m++) {
+                        const double *x = pv + m * W;
+                        double ss = 0;
+                        for (int64_t k = 0; k < K; k++) ss += x[k] * x[k];
+                        const double r = 1.0 / sqrt(ss / (double)K + 1e-5);
+                        for (int64_t k = 0; k < K; k++)
+                            in[m * K + k] = norm ? x[k] * r * (mode == 0 ? wv[k] : 1.0) : glu ? ref_act(act, x[k]) * x[K + k] : x[k];
+                        for (int64_t n = 0; n < N; n++) {
+                            double s = 0, v = 0;
+                            for (int64_t k = 0; k < K; k++) {
+                                const double t = av[n * K + k] * in[m * K + k];
+                                s += t;
+                                v += t * t;
+                            }
+                            ref[m * N + n] = s + (acc ? d0[m * N + n] : 0.0);
+                            var[m * N + n] = v;
+                        }
+                    }
+                    /* errors of the product (the accumulated base is exact f32 addition) */
+                    err_sums er = {0, 0, 0}, ec = {0, 0, 0};
+                    err_add(&er, got, ref, var, (size_t)(N * M));
+                    err_add(&ec, got, cpu, var, (size_t)(N * M));
+                    const double e_ref = err_rel(&er), e_cpu = err_rel(&ec);
+                    const double b_ref = quant ? 1e-2 : 1e-5, b_cpu = quant ? 1e-3 : 1e-5;
+                    if (!(e_ref <= b_ref) || !(e_cpu <= b_cpu)) {
+                        print_error("fused %s K=%lld M=%lld mode %d: rel L2 vs reference %.3g (bound %.0e), "
+                                    "vs CPU %.3g (bound %.0e)\n",
+                                    rb_dtype_name(wt), (long long)K, (long long)M, mode, e_ref, b_ref, e_cpu, b_cpu);
+                        failures++;
+                    }
+                    free(in);
+                    free(ref);
+                    free(var);
+                    free(pv);
+                    free(d0);
+                    free(got);
+                    free(cpu);
+                    gp_free(&p);
+                    gp_free(&d);
+                    gp_free(&ti);
+                    gp_free(&to);
+                }
+            free(av);
+            free(wv);
+            gp_free(&a);
+            gp_free(&w);
+        }
+    print_message("matmul_fused: %d products wholly in one kernel\n", fused);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("matmul_fused: %d products out of bounds", failures);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_matvec_sweep under compute-sanitizer */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_default),
         cmocka_unit_test(test_matmul_tiled),
         cmocka_unit_test(test_matvec_sweep),
+        cmocka_unit_test(test_matmul_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-/* The fused ops rb_glu and rb_add_rms_norm exist so the model can drop a
- * pass and a launch per call; they must not change the CPU's numbers. Each
+/* The fused ops rb_glu, rb_add_rms_norm and rb_matmul_fused exist so the
+ * model can drop a pass and a launch per call; they must not change the
+ * CPU's numbers (rb_matmul_fused runs the separate ops there). Each
  * is checked against a naive double reference and, bit for bit, against the
  * unfused pair it replaces (rb_unary + rb_binary(MUL), rb_binary(ADD) +
  * rb_rms_norm), on the model's layouts (gate/up as strided halves of one
@@ -11,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const rb_unary_op ACTS[4] = {RB_UNARY_SILU, RB_UNARY_GELU_TANH, RB_UNARY_GELU, RB_UNARY_RELU};
 
@@ -164,10 +166,152 @@ static void test_add_rms_norm(void **state) {
     }
 }
 
+/* rb_matmul_fused: norm (with and without weight), glu (each activation)
+ * and accumulate, against a double reference and, bit for bit, against the
+ * separate ops it stands for; the scratch holds what the separate ops wrote. */
+static void test_matmul_fused(void **state) {
+    (void)state;
+    const int64_t K = 96, N = 7, M = 3;
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        tu_rng rng;
+        tu_rng_seed(&rng, 33000 + (uint64_t)ci);
+        const int64_t ane[4] = {K, N, 1, 1}, bne[4] = {K, M, 1, 1}, pne[4] = {2 * K, M, 1, 1}, dne[4] = {N, M, 1, 1},
+                      wne[4] = {K, 1, 1, 1};
+        for (int mode = 0; mode < 7; mode++) {
+            /* 0 norm+w, 1 norm no w, 2 norm+w+acc, 3-6 glu+acc for each activation */
+            const bool norm = mode <= 2, glu = mode >= 3, acc = mode >= 2;
+            const rb_unary_op act = glu ? ACTS[mode - 3] : RB_UNARY_SILU;
+            tt a = tf_make(be, &rng, RB_F32, ane, TF_CONTIG, -1, 1);
+            tt p = tf_make(be, &rng, RB_F32, glu ? pne : bne, TF_CONTIG, -3, 3); /* b, or gate | up */
+            tt w = tf_make(be, &rng, RB_F32, wne, TF_SLICE, 0.5f, 1.5f);
+            tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, -2, 2), d2 = tf_from(be, RB_F32, dne, TF_SLICE, d.v);
+            tt ti = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, 0, 1), to = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, 0, 1);
+            tt ti2 = tf_from(be, RB_F32, bne, TF_CONTIG, ti.v), to2 = tf_from(be, RB_F32, dne, TF_CONTIG, to.v);
+            rb_tensor b = glu ? half_view(&p, 0) : p.t, up = glu ? half_view(&p, K) : p.t;
+            double *bv = glu ? half_vals(&p, 0) : tf_read(&p), *uv = glu ? half_vals(&p, K) : NULL;
+            const rb_matmul_fusion f = {.norm = norm, .norm_w = mode == 1 ? NULL : &w.t, .eps = 1e-5f, .glu = glu,
+                                        .up = &up, .act = act, .accumulate = acc, .tmp_in = &ti.t, .tmp_out = &to.t};
+            TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b, &f));
+            /* the separate ops */
+            if (norm) TU_OK(rb_rms_norm(be, &ti2.t, &b, f.norm_w, f.eps));
+            if (glu) TU_OK(rb_glu(be, &ti2.t, &b, &up, act));
+            TU_OK(rb_matmul(be, acc ? &to2.t : &d2.t, &a.t, &ti2.t));
+            if (acc) TU_OK(rb_binary(be, RB_BINARY_ADD, &d2.t, &d2.t, &to2.t));
+            char what[64];
+            snprintf(what, sizeof what, "matmul_fused mode %d cfg %d", mode, ci);
+            double *got = tf_read(&d), *sep = tf_read(&d2), *in = malloc(sizeof(double) * (size_t)(K * M)),
+                   *ref = malloc(sizeof(double) * (size_t)(N * M));
+            assert_non_null(in);
+            assert_non_null(ref);
+            tf_expect_close(got, sep, d.n, 0, 0, what);
+            for (int64_t m = 0; m < M; m++) {
+                if (norm) ref_rms_norm_row(bv + m * K, mode == 1 ? NULL : w.v, f.eps, K, in + m * K);
+                else
+                    for (int64_t k = 0; k < K; k++) in[m * K + k] = ref_unary(act, bv[m * K + k]) * uv[m * K + k];
+                for (int64_t n = 0; n < N; n++) {
+                    double s = acc ? d.v[m * N + n] : 0.0;
+                    for (int64_t k = 0; k < K; k++) s += a.v[n * K + k] * in[m * K + k];
+                    ref[m * N + n] = s;
+                }
+            }
+            tf_expect_close(got, ref, d.n, 1e-4, 1e-4, what);
+            assert_true(tf_pad_intact(&d));
+            assert_true(tf_unchanged(&a));
+            assert_true(tf_unchanged(&p));
+            free(got);
+            free(sep);
+            free(in);
+            free(ref);
+            free(bv);
+            free(uv);
+            tf_free(&a);
+            tf_free(&p);
+            tf_free(&w);
+            tf_free(&d);
+            tf_free(&d2);
+            tf_free(&ti);
+            tf_free(&to);
+            tf_free(&ti2);
+            tf_free(&to2);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
+/* Bad input is refused with a message before anything is written. */
+static void test_matmul_fused_bad(void **state) {
+    (void)state;
+    rb_backend *be = tf_backend(&tf_cfgs[0]);
+    tu_rng rng;
+    tu_rng_seed(&rng, 34000);
+    const int64_t K = 32, N = 4, M = 2;
+    const int64_t ane[4] = {K, N, 1, 1}, bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1}, wne[4] = {K, 1, 1, 1},
+                  big[4] = {K + N, M, 1, 1};
+    tt a = tf_make(be, &rng, RB_F32, ane, TF_CONTIG, -1, 1), b = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, -1, 1);
+    tt u = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, -1, 1), w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, 1, 2);
+    tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, -1, 1), dh = tf_make(be, &rng, RB_F16, dne, TF_CONTIG, -1, 1);
+    tt ti = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, 0, 1), to = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, 0, 1);
+    tt bg = tf_make(be, &rng, RB_F32, big, TF_CONTIG, 0, 1);
+    rb_tensor bd = bg.t, bb = bg.t; /* dst and b overlapping in one buffer */
+    bd.ne[0] = N;
+    bb.ne[0] = K;
+    bb.offs += (size_t)(N - 1) * 4;
+    rb_tensor wbad = w.t;
+    wbad.ne[0] = K - 1;
+    const rb_matmul_fusion ok = {.norm = true, .norm_w = &w.t, .eps = 1e-5f, .tmp_in = &ti.t, .tmp_out = &to.t};
+    struct {
+        const char *what;
+        rb_matmul_fusion f;
+        rb_tensor *dst;
+        const rb_tensor *b;
+    } cases[] = {
+        {"norm and glu", {.norm = true, .glu = true, .up = &u.t, .tmp_in = &ti.t}, &d.t, &b.t},
+        {"norm without tmp_in", {.norm = true, .eps = 1e-5f}, &d.t, &b.t},
+        {"norm weight of K-1", {.norm = true, .norm_w = &wbad, .eps = 1e-5f, .tmp_in = &ti.t}, &d.t, &b.t},
+        {"negative eps", {.norm = true, .eps = -1.0f, .tmp_in = &ti.t}, &d.t, &b.t},
+        {"glu without up", {.glu = true, .act = RB_UNARY_SILU, .tmp_in = &ti.t}, &d.t, &b.t},
+        {"glu with exp", {.glu = true, .up = &u.t, .act = RB_UNARY_EXP, .tmp_in = &ti.t}, &d.t, &b.t},
+        {"accumulate without tmp_out", {.accumulate = true}, &d.t, &b.t},
+        {"accumulate into f16", {.accumulate = true, .tmp_out = &to.t}, &dh.t, &b.t},
+        {"tmp_in is b", {.norm = true, .eps = 1e-5f, .tmp_in = &b.t}, &d.t, &b.t},
+        {"tmp_out is dst", {.accumulate = true, .tmp_out = &d.t}, &d.t, &b.t},
+        {"dst overlaps b", {.tmp_in = &ti.t}, &bd, &bb},
+        {"b of the wrong length", ok, &d.t, &u.t},
+    };
+    rb_tensor ushort = u.t;
+    ushort.ne[0] = K - 2;
+    cases[11].b = &ushort;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const rb_status s = rb_matmul_fused(be, cases[i].dst, &a.t, cases[i].b, &cases[i].f);
+        if (s != RB_E_INVALID) fail_msg("%s: status %d, expected RB_E_INVALID", cases[i].what, (int)s);
+        assert_true(strlen(rb_backend_last_error(be)) > 0);
+        assert_true(tf_unchanged(&d));
+        assert_true(tf_unchanged(&dh));
+        assert_true(tf_unchanged(&ti));
+        assert_true(tf_unchanged(&to));
+        assert_true(tf_unchanged(&bg));
+    }
+    assert_int_equal(rb_matmul_fused(be, &d.t, &a.t, &b.t, NULL), RB_E_INVALID);
+    TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok)); /* and the valid call goes through */
+    tf_free(&a);
+    tf_free(&b);
+    tf_free(&u);
+    tf_free(&w);
+    tf_free(&d);
+    tf_free(&dh);
+    tf_free(&ti);
+    tf_free(&to);
+    tf_free(&bg);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_glu),
         cmocka_unit_test(test_add_rms_norm),
+        cmocka_unit_test(test_matmul_fused),
+        cmocka_unit_test(test_matmul_fused_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -426,7 +426,7 @@ static const rb_backend_vtable k_gpu_vtable = {
     gpu_rms_norm,      gpu_add_rms_norm,
     gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
-    g_upsample,
+    g_upsample,        gpu_matmul_fused,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

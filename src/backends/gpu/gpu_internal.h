@@ -119,6 +119,8 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
 rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
                         const rb_attn_params *p);
 rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                           const rb_matmul_fusion *f);
 /* Own tiled GEMM (gemm_tiled.cu): C[m][n] = sum_k A[n][k] * B[m][k] on f16
  * (or f32) operands with row strides lda, ldb (elements), f32 out with row
  * stride ldc (floats). */

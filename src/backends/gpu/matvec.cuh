@@ -351,7 +351,8 @@ static rb_status mv_smem_limit(rb_backend *be, size_t *lim) {
 }
 
 /* Blocks of kernel fn per multiprocessor at smem bytes. The first use of fn
- * on a device allows it the device's whole shared memory per block. */
+ * on a device allows it the device's whole shared memory per block (less its
+ * static shared memory). */
 static rb_status mv_occupancy(rb_backend *be, const void *fn, int threads, size_t smem, int *occ) {
 #if defined(RBEE_GPU_HIP)
     (void)be;
@@ -368,7 +369,12 @@ static rb_status mv_occupancy(rb_backend *be, const void *fn, int threads, size_
         size_t lim = 0;
         rb_status s = mv_smem_limit(be, &lim);
         if (s != RB_OK) return s;
-        cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim);
+        cudaFuncAttributes fa;
+        cudaError_t e = cudaFuncGetAttributes(&fa, fn);
+        if (e != cudaSuccess) return gpu_fail(be, e, "matmul (matrix-vector): kernel attributes");
+        /* the dynamic part: what the kernel's static shared memory leaves */
+        const size_t dyn = lim > fa.sharedSizeBytes ? lim - fa.sharedSizeBytes : 0;
+        e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
         if (e != cudaSuccess) return gpu_fail(be, e, "matmul (matrix-vector): kernel setup");
         mv_cache_put(dev, fn, 1, 1);
     }
@@ -586,6 +592,53 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
     return mvd_launch_m<mvd_float<DT>, MVD_THREADS, false>(be, p, slices, pdl);
+}
+
+/* rb_matmul_fused through the direct kernels: one slice, M <= MVD_MAX_M,
+ * contiguous 16-byte aligned f32 activations (bf), 16-byte aligned weight
+ * rows; a fused norm (p.pre) needs quantized weights (q4_0/q8_0, K % 256 ==
+ * 0) whose activations fit the block's shared memory. p holds pre, acc, nw,
+ * eps. *done = false where this does not apply (nothing was queued). */
+template <class F, int NT>
+static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, mvd_args p, bool pdl,
+                               bool *done) {
+    *done = false;
+    const int64_t K = av.ne[0], M = bf.ne[1];
+    if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av)) return RB_OK;
+    if constexpr (F::QUANT) {
+        size_t lim = 0;
+        rb_status s = mv_smem_limit(be, &lim);
+        if (s != RB_OK) return s;
+        if (K % 256 != 0 || !mvd_fusedx_enabled() || mvd_smem<F, NT>(true, M, K) + 1024 > lim) return RB_OK;
+    } else {
+        if (p.pre != MVD_PRE_NONE || av.nb[0] != (F::EPU == 4 ? 4 : 2) || K % F::EPU != 0) return RB_OK;
+    }
+    *done = true;
+    const mvd_args base = mvd_base(dv, av, 1, 1, M);
+    p.d = base.d;
+    p.a = base.a;
+    p.r2 = p.r3 = 1;
+    p.M = (int)M;
+    p.bp = bf.p;
+    p.bnb1 = bf.nb[1];
+    p.bnb2 = bf.nb[2];
+    p.bnb3 = bf.nb[3];
+    return mvd_launch_m<F, NT, F::QUANT>(be, p, 1, pdl);
+}
+
+/* Dispatch of mvd_run_fused on the weight dtype. */
+static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, const mvd_args &p,
+                                  bool a_const, bool *done) {
+    *done = false;
+    if (!mvd_enabled()) return RB_OK;
+    switch (av.dt) {
+    case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_BF16: return mvd_run_fused<mvd_float<RB_BF16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
+    default: return RB_OK;
+    }
 }
 
 template <class F>

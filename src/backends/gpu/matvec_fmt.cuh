@@ -87,8 +87,10 @@ __device__ __forceinline__ int mv_xs_hi(int2 r) { return r.y >> 16; }
 /* Quantizes 8 consecutive activations per lane of a 32-lane group (256
  * elements; in q8_0 mode each 4 lanes are one block). Every lane of the group
  * must call. Returns the 8 int8 values packed and, meaningful on lanes with
- * lane % 4 == 0, the record of its 32-element unit. */
-template <bool KQ> __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *qv, int2 *rec) {
+ * lane % 4 == 0, the record of its 32-element unit. q8_0 mode with f16d
+ * false leaves the scale unrounded, for a caller that scales it first. */
+template <bool KQ>
+__device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *qv, int2 *rec, bool f16d = true) {
     int q[8];
     float d;
     if (!KQ) {
@@ -102,7 +104,7 @@ template <bool KQ> __device__ __forceinline__ void mv_quant8(const float (&v)[8]
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = (int)rintf(v[i] * id);
-        d = f16_bits_to_f32(f32_to_f16_bits(d));
+        if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else the caller rounds it (fused norm) */
     } else {
         /* CPU q8_K: the first element of largest magnitude sets the scale */
         float am = 0.0f, mx = 0.0f;

@@ -10,6 +10,14 @@
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
  *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
+ * gpu_matmul_fused runs rb_matmul_fused through the direct decode kernels
+ * (matvec_direct.cuh): the residual add as a block stores the product, and
+ * for q4_0/q8_0 weights the norm as it quantizes the activations; a gate, or
+ * a norm before float weights, runs as its own kernel first (folding them in
+ * made every block read the activations twice: measured slower). Where the
+ * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
+ * anything and the front-end runs the separate ops. RBEE_GPU_FUSE (read
+ * once): bit 1 the norm, bit 4 the add (default 5; 0 declines every case).
  */
 #include "backends/gpu/matvec.cuh"
 
@@ -104,6 +112,55 @@ static rb_status blas_fail(rb_backend *be, cublasStatus_t st) {
     return rb_backend_fail(be, RB_E_BACKEND, "rb_matmul: cuBLAS failed with status %d", (int)st);
 }
 #endif
+
+static bool f32_rows16(const rb_tensor *t) {
+    return t->dtype == RB_F32 && t->nb[0] == 4 && t->ne[0] % 4 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
+           t->nb[3] % 16 == 0 && al16(gview(t).p);
+}
+
+rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                           const rb_matmul_fusion *f) {
+    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 5);
+    const int64_t M = b->ne[1];
+    /* one slice of f32 rows, an f32 destination when accumulating */
+    if (!(enabled & 5) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
+        b->ne[2] != 1 || b->ne[3] != 1 || !f32_rows16(b) || (f->accumulate && dst->dtype != RB_F32))
+        return RB_E_UNSUPPORTED;
+    const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
+    if (quant && !gpu_units_aligned(a->dtype, gview(a))) return RB_E_UNSUPPORTED;
+    const bool acc = f->accumulate && (enabled & 4);
+    /* the norm inside the product: q4_0/q8_0 weights quantize the
+     * activations in each block anyway (f32 contiguous norm weight) */
+    const bool norm_in = f->norm && (enabled & 1) && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
+                         (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
+                                         al16(gview(f->norm_w).p)));
+    const bool pre = f->norm || f->glu;
+    if (!acc && !norm_in) return RB_E_UNSUPPORTED; /* nothing to fuse */
+    if (f->accumulate && !acc) return RB_E_UNSUPPORTED;
+    mvd_args p = {};
+    p.acc = acc;
+    p.eps = f->eps;
+    const rb_tensor *in = b;
+    if (norm_in) {
+        p.pre = MVD_PRE_NORM;
+        p.nw = f->norm_w ? (const float *)gview(f->norm_w).p : NULL;
+    } else if (pre) { /* the norm or gate as its own kernel, then the product with its add */
+        rb_status s = f->norm ? gpu_rms_norm(be, f->tmp_in, b, f->norm_w, f->eps)
+                              : gpu_glu(be, f->tmp_in, b, f->up, f->act);
+        if (s != RB_OK) return s;
+        in = f->tmp_in;
+    }
+    bool done = false;
+    if (!pre || norm_in || f32_rows16(in)) {
+        rb_status s = gpu_matvec_fused(be, gview(dst), gview(a), gview(in), p, a->buf->constant, &done);
+        if (s != RB_OK || done) return s;
+    }
+    if (!pre || norm_in) return RB_E_UNSUPPORTED; /* nothing queued yet */
+    /* the input op is queued: finish with the separate product and add */
+    rb_status s = gpu_matmul(be, f->tmp_out, a, in);
+    if (s != RB_OK) return s;
+    return gpu_binary(be, RB_BINARY_ADD, dst, dst, f->tmp_out);
+}
 
 rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
     gpu_backend *g = gb(be);

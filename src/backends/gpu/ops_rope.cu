@@ -7,22 +7,26 @@
  * block takes all heads, as for prompts; decode splits the heads of its one
  * position over 8-head blocks, recomputing the small table in each), then
  * rotates; dst may alias src. (A separate table kernel cost a second launch
- * per layer in every decode step.) */
+ * per layer in every decode step.) The frequencies freq_scale base^(-2i/n)
+ * come from the host with the launch (n_rot <= 512), so a block's only
+ * double-precision function is the sincos of its angles. */
 #include "backends/gpu/gpu_common.cuh"
 
 namespace RB_GPU_NS {
 
-struct rope_args {
-    int n_rot, neox;
-    double base, freq_scale, attn_factor;
-};
-
 #define ROPE_THREADS 256
 #define ROPE_HALF_MAX 256 /* table in shared memory up to n_rot = 512; wider: computed per pair */
 
+struct rope_args {
+    int n_rot, neox;
+    double base, freq_scale, attn_factor;
+    int hostf;                 /* freq holds freq_scale base^(-2 sl / n_rot) for sl < n_rot / 2 */
+    double freq[ROPE_HALF_MAX];
+};
+
 /* cos and sin (times attn_factor) of position p, frequency sl */
 __device__ __forceinline__ float2 rope_cs(int32_t p, int64_t sl, const rope_args &a, const gt &ff) {
-    double theta = (double)p * a.freq_scale * pow(a.base, -2.0 * (double)sl / (double)a.n_rot);
+    double theta = (double)p * (a.hostf ? a.freq[sl] : a.freq_scale * pow(a.base, -2.0 * (double)sl / (double)a.n_rot));
     if (ff.p) theta /= (double)*(const float *)(ff.p + sl * ff.nb[0]);
     double sn, cs;
     sincos(theta, &sn, &cs);
@@ -70,8 +74,15 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
                    const rb_rope_params *p) {
     const int64_t slots = p->n_rot / 2 + (src->ne[0] - p->n_rot), n = slots * src->ne[1] * src->ne[2] * src->ne[3];
     if (n == 0) return RB_OK;
-    rope_args a = {p->n_rot, p->mode == RB_ROPE_NEOX ? 1 : 0, (double)p->freq_base, (double)p->freq_scale,
-                   (double)p->attn_factor};
+    rope_args a;
+    a.n_rot = p->n_rot;
+    a.neox = p->mode == RB_ROPE_NEOX ? 1 : 0;
+    a.base = (double)p->freq_base;
+    a.freq_scale = (double)p->freq_scale;
+    a.attn_factor = (double)p->attn_factor;
+    a.hostf = p->n_rot / 2 <= ROPE_HALF_MAX;
+    for (int i = 0; i < ROPE_HALF_MAX; i++) /* the expression of rope_cs's device branch */
+        a.freq[i] = a.hostf && i < p->n_rot / 2 ? a.freq_scale * pow(a.base, -2.0 * (double)i / (double)a.n_rot) : 0.0;
     gt ff = {};
     if (p->freq_factors) ff = gview(p->freq_factors);
     const int64_t T = src->ne[2], H = src->ne[1];
