@@ -230,12 +230,17 @@ rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const 
     return be->vt->where(be, dst, cond, a, b);
 }
 
+/* the activations rb_glu (and rb_matmul_fused's gate) accept */
+static bool gate_act(rb_unary_op act) {
+    return act == RB_UNARY_SILU || act == RB_UNARY_GELU_TANH || act == RB_UNARY_GELU || act == RB_UNARY_RELU;
+}
+
 rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act) {
     NEED_BE();
     char name[48];
     snprintf(name, sizeof name, "rb_glu(%s)", unary_name(act));
     opc c = {be, name};
-    if (act != RB_UNARY_SILU && act != RB_UNARY_GELU_TANH && act != RB_UNARY_GELU && act != RB_UNARY_RELU)
+    if (!gate_act(act))
         return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation; expected silu, gelu_tanh, gelu "
                     "or relu", (int)act, unary_name(act));
     TRY(check_dtype(&c, "dst", dst, RB_F32));
@@ -344,6 +349,15 @@ static void byte_span(const rb_tensor *t, size_t *first, size_t *last) {
     *last = end;
 }
 
+/* true when t and u share bytes of one buffer */
+static bool overlap(const rb_tensor *t, const rb_tensor *u) {
+    if (t->buf != u->buf || rb_tensor_nelements(t) == 0 || rb_tensor_nelements(u) == 0) return false;
+    size_t t0, t1, u0, u1;
+    byte_span(t, &t0, &t1);
+    byte_span(u, &u0, &u1);
+    return t0 <= u1 && u0 <= t1;
+}
+
 rb_status rb_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, const rb_tensor *w, float eps,
                           rb_tensor *h) {
     NEED_BE();
@@ -355,14 +369,8 @@ rb_status rb_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, 
     TRY(same_shape(&c, "x", x, "h", h));
     TRY(check_row_param(&c, "w", w, x->ne[0]));
     TRY(check_eps(&c, eps));
-    if (rb_tensor_nelements(x) > 0 && x->buf == h->buf) {
-        size_t x0, x1, h0, h1;
-        byte_span(x, &x0, &x1);
-        byte_span(h, &h0, &h1);
-        if (x0 <= h1 && h0 <= x1)
-            return fail(&c, RB_E_INVALID, "h %s overlaps x %s in their buffer (x is updated in place)", D(h).s,
-                        D(x).s);
-    }
+    if (overlap(x, h))
+        return fail(&c, RB_E_INVALID, "h %s overlaps x %s in their buffer (x is updated in place)", D(h).s, D(x).s);
     TRY(writable(&c, "x", x));
     TRY(writable(&c, "h", h));
     return be->vt->add_rms_norm(be, x, delta, w, eps, h);
@@ -522,15 +530,6 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     return be->vt->matmul(be, dst, a, b);
 }
 
-/* true when t and u share bytes of one buffer */
-static bool overlap(const rb_tensor *t, const rb_tensor *u) {
-    if (t->buf != u->buf || rb_tensor_nelements(t) == 0 || rb_tensor_nelements(u) == 0) return false;
-    size_t t0, t1, u0, u1;
-    byte_span(t, &t0, &t1);
-    byte_span(u, &u0, &u1);
-    return t0 <= u1 && u0 <= t1;
-}
-
 rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                           const rb_matmul_fusion *f) {
     NEED_BE();
@@ -548,8 +547,7 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         if (!f->up) return fail(&c, RB_E_INVALID, "glu without up");
         TRY(check_dtype(&c, "up", f->up, RB_F32));
         TRY(same_shape(&c, "up", f->up, "b", b));
-        if (f->act != RB_UNARY_SILU && f->act != RB_UNARY_GELU_TANH && f->act != RB_UNARY_GELU &&
-            f->act != RB_UNARY_RELU)
+        if (!gate_act(f->act))
             return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation", (int)f->act,
                         unary_name(f->act));
     }
