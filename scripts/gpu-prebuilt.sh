@@ -20,9 +20,10 @@
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   nopdl      bench7b for bf16 and q4_0 with RBEE_GPU_PDL=0 (the gain of gpu_pdl.h)
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
+#   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
-#   bf16_7b q8_0_7b q4_0_7b   one type of bench7b
+#   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
 #   t:PROG     one GPU test program on cuda:0
 #   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
 #              run (pp512 then 4 decode steps, graphs on, as in the middle of
@@ -131,6 +132,7 @@ for s in "$@"; do
   bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
   bench7b) for ty in bf16 q8_0 q4_0; do bench llama-2-7b $ty 2; done ;;
   bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
+  bf16_1b|q8_0_1b|q4_0_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
   t:*) run_prog cuda "${s#t:}" cuda:0 ;;
   env:*=*) v=${s#env:}; step "env $v"
            if [[ -z ${v#*=} ]]; then unset "${v%%=*}"; unset TAG; else export "$v"; export TAG="${v%%=*}-${v#*=}"; fi ;;
@@ -160,6 +162,12 @@ for s in "$@"; do
         "$OUT/ncu-ops-$n.txt" | head -40
     done
     result ncuops done ;;
+  attn) step "bench_gpu attn${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu attn cuda:0 >"$OUT/bench_attn${TAG:+-$TAG}.jsonl"
+    python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l); print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
+    result attn done ;;
   ops) step "bench_gpu ops"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops.jsonl"; grep -v "^{" "$OUT/bench_ops.jsonl"; result ops done ;;
   *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;
   esac

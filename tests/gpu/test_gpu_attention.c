@@ -15,7 +15,8 @@
  * a double-precision reference written here (arbitrary, unsorted positions)
  * and, where positions are consecutive, against the CPU's q_pos0 form. For
  * a decode step over a whole 4096-key cache, the rows past the position are
- * NaN: a kernel that touched them would fail. GPU outputs start as NaN
+ * NaN: a kernel that touched them would fail; a sweep of positions on one
+ * launch shape checks the decode kernel's in-kernel merge of key splits. GPU outputs start as NaN
  * (unwritten elements fail) and bytes outside the output view must stay. */
 #include "gpu_pair.h"
 
@@ -342,6 +343,22 @@ static void test_attention_16bit(void **state) {
         {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false},
     };
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) run_fast(c, g, &rng, &dec[i]);
+
+    /* one decode launch shape (Tk fixed) at positions that need one block per
+     * row, several, and all of them, in a row on the same backend: blocks of
+     * a row merge through a device counter that the last one resets, so a
+     * counter left behind would spoil the next call (its output would stay
+     * NaN). Head groups: R = 1 (7B), 4 (Llama-3.2-1B: 2 heads a block), 3
+     * (one head a block) and 16 (8 blocks of heads per kv group). */
+    const int32_t sweep[] = {0, 31, 32, 63, 100, 255, 256, 257, 700, 1500, 2047, 4095, 5, 4000};
+    const int64_t sw_heads[4][3] = {{32, 32, 128}, {32, 8, 64}, {6, 2, 96}, {16, 1, 64}};
+    for (int hc2 = 0; hc2 < 4; hc2++)
+        for (size_t pi = 0; pi < sizeof sweep / sizeof sweep[0]; pi++) {
+            fcase f = {sw_heads[hc2][2], 1, 4096, sw_heads[hc2][0], sw_heads[hc2][1], 1, RB_F32,
+                       (pi + hc2) % 2 ? RB_BF16 : RB_F16, true, false, 0, 0.0f, 0, &sweep[pi], true};
+            if (hc2 == 2 && pi % 3 == 0) f.window = 300; /* a window that starts past 0 */
+            run_fast(c, g, &rng, &f);
+        }
 
     /* unsorted positions of several sequences' queries (double reference) */
     const int32_t pscatter[3] = {4000, 17, 911};

@@ -19,6 +19,10 @@ struct att_args {
     int64_t kchunk;   /* keys per split */
     int kvec;         /* generic kernel: k rows are contiguous f16 with D % 8 == 0, 16-byte aligned */
     float *part;      /* nsplit > 1: [row][split] of (m, l, acc[Dv]), row = (b Tq + i) Hq + h */
+    /* decode kernel only (att_decode.cuh): nsplit is its most blocks per row */
+    int hb, nsub;  /* query heads per block, warps per head */
+    int minch;     /* fewest key chunks per warp before a row takes another block */
+    unsigned *cnt; /* per row group: blocks that finished (the last resets it) */
 };
 
 /* Absolute position of query i. The host keeps q_pos0 + Tq within int

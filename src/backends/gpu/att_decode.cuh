@@ -1,19 +1,24 @@
 /* Attention for few queries over many keys (decode), included by
  * ops_attention.cu: 16-bit K/V (f16 or bf16) with contiguous, 16-byte
- * aligned rows, D = Dv. One warp takes one (query, query head, key split);
- * the warps of a block are the heads of one kv group (or neighbouring
- * splits), so K/V rows fetched by one warp are found in L1 by the others.
- * Scores: each lane owns one key of a chunk of RB_WARP keys and reads its
- * whole row with 16-byte loads (D/8 loads in flight per lane) against the
- * scaled query in shared memory; online softmax over the chunk in f32 as in
- * the generic kernel. Values: the lanes split a row into 16-byte pieces, so
- * RB_WARP / (D/8) rows are read per step, each lane accumulating 8 columns;
- * the pieces of the same columns are summed over lanes at the end. Where
- * registers allow (D <= 128 on 32-wide warps) a chunk's value pieces are
- * requested together with its keys, so a chunk waits on memory once. The key
- * range is split (nsplit, from Tk and the number of rows) and the merge
- * kernel combines the partial results; a split wholly past the query's
- * position (q_pos on the device) writes an empty partial and returns. */
+ * aligned rows, D = Dv.
+ * A block takes `hb` query heads of one kv group (one query, one batch) and
+ * a range of keys; its warps are hb heads x nsub sub-splits, so K/V rows
+ * one warp fetches are found in L1 by the other heads' warps, and a short
+ * context is spread over the block's warps without another kernel. Each
+ * warp walks chunks of RB_WARP keys: a lane owns one key of the chunk and
+ * reads its whole row with 16-byte loads against the scaled query in shared
+ * memory; online softmax in f32. Values: the lanes split a row into 16-byte
+ * pieces, RB_WARP / (D/8) rows per step, each lane accumulating 8 columns,
+ * summed over lanes at the end; where registers allow (D <= 128 on 32-wide
+ * warps) a chunk's value pieces are requested together with its keys.
+ * How many blocks a row uses is decided on the device from the keys its
+ * query may see (q_pos is read by the kernel, so one launch serves every
+ * decode step): at most a.nsplit blocks (blockIdx.y, fixed by Tk for graph
+ * replay), each with at least nsub * minch chunks; blocks past that return
+ * at once. The warps of a block merge in shared memory; when a row needs
+ * one block it writes the output, otherwise each block writes its partial
+ * (m, l, acc) and the last block to finish (a per-row-group counter that
+ * it resets) merges them - no separate merge kernel. */
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
 
@@ -22,62 +27,94 @@
 
 namespace RB_GPU_NS {
 
+/* 4 warps (2 wavefronts): with ~166 registers a thread at D = 128, three
+ * blocks fit a multiprocessor; 7B q4_0 tg128 453 tok/s against 446 with
+ * 256 threads (8 warps, one block a multiprocessor) */
 #define ATT_DEC_THREADS 128
 
-/* Task = ((((b Tq + i) Hkv + g) nsplit + split) R + hh); one per warp. */
+/* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
+ * Warp w: head hc hb + w % hb of the group, sub-split w / hb (< nsub). */
 template <bool BF, int D>
 __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
     rb_grid_dep_trigger();
     rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
-    constexpr int KG = CH <= 16 ? CH : 16;  /* key pieces loaded before use */
-    constexpr bool VPRE = NSTEP <= 16;      /* value pieces prefetched with the keys */
+    constexpr int KG = CH <= 16 ? CH : 16; /* key pieces loaded before use */
+    constexpr bool VPRE = NSTEP <= 16;     /* value pieces prefetched with the keys */
     static_assert(CH % KG == 0, "decode kernel: key pieces in whole groups");
     static_assert(D % 8 == 0 && CH <= W, "decode kernel: D must be a multiple of 8 and at most 8 RB_WARP");
     __shared__ __align__(16) float qs_all[NW][D];
+    __shared__ __align__(16) float acc_sh[NW][D];
+    __shared__ float ml_sh[NW][2];
+    __shared__ int last_sh;
     const int lane = threadIdx.x % W, wid = threadIdx.x / W;
-    const int64_t Tq = q.ne[1], Hq = q.ne[2], B = q.ne[3], Tk = k.ne[1], Hkv = k.ne[2];
-    const int64_t R = Hq / Hkv, ntask = B * Tq * Hq * a.nsplit, task = (int64_t)blockIdx.x * NW + wid;
-    const bool alive = task < ntask;
-    const int64_t hh = task % R, t2 = task / R, split = t2 % a.nsplit, t3 = t2 / a.nsplit;
-    const int64_t gk = t3 % Hkv, t4 = t3 / Hkv, i = t4 % Tq, b = t4 / Tq, h = gk * R + hh;
-    int64_t lo = 0, hi = 0;
-    if (alive) att_range(a, att_pos64(a, i), Tk, split, &lo, &hi);
-    float *qs = qs_all[wid];
-    if (hi > lo)
-        for (int d = lane; d < D; d += W)
-            qs[d] = ldf(q.dt, q.p + d * q.nb[0] + i * q.nb[1] + h * q.nb[2] + b * q.nb[3]) * a.scale;
+    const int Tq = (int)q.ne[1], Hq = (int)q.ne[2], Tk = (int)k.ne[1], Hkv = (int)k.ne[2];
+    const int R = Hq / Hkv, hb = a.hb, S = a.nsub, nhc = R / hb;
+    const unsigned grp = blockIdx.x;
+    const int hc = (int)(grp % (unsigned)nhc);
+    unsigned t = grp / (unsigned)nhc;
+    const int gk = (int)(t % (unsigned)Hkv);
+    t /= (unsigned)Hkv;
+    const int i = (int)(t % (unsigned)Tq), b = (int)(t / (unsigned)Tq);
+    const int hw = wid % hb, sub = wid / hb;
+    const bool wlive = sub < S;
+
+    /* the block's queries, requested before the position they do not need */
+    constexpr int QPT = (D + W - 1) / W; /* hb D <= (blockDim.x / W) D elements */
+    float qreg[QPT];
+#pragma unroll
+    for (int r = 0; r < QPT; r++) {
+        const int e = threadIdx.x + r * blockDim.x, hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
+        qreg[r] = e < hb * D ? ldf(q.dt, q.p + d * q.nb[0] + i * q.nb[1] + h * q.nb[2] + b * q.nb[3]) : 0.0f;
+    }
+    /* keys the query may see, in chunks of W; this block's chunks */
+    const int pos = att_pos(a, i);
+    int lo = 0, hi = Tk;
+    if (a.causal && pos + 1 < hi) hi = pos + 1;
+    if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
+    const int nch = hi > lo ? (hi - lo + W - 1) / W : 0;
+    int cpb = (nch + a.nsplit - 1) / a.nsplit;
+    if (cpb < S * a.minch) cpb = S * a.minch;
+    const int nbe = nch > 0 ? (nch + cpb - 1) / cpb : 1; /* blocks this row uses */
+    if ((int)blockIdx.y >= nbe) return;                  /* uniform over the block */
+    const int c0 = (int)blockIdx.y * cpb, c1 = c0 + cpb < nch ? c0 + cpb : nch;
+
+#pragma unroll
+    for (int r = 0; r < QPT; r++) {
+        const int e = threadIdx.x + r * blockDim.x;
+        if (e < hb * D) qs_all[e / D][e % D] = qreg[r] * a.scale;
+    }
     __syncthreads();
-    if (!alive) return;
 
     const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
+    const float *qs = qs_all[hw];
     const int c = lane % CH, kk = lane / CH;
     float m = -INFINITY, l = 0.0f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-    for (int64_t j0 = lo; j0 < hi; j0 += W) {
-        const int64_t j = j0 + lane, nk = hi - j0 < W ? hi - j0 : W;
+    for (int ch = c0 + sub; wlive && ch < c1; ch += S) {
+        const int j0 = lo + ch * W, j = j0 + lane, nk = hi - j0 < W ? hi - j0 : W;
         /* value pieces of this chunk, requested together with the keys */
         uint4 vv[VPRE ? NSTEP : 1];
         if (VPRE)
 #pragma unroll
             for (int st = 0; st < NSTEP; st++) {
                 const int src = st * KPW + kk;
-                vv[st] = kk < KPW && src < nk ? *(const uint4 *)(vb + (j0 + src) * v.nb[1] + c * 16)
+                vv[st] = kk < KPW && src < nk ? *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16)
                                               : make_uint4(0u, 0u, 0u, 0u);
             }
         float s = -INFINITY;
         if (j < hi) {
-            const uint4 *kr = (const uint4 *)(kb + j * k.nb[1]);
+            const uint4 *kr = (const uint4 *)(kb + (int64_t)j * k.nb[1]);
             float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-            for (int c0 = 0; c0 < CH; c0 += KG) {
+            for (int cb = 0; cb < CH; cb += KG) {
                 uint4 u[KG];
 #pragma unroll
-                for (int cc = 0; cc < KG; cc++) u[cc] = kr[c0 + cc];
+                for (int cc = 0; cc < KG; cc++) u[cc] = kr[cb + cc];
 #pragma unroll
                 for (int cc = 0; cc < KG; cc++) {
-                    const float4 qa = *(const float4 *)(qs + (c0 + cc) * 8), qb = *(const float4 *)(qs + (c0 + cc) * 8 + 4);
+                    const float4 qa = *(const float4 *)(qs + (cb + cc) * 8), qb = *(const float4 *)(qs + (cb + cc) * 8 + 4);
                     const float2 f0 = unpack2<BF>(u[cc].x), f1 = unpack2<BF>(u[cc].y), f2 = unpack2<BF>(u[cc].z),
                                  f3 = unpack2<BF>(u[cc].w);
                     s0 = fmaf(qa.x, f0.x, s0);
@@ -92,7 +129,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             }
             s = s0 + s1;
             if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-            if (mask.p) s += ldf(mask.dt, mask.p + j * mask.nb[0] + i * mask.nb[1]);
+            if (mask.p) s += ldf(mask.dt, mask.p + (int64_t)j * mask.nb[0] + (int64_t)i * mask.nb[1]);
         }
         const float cmax = warp_max(s);
         if (cmax == -INFINITY) continue; /* uniform over the warp */
@@ -109,7 +146,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             const float wgt = RB_SHFL(pj, src < W ? src : 0);
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (VPRE) u = vv[VPRE ? st : 0];
-            else if (kk < KPW && src < nk) u = *(const uint4 *)(vb + (j0 + src) * v.nb[1] + c * 16);
+            else if (kk < KPW && src < nk) u = *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16);
             const float2 f0 = unpack2<BF>(u.x), f1 = unpack2<BF>(u.y), f2 = unpack2<BF>(u.z), f3 = unpack2<BF>(u.w);
             acc[0] = fmaf(wgt, f0.x, acc[0]);
             acc[1] = fmaf(wgt, f0.y, acc[1]);
@@ -121,7 +158,8 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             acc[7] = fmaf(wgt, f3.y, acc[7]);
         }
     }
-    /* sum the KPW lanes that hold the same 8 columns */
+    /* sum the KPW lanes that hold the same 8 columns, then merge the block's
+     * sub-splits of each head in shared memory */
 #pragma unroll
     for (int e = 0; e < 8; e++) {
         float tot = 0.0f;
@@ -129,22 +167,85 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
         for (int k2 = 0; k2 < KPW; k2++) tot += RB_SHFL(acc[e], k2 * CH + c);
         acc[e] = tot;
     }
-    if (a.nsplit > 1) {
-        float *pp = a.part + (((b * Tq + i) * Hq + h) * a.nsplit + split) * (D + 2);
-        if (lane == 0) {
-            pp[0] = m;
-            pp[1] = l;
-        }
-        if (hi > lo && lane < CH)
+    if (lane < CH)
 #pragma unroll
-            for (int e = 0; e < 8; e++) pp[2 + c * 8 + e] = acc[e];
-        return;
+        for (int e = 0; e < 8; e++) acc_sh[wid][c * 8 + e] = acc[e];
+    if (lane == 0) {
+        ml_sh[wid][0] = wlive ? m : -INFINITY;
+        ml_sh[wid][1] = wlive ? l : 0.0f;
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    if (lane < CH) {
-        char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
+    __syncthreads();
+    const int64_t grow = (int64_t)grp * hb; /* first of this group's rows in the partials */
+    for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
+        const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
+        float mt = -INFINITY;
+        for (int s2 = 0; s2 < S; s2++) mt = fmaxf(mt, ml_sh[s2 * hb + hh][0]);
+        float lt = 0.0f, at = 0.0f;
+        for (int s2 = 0; s2 < S; s2++) {
+            const float ms = ml_sh[s2 * hb + hh][0];
+            if (ms == -INFINITY) continue;
+            const float cs = expf(ms - mt);
+            lt += cs * ml_sh[s2 * hb + hh][1];
+            at += cs * acc_sh[s2 * hb + hh][d];
+        }
+        if (nbe == 1) {
+            *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
+                lt > 0.0f ? at / lt : 0.0f;
+        } else {
+            float *pp = a.part + ((grow + hh) * a.nsplit + blockIdx.y) * (D + 2);
+            if (d == 0) {
+                pp[0] = mt;
+                pp[1] = lt;
+            }
+            pp[2 + d] = at;
+        }
+    }
+    if (nbe == 1) return;
+    /* publish the partial: the barrier orders the block's writes before
+     * thread 0's fence (cumulative) and count; the last block to count merges */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned prev = atomicAdd(a.cnt + grp, 1u);
+        last_sh = prev == (unsigned)nbe - 1u;
+        if (last_sh) {
+            a.cnt[grp] = 0u; /* every block of the row has counted: ready for the next launch */
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (!last_sh) return;
+    /* online merge of the row's partials, 8 splits' loads in flight at a time */
+    for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
+        const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
+        const float *pp = a.part + (grow + hh) * a.nsplit * (D + 2);
+        float mt = -INFINITY, lt = 0.0f, at = 0.0f;
+        for (int s0 = 0; s0 < nbe; s0 += 8) {
+            float ms[8], ls[8], as[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) *(float *)(dr + (int64_t)(c * 8 + e) * dst.nb[0]) = acc[e] * inv;
+            for (int u = 0; u < 8; u++) {
+                const float *ps = pp + (int64_t)(s0 + u) * (D + 2);
+                const bool in = s0 + u < nbe;
+                ms[u] = in ? RB_LD_L2(ps) : -INFINITY;
+                ls[u] = in ? RB_LD_L2(ps + 1) : 0.0f;
+                as[u] = in ? RB_LD_L2(ps + 2 + d) : 0.0f;
+            }
+            float mb = mt;
+#pragma unroll
+            for (int u = 0; u < 8; u++) mb = fmaxf(mb, ms[u]);
+            if (mb == -INFINITY) continue;
+            const float corr = expf(mt - mb); /* 0 while mt is -inf */
+            lt *= corr;
+            at *= corr;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float cs = ms[u] == -INFINITY ? 0.0f : expf(ms[u] - mb);
+                lt = fmaf(cs, ls[u], lt);
+                at = fmaf(cs, as[u], at);
+            }
+            mt = mb;
+        }
+        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = lt > 0.0f ? at / lt : 0.0f;
     }
 }
 

@@ -173,6 +173,7 @@ static void g_destroy(rb_backend *be) {
     scratch_unref(g, g->scratch_blk); /* graphs still alive keep theirs (they must be freed first) */
     if (g->ids_err) (void)cudaFree(g->ids_err);
     if (g->ids_err_host) (void)cudaFreeHost(g->ids_err_host);
+    if (g->att_cnt) (void)cudaFree(g->att_cnt);
     if (g->stream) (void)cudaStreamDestroy(g->stream);
     free(g);
 }
@@ -466,6 +467,12 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g->staging_ev[i], cudaEventDisableTiming);
     }
     g->staging_cap = STAGING_BYTES;
+    if (e == cudaSuccess) {
+        what = "decode attention counters";
+        e = cudaMalloc((void **)&g->att_cnt, ATT_DEC_COUNTERS * sizeof(unsigned));
+        if (e == cudaSuccess) e = cudaMemsetAsync(g->att_cnt, 0, ATT_DEC_COUNTERS * sizeof(unsigned), g->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
+    }
     if (e != cudaSuccess) {
         s = rb_error_set(err, RB_E_BACKEND, "%s: cannot create the %s: %s", g->base.name, what, cudaGetErrorString(e));
         (void)cudaGetLastError();

@@ -21,6 +21,10 @@ extern "C" {
 
 namespace RB_GPU_NS {
 
+/* row groups (query, batch, kv group, head chunk) the decode attention
+ * kernel's counters cover; more fall back to the generic kernel */
+#define ATT_DEC_COUNTERS 65536
+
 struct gpu_backend {
     rb_backend base; /* must be first */
     int device;
@@ -36,6 +40,7 @@ struct gpu_backend {
     int *ids_err;      /* graphs: device i32[4] {bad, op, id, limit} of the first out-of-range id */
     int *ids_err_host; /* pinned mirror read back after a replay */
     bool ids_err_live; /* a graph ran since ids_err was last read */
+    unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
     bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
     bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
 #if !defined(RBEE_GPU_HIP)

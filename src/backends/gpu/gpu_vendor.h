@@ -85,6 +85,13 @@
 #endif
 /* A load of data read once (weights streamed by the matrix-vector kernels). */
 #define RB_LD_STREAM(p) (*(p))
+/* A load that bypasses the (incoherent) L1: data another block of the same
+ * kernel wrote and published with a fence and an atomic. */
+#if defined(RBEE_HIP_NVIDIA)
+#define RB_LD_L2(p) __ldcg(p)
+#else
+#define RB_LD_L2(p) (*(const volatile float *)(p))
+#endif
 
 #else /* NVIDIA CUDA */
 #include <cuda_runtime.h>
@@ -97,6 +104,7 @@
 #define RB_GPU_KIND_NAME "cuda"
 #define RB_GROUP_SYNC() __syncwarp()
 #define RB_LD_STREAM(p) __ldcs(p)
+#define RB_LD_L2(p) __ldcg(p)
 #endif
 
 /* Largest warp width any target has: sizes per-warp shared arrays. */

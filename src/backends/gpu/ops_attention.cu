@@ -12,9 +12,10 @@
  * q_pos0 or per-query positions on the device (q_pos), an additive mask and
  * soft-capping, and keep memory linear in Tk. When the query rows cannot
  * fill the GPU the keys are split and k_att_merge combines the partial
- * results; with q_pos the split count depends on Tk only, so one launch
- * serves every decode step (graph replay), and splits past a query's
- * position return at once. RBEE_GPU_ATTN=generic or =notc (no tensor cores)
+ * results (the decode kernel merges inside itself); with q_pos the split
+ * count depends on Tk only, so one launch serves every decode step (graph
+ * replay), and splits past a query's position return at once.
+ * RBEE_GPU_ATTN=generic or =notc (no tensor cores)
  * restricts the choice, for comparisons. */
 #include "backends/gpu/att_common.cuh"
 #include "backends/gpu/att_decode.cuh"
@@ -170,6 +171,18 @@ static bool att_rows16(const rb_tensor *t) {
            t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
 }
 
+/* Query heads of a kv group one decode block takes: the largest divisor of
+ * R up to half the block's nw warps, so each head has at least two warps
+ * for its keys (Llama-3.2-1B, R = 4: 2 heads x 2 warps; all 4 heads with one
+ * warp each left short contexts to several blocks, and 256-thread blocks of
+ * 4 heads x 2 warps held one block a multiprocessor: 34 against 25 us at
+ * 4096 keys). */
+static int64_t att_dec_hb(int64_t R, int64_t nw) {
+    for (int64_t h = nw / 2 > 1 ? nw / 2 : 1; h > 1; h--)
+        if (R % h == 0) return h;
+    return 1;
+}
+
 static bool att_tc_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
 
 /* the device runs the tensor-core kernel (CUDA: mma.sync needs sm_80) */
@@ -197,6 +210,9 @@ static att_kernel att_choose(gpu_backend *g, const rb_tensor *q, const rb_tensor
     if (D != Dv || !att_tc_dim(D) || k->dtype != v->dtype || !att_rows16(k) || !att_rows16(v))
         return ATT_GENERIC;
     if (Tq >= 16 && !(env && strcmp(env, "notc") == 0) && att_tc_device(g)) return ATT_TC;
+    /* the decode kernel's per-row-group counters must cover every group */
+    const int64_t nw = ATT_DEC_THREADS / g->warp, R = q->ne[2] / k->ne[2];
+    if (!g->att_cnt || q->ne[3] * Tq * k->ne[2] * (R / att_dec_hb(R, nw)) > ATT_DEC_COUNTERS) return ATT_GENERIC;
     return ATT_DECODE;
 }
 
@@ -241,11 +257,11 @@ static rb_status att_tc_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt 
 }
 
 template <bool BF>
-static rb_status att_dec_dispatch(rb_backend *be, int64_t D, unsigned blocks, const gt &dst, const gt &q,
-                                  const gt &k, const gt &v, const gt &mk, const att_args &a) {
+static rb_status att_dec_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
+                                  const gt &v, const gt &mk, const att_args &a) {
     gpu_backend *g = gb(be);
     const bool pdl = gpu_pdl_small();
-    const dim3 grid(blocks), blk(ATT_DEC_THREADS);
+    const dim3 blk(ATT_DEC_THREADS);
     switch (D) {
     case 64: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a); break;
     case 80: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 80>, grid, blk, 0, dst, q, k, v, mk, a); break;
@@ -254,6 +270,47 @@ static rb_status att_dec_dispatch(rb_backend *be, int64_t D, unsigned blocks, co
     default: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 256>, grid, blk, 0, dst, q, k, v, mk, a); break;
     }
     return gpu_check_launch(be, "attention (decode)");
+}
+
+/* The decode kernel: blocks of hb heads x nsub warps, at most a.nsplit
+ * blocks per row group (fixed by Tk: the device picks how many a row uses
+ * from its position), merging in the kernel itself (att_decode.cuh). */
+static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                             const rb_tensor *v, const rb_attn_params *p, att_args a) {
+    gpu_backend *g = gb(be);
+    const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
+    const int64_t nw = ATT_DEC_THREADS / g->warp, R = Hq / Hkv, hb = att_dec_hb(R, nw), S = nw / hb;
+    const int64_t ngrp = B * Tq * Hkv * (R / hb);
+    /* a row takes another block once each of its warps has a chunk: a second
+     * chunk a warp before that (one more dependent load) cost more than the
+     * in-kernel merge of blocks (7B shape at 400-511 keys: 16.1-16.3 us
+     * against 12.3-13.1; 1B q4_0 tg128 within 1%) */
+    const int64_t minch = 1;
+    a.hb = (int)hb;
+    a.nsub = (int)S;
+    a.minch = (int)minch;
+    /* blocks for ~12 warps a multiprocessor, each block at least S minch chunks */
+    const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
+    const int64_t maxch = (maxkeys + g->warp - 1) / g->warp, want = (12 * (int64_t)g->n_sm + nw - 1) / nw;
+    int64_t ns = (want + ngrp - 1) / ngrp, nsmax = (maxch + S * minch - 1) / (S * minch);
+    if (ns > nsmax) ns = nsmax;
+    if (ns > 65535) ns = 65535;
+    if (ns < 1) ns = 1;
+    a.nsplit = (int)ns;
+    a.kchunk = 0;
+    if (ns > 1) {
+        void *sp = NULL;
+        rb_status s = gpu_scratch(be, (size_t)(ngrp * hb * ns * (D + 2)) * sizeof(float), &sp);
+        if (s != RB_OK) return s;
+        a.part = (float *)sp;
+        a.cnt = g->att_cnt;
+    }
+    gt mk = {};
+    if (p->mask) mk = gview(p->mask);
+    const dim3 grid((unsigned)ngrp, (unsigned)ns);
+    const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
+    return k->dtype == RB_BF16 ? att_dec_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
+                               : att_dec_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
 }
 
 rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
@@ -277,6 +334,7 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
     }
     const att_kernel kern = att_choose(g, q, k, v, p);
+    if (kern == ATT_DECODE) return att_dec_run(be, dst, q, k, v, p, a);
     const char *kp = (const char *)k->buf->impl + k->offs;
     a.kvec = k->dtype == RB_F16 && k->nb[0] == 2 && D % 8 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
              k->nb[3] % 16 == 0 && ((uintptr_t)kp % 16) == 0;
@@ -300,13 +358,8 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
                                    (long long)(Tq * Hq), (long long)(Hkv * B));
         grid = dim3((unsigned)ntile, (unsigned)(Hkv * B), (unsigned)a.nsplit);
     } else {
-        items = rows;
-        /* a warp per row: ~12 per multiprocessor fill it (decode: down to one
-         * 32-key chunk per warp, so short contexts still spread; 7B q4_0
-         * decode at 512-640 keys 403 tok/s against 397 with 64). Merging in
-         * the warp that finishes a row's last split (a device counter per
-         * row) instead of k_att_merge was slower: 378-386 tok/s. */
-        a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, kern == ATT_DECODE ? 32 : 128);
+        items = rows; /* a warp per row: ~12 per multiprocessor fill it */
+        a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, 128);
     }
     if (a.nsplit > 1) { /* whole key tiles / warp chunks per split */
         const int64_t al = kern == ATT_TC ? att_tc_bn((int)D) : 32;
@@ -334,14 +387,9 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         const int64_t blocks = (rows * a.nsplit + nw - 1) / nw;
         if (blocks > 0x7fffffffLL)
             return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: %lld query rows are too many", (long long)rows);
-        if (kern == ATT_DECODE) {
-            s = bf ? att_dec_dispatch<true>(be, D, (unsigned)blocks, gd, gq, gk_, gv, mk, a)
-                   : att_dec_dispatch<false>(be, D, (unsigned)blocks, gd, gq, gk_, gv, mk, a);
-        } else {
-            k_attention<<<(unsigned)blocks, ATT_THREADS, (size_t)nw * (size_t)D * sizeof(float), g->stream>>>(
-                gd, gq, gk_, gv, mk, a);
-            s = gpu_check_launch(be, "attention");
-        }
+        k_attention<<<(unsigned)blocks, ATT_THREADS, (size_t)nw * (size_t)D * sizeof(float), g->stream>>>(
+            gd, gq, gk_, gv, mk, a);
+        s = gpu_check_launch(be, "attention");
     }
     if (s != RB_OK || a.nsplit == 1) return s;
     (void)gpu_launch_pdl(g, gpu_pdl_small(), k_att_merge, dim3(gpu_blocks(rows, 1)), dim3(ATT_MERGE_THREADS), 0, gd,
