@@ -124,13 +124,16 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
  *   in  = b / sqrt(mean(b^2) + eps) * norm_w  (norm: rb_rms_norm over rows)
  *   in  = act(b) * up                         (glu: rb_glu, b is the gate)
  *   dst = matmul(a, in), or dst += matmul(a, in) (accumulate)
+ *   dst = act(p[0, N/2)) * p[N/2, N)          (glu_out, p = matmul(a, in):
+ *         a holds N = 2 dst->ne[0] rows, the gate's then the up projection's)
  * b (and up, norm_w) are f32 here; dst is f32 when accumulating and must not
- * overlap b or up. A backend without a fused kernel for the case runs the
- * separate ops: `in` into tmp_in (b's shape, f32; needed with norm or glu),
- * the product into tmp_out (dst's shape, f32; needed with accumulate), then
- * adds it to dst; the results then equal those of the separate calls. A
- * fused kernel computes the same in f32 with other rounding (the norm's sum
- * of squares in another order). */
+ * overlap b or up; glu_out excludes glu and accumulate. A backend without a
+ * fused kernel for the case runs the separate ops: `in` into tmp_in (b's
+ * shape, f32; needed with norm or glu), the product into tmp_out (f32, dst's
+ * shape, or [N, M, ...] with glu_out; needed with accumulate or glu_out),
+ * then adds it to dst (rb_binary) or gates it into dst (rb_glu); the results
+ * then equal those of the separate calls. A fused kernel computes the same
+ * in f32 with other rounding (the norm's sum of squares in another order). */
 typedef struct rb_matmul_fusion {
     bool norm;                /* rms_norm over each row of b first */
     const rb_tensor *norm_w;  /* its weight [K] (nullable) */
@@ -139,6 +142,7 @@ typedef struct rb_matmul_fusion {
     const rb_tensor *up;      /* b's shape */
     rb_unary_op act;          /* silu, gelu_tanh, gelu or relu */
     bool accumulate;          /* add the product to dst */
+    bool glu_out;             /* dst = act(first half of the product's rows) * second half */
     rb_tensor *tmp_in;        /* scratch of the unfused path (see above) */
     rb_tensor *tmp_out;
 } rb_matmul_fusion;

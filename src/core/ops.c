@@ -539,17 +539,18 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
     TRY(check_t(&c, "a", a));
     TRY(check_dtype(&c, "b", b, RB_F32));
     if (f->norm && f->glu) return fail(&c, RB_E_INVALID, "norm and glu cannot both come first");
+    if (f->glu_out && (f->glu || f->accumulate))
+        return fail(&c, RB_E_INVALID, "glu_out cannot be combined with glu or accumulate");
     if (f->norm) {
         TRY(check_row_param(&c, "norm_w", f->norm_w, b->ne[0]));
         TRY(check_eps(&c, f->eps));
     }
+    if ((f->glu || f->glu_out) && !gate_act(f->act))
+        return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation", (int)f->act, unary_name(f->act));
     if (f->glu) {
         if (!f->up) return fail(&c, RB_E_INVALID, "glu without up");
         TRY(check_dtype(&c, "up", f->up, RB_F32));
         TRY(same_shape(&c, "up", f->up, "b", b));
-        if (!gate_act(f->act))
-            return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation", (int)f->act,
-                        unary_name(f->act));
     }
     if (f->norm || f->glu) {
         if (!f->tmp_in) return fail(&c, RB_E_INVALID, "tmp_in is needed with norm or glu");
@@ -569,11 +570,26 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
             (f->tmp_in && (f->norm || f->glu) && overlap(f->tmp_out, f->tmp_in)))
             return fail(&c, RB_E_INVALID, "tmp_out %s overlaps dst, b, up or tmp_in", D(f->tmp_out).s);
     }
+    if (f->glu_out) {
+        if (a->ne[1] % 2 != 0)
+            return fail(&c, RB_E_INVALID, "glu_out needs an even number of rows in a %s (gate, then up)", D(a).s);
+        if (!f->tmp_out) return fail(&c, RB_E_INVALID, "tmp_out is needed with glu_out");
+        TRY(check_dtype(&c, "tmp_out", f->tmp_out, RB_F32));
+        const rb_tensor *t = f->tmp_out;
+        if (t->ne[0] != a->ne[1] || t->ne[1] != b->ne[1] || t->ne[2] != b->ne[2] || t->ne[3] != b->ne[3])
+            return fail(&c, RB_E_INVALID, "tmp_out %s must be the whole product [%lld, %lld, %lld, %lld]", D(t).s,
+                        (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
+        TRY(writable(&c, "tmp_out", f->tmp_out));
+        if (overlap(t, dst) || overlap(t, b) || (f->tmp_in && f->norm && overlap(t, f->tmp_in)))
+            return fail(&c, RB_E_INVALID, "tmp_out %s overlaps dst, b or tmp_in", D(t).s);
+    }
     if (overlap(dst, b) || (f->glu && overlap(dst, f->up)))
         return fail(&c, RB_E_INVALID, "dst %s overlaps b or up", D(dst).s);
-    if (a->ne[0] != b->ne[0] || dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] ||
+    const int64_t n_out = f->glu_out ? a->ne[1] / 2 : a->ne[1];
+    if (a->ne[0] != b->ne[0] || dst->ne[0] != n_out || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] ||
         dst->ne[3] != b->ne[3])
-        return fail(&c, RB_E_INVALID, "shapes do not multiply: dst %s, a %s, b %s", D(dst).s, D(a).s, D(b).s);
+        return fail(&c, RB_E_INVALID, "shapes do not multiply%s: dst %s, a %s, b %s",
+                    f->glu_out ? " (glu_out: dst has half of a's rows)" : "", D(dst).s, D(a).s, D(b).s);
     TRY(writable(&c, "dst", dst));
     if (be->vt->matmul_fused) {
         const rb_status s = be->vt->matmul_fused(be, dst, a, b, f);
@@ -587,6 +603,13 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
     } else if (f->glu) {
         TRY(rb_glu(be, f->tmp_in, b, f->up, f->act));
         in = f->tmp_in;
+    }
+    if (f->glu_out) {
+        TRY(rb_matmul(be, f->tmp_out, a, in));
+        rb_tensor gate = *f->tmp_out, up = *f->tmp_out;
+        gate.ne[0] = up.ne[0] = n_out;
+        up.offs += (size_t)n_out * up.nb[0];
+        return rb_glu(be, dst, &gate, &up, f->act);
     }
     if (!f->accumulate) return rb_matmul(be, dst, a, in);
     TRY(rb_matmul(be, f->tmp_out, a, in));

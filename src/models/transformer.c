@@ -282,28 +282,24 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
         }
 
-        /* gated MLP: act(gate) * up in one op (fused: inside the down
-         * projection, which also adds its product to x) */
+        /* gated MLP: act(gate) * up in one op (fused: the gate_up product
+         * writes act(gate) * up of the normed x, and the down projection
+         * adds its product to x) */
         const rb_unary_op act = c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
-        if (c->fused_gate_up) {
-            if (fuse) {
-                const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->ffn_norm, .eps = c->norm_eps, .tmp_in = &b.h};
-                CK(rb_matmul_fused(be, &b.g, &L->w_gate_up, &b.x, &fu));
-            } else {
-                CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
-            }
+        if (c->fused_gate_up && fuse) {
+            const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->ffn_norm, .eps = c->norm_eps,
+                                         .glu_out = true, .act = act, .tmp_in = &b.h, .tmp_out = &b.g};
+            CK(rb_matmul_fused(be, &b.u, &L->w_gate_up, &b.x, &fu));
+            const rb_matmul_fusion fd = {.accumulate = true, .tmp_out = &b.o};
+            CK(rb_matmul_fused(be, &b.x, &L->w_down, &b.u, &fd));
+        } else if (c->fused_gate_up) {
+            CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
             rb_tensor gate = view3(&b.g, 0, F, T, 1, (size_t)(2 * F) * sizeof(float),
                                    (size_t)(2 * F * T) * sizeof(float));
             rb_tensor up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
                                  (size_t)(2 * F * T) * sizeof(float));
-            if (fuse) {
-                const rb_matmul_fusion fu = {
-                    .glu = true, .up = &up, .act = act, .accumulate = true, .tmp_in = &b.u, .tmp_out = &b.o};
-                CK(rb_matmul_fused(be, &b.x, &L->w_down, &gate, &fu));
-            } else {
-                CK(rb_glu(be, &b.u, &gate, &up, act));
-                CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
-            }
+            CK(rb_glu(be, &b.u, &gate, &up, act));
+            CK(rb_matmul(be, &b.o, &L->w_down, &b.u));
         } else {
             rb_tensor g1 = view3(&b.g, 0, F, T, 1, (size_t)F * sizeof(float), (size_t)(F * T) * sizeof(float));
             if (fuse) CK(rb_rms_norm(be, &b.h, &b.x, &L->ffn_norm, c->norm_eps));

@@ -33,7 +33,9 @@
  *  - GEMM in f32 1e-5, in f16 2e-3, in bf16 1e-2; an f16 destination adds
  *    1e-3.
  *  - test_matmul_fused: rb_matmul_fused (norm with and without weight, glu,
- *    accumulate) for every weight type of the direct kernels (and q4_K, which
+ *    accumulate, glu_out alone and after a norm: act(gate rows) * up rows
+ *    against the double reference of both products) for every weight type
+ *    of the direct kernels (and q4_K, which
  *    runs the separate ops), M = 1, 3, 4, 5, K = 256 and 4096, against the
  *    double reference (bounds as above) and the CPU backend (float 1e-5;
  *    quantized 1e-3: the norm's scale is computed in another order, which can
@@ -346,7 +348,7 @@ static void test_matmul_fused(void **state) {
     tu_rng rng;
     tu_rng_seed(&rng, 710);
     const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_F32, RB_F16, RB_BF16, RB_Q4_K};
-    const int64_t Ks[] = {256, 4096}, Ms[] = {1, 3, 4, 5}, N = 257;
+    const int64_t Ks[] = {256, 4096}, Ms[] = {1, 3, 4, 5}, N = 257, NG = 256; /* NG: glu_out's gate | up rows */
     int failures = 0, fused = 0;
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t ki = 0; ki < 2; ki++) {
@@ -358,15 +360,22 @@ static void test_matmul_fused(void **state) {
             gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
             double *av = values(&a), *wv = gp_read(&w, 0);
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-                for (int mode = 0; mode < 5; mode++) {
-                    /* 0 norm+w, 1 norm+acc (no w), 2 glu silu+acc, 3 glu gelu_tanh, 4 acc */
-                    const int64_t M = Ms[mi], bne[4] = {K, M, 1, 1}, pne[4] = {2 * K, M, 1, 1}, dne[4] = {N, M, 1, 1};
-                    const bool norm = mode <= 1, glu = mode == 2 || mode == 3, acc = mode == 1 || mode == 2 || mode == 4;
-                    const rb_unary_op act = mode == 3 ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
+                for (int mode = 0; mode < 7; mode++) {
+                    /* 0 norm+w, 1 norm+acc (no w), 2 glu silu+acc, 3 glu gelu_tanh, 4 acc,
+                     * 5 norm+w then glu_out silu, 6 glu_out gelu_tanh (over a's first 256 rows) */
+                    const bool gluo = mode >= 5;
+                    const int64_t NO = gluo ? NG / 2 : N; /* output rows */
+                    const int64_t M = Ms[mi], bne[4] = {K, M, 1, 1}, pne[4] = {2 * K, M, 1, 1}, dne[4] = {NO, M, 1, 1},
+                                  one[4] = {gluo ? NG : N, M, 1, 1};
+                    const bool norm = mode <= 1 || mode == 5, glu = mode == 2 || mode == 3,
+                               acc = mode == 1 || mode == 2 || mode == 4;
+                    const rb_unary_op act = mode == 3 || mode == 6 ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
                     gp p = gp_make(c, g, &rng, RB_F32, glu ? pne : bne, GP_CONTIG, -2, 2);
                     gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, -1, 1);
                     gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
-                    gp to = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+                    gp to = gp_make(c, g, &rng, RB_F32, one, GP_CONTIG, 0, 1);
+                    rb_tensor wa_c = a.c, wa_g = a.g; /* the weights, or their first NG rows */
+                    if (gluo) wa_c.ne[1] = wa_g.ne[1] = NG;
                     memset(ti.orig, 0xff, ti.size); /* NaN */
                     memset(to.orig, 0xff, to.size);
                     TU_OK(rb_buffer_set(ti.gb, 0, ti.orig, ti.size));
@@ -376,16 +385,17 @@ static void test_matmul_fused(void **state) {
                         half(&p, 0, K, &bc, &bg);
                         half(&p, K, K, &uc, &ug);
                     }
-                    rb_matmul_fusion fc = {.norm = norm, .norm_w = mode == 0 ? &w.c : NULL, .eps = 1e-5f, .glu = glu,
-                                           .up = &uc, .act = act, .accumulate = acc, .tmp_in = &ti.c, .tmp_out = &to.c};
+                    rb_matmul_fusion fc = {.norm = norm, .norm_w = mode == 0 || mode == 5 ? &w.c : NULL, .eps = 1e-5f,
+                                           .glu = glu, .up = &uc, .act = act, .accumulate = acc, .glu_out = gluo,
+                                           .tmp_in = &ti.c, .tmp_out = &to.c};
                     rb_matmul_fusion fg = fc;
-                    fg.norm_w = mode == 0 ? &w.g : NULL;
+                    fg.norm_w = mode == 0 || mode == 5 ? &w.g : NULL;
                     fg.up = &ug;
                     fg.tmp_in = &ti.g;
                     fg.tmp_out = &to.g;
                     double *pv = gp_read(&p, 0), *d0 = gp_read(&d, 0);
-                    TU_OK(rb_matmul_fused(g, &d.g, &a.g, &bg, &fg));
-                    TU_OK(rb_matmul_fused(c, &d.c, &a.c, &bc, &fc));
+                    TU_OK(rb_matmul_fused(g, &d.g, &wa_g, &bg, &fg));
+                    TU_OK(rb_matmul_fused(c, &d.c, &wa_c, &bc, &fc));
                     double *got = gp_read(&d, 1), *cpu = gp_read(&d, 0);
                     /* the direct kernels apply (q4_0/q8_0 hold M rows of
                      * activations in shared memory: one row always fits,
@@ -393,7 +403,8 @@ static void test_matmul_fused(void **state) {
                      * the add never goes through tmp_out, and the norm
                      * before q4_0/q8_0 weights never through tmp_in */
                     const bool direct = wt != RB_Q4_K && (M == 1 || (M <= 4 && K == 256));
-                    const bool in_kept = direct && (mode == 4 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
+                    const bool in_kept =
+                        direct && (mode == 4 || mode == 6 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
                     if ((in_kept && !gp_gpu_unchanged(&ti)) || (direct && !gp_gpu_unchanged(&to))) {
                         print_error("fused %s K=%lld M=%lld mode %d: the separate ops ran (scratch written)\n",
                                     rb_dtype_name(wt), (long long)K, (long long)M, mode);
@@ -402,8 +413,8 @@ static void test_matmul_fused(void **state) {
                     if (in_kept) fused++;
                     /* double reference */
                     const int64_t W = glu ? 2 * K : K;
-                    double *in = malloc(sizeof(double) * (size_t)(K * M)), *ref = malloc(sizeof(double) * (size_t)(N * M)),
-                           *var = malloc(sizeof(double) * (size_t)(N * M));
+                    double *in = malloc(sizeof(double) * (size_t)(K * M)), *ref = malloc(sizeof(double) * (size_t)(NO * M)),
+                           *var = malloc(sizeof(double) * (size_t)(NO * M));
                     assert_non_null(in);
                     assert_non_null(ref);
                     assert_non_null(var);
@@ -413,13 +424,25 @@ static void test_matmul_fused(void **state) {
                         for (int64_t k = 0; k < K; k++) ss += x[k] * x[k];
                         const double r = 1.0 / sqrt(ss / (double)K + 1e-5);
                         for (int64_t k = 0; k < K; k++)
-                            in[m * K + k] = norm ? x[k] * r * (mode == 0 ? wv[k] : 1.0) : glu ? ref_act(act, x[k]) * x[K + k] : x[k];
-                        for (int64_t n = 0; n < N; n++) {
-                            double s = 0, v = 0;
+                            in[m * K + k] = norm ? x[k] * r * (mode == 0 || mode == 5 ? wv[k] : 1.0)
+                                            : glu ? ref_act(act, x[k]) * x[K + k] : x[k];
+                        for (int64_t n = 0; n < NO; n++) {
+                            double s = 0, v = 0, su = 0, vu = 0;
                             for (int64_t k = 0; k < K; k++) {
                                 const double t = av[n * K + k] * in[m * K + k];
                                 s += t;
                                 v += t * t;
+                                if (gluo) {
+                                    const double tu = av[(NO + n) * K + k] * in[m * K + k];
+                                    su += tu;
+                                    vu += tu * tu;
+                                }
+                            }
+                            if (gluo) { /* act(gate) * up; its spread to first order */
+                                const double ga = ref_act(act, s);
+                                ref[m * NO + n] = ga * su;
+                                var[m * NO + n] = ga * ga * vu + 1.44 * su * su * v;
+                                continue;
                             }
                             ref[m * N + n] = s + (acc ? d0[m * N + n] : 0.0);
                             var[m * N + n] = v;
@@ -427,10 +450,13 @@ static void test_matmul_fused(void **state) {
                     }
                     /* errors of the product (the accumulated base is exact f32 addition) */
                     err_sums er = {0, 0, 0}, ec = {0, 0, 0};
-                    err_add(&er, got, ref, var, (size_t)(N * M));
-                    err_add(&ec, got, cpu, var, (size_t)(N * M));
+                    err_add(&er, got, ref, var, (size_t)(NO * M));
+                    err_add(&ec, got, cpu, var, (size_t)(NO * M));
                     const double e_ref = err_rel(&er), e_cpu = err_rel(&ec);
-                    const double b_ref = quant ? 1e-2 : 1e-5, b_cpu = quant ? 1e-3 : 1e-5;
+                    /* q4_K quantizes the activations to q8_K, one scale per 256 (q8_0: per
+                     * 32): a gated input's outliers coarsen the rest of its block, 1.03e-2
+                     * measured at K = 256 (the CPU agrees to 1e-7, the tight check here) */
+                    const double b_ref = wt == RB_Q4_K ? 2e-2 : quant ? 1e-2 : 1e-5, b_cpu = quant ? 1e-3 : 1e-5;
                     if (!(e_ref <= b_ref) || !(e_cpu <= b_cpu)) {
                         print_error("fused %s K=%lld M=%lld mode %d: rel L2 vs reference %.3g (bound %.0e), "
                                     "vs CPU %.3g (bound %.0e)\n",

@@ -1,6 +1,6 @@
-/* The fused ops rb_glu, rb_add_rms_norm and rb_matmul_fused exist so the
- * model can drop a pass and a launch per call; they must not change the
- * CPU's numbers (rb_matmul_fused runs the separate ops there). Each
+/* The fused ops rb_glu, rb_add_rms_norm and rb_matmul_fused (with glu_out
+ * too) exist so the model can drop a pass and a launch per call; they must
+ * not change the CPU's numbers (rb_matmul_fused runs the separate ops there). Each
  * is checked against a naive double reference and, bit for bit, against the
  * unfused pair it replaces (rb_unary + rb_binary(MUL), rb_binary(ADD) +
  * rb_rms_norm), on the model's layouts (gate/up as strided halves of one
@@ -239,6 +239,77 @@ static void test_matmul_fused(void **state) {
     }
 }
 
+/* rb_matmul_fused with glu_out (the gated MLP's gate_up product writing
+ * act(gate) * up), alone for each activation and after a norm: against a
+ * double reference and, bit for bit, against rb_matmul into the whole
+ * product and rb_glu over its halves. */
+static void test_matmul_fused_glu_out(void **state) {
+    (void)state;
+    const int64_t K = 64, F = 5, M = 3;
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        tu_rng rng;
+        tu_rng_seed(&rng, 35000 + (uint64_t)ci);
+        const int64_t ane[4] = {K, 2 * F, 1, 1}, bne[4] = {K, M, 1, 1}, pne[4] = {2 * F, M, 1, 1},
+                      dne[4] = {F, M, 1, 1}, wne[4] = {K, 1, 1, 1};
+        for (int mode = 0; mode < 5; mode++) { /* 0-3 each activation, 4 norm + silu */
+            const bool norm = mode == 4;
+            const rb_unary_op act = ACTS[mode % 4];
+            tt a = tf_make(be, &rng, RB_F32, ane, TF_CONTIG, -1, 1), b = tf_make(be, &rng, RB_F32, bne, TF_SLICE, -2, 2);
+            tt w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, 0.5f, 1.5f);
+            tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, -2, 2), d2 = tf_from(be, RB_F32, dne, TF_SLICE, d.v);
+            tt ti = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, 0, 1), to = tf_make(be, &rng, RB_F32, pne, TF_CONTIG, 0, 1);
+            tt ti2 = tf_from(be, RB_F32, bne, TF_CONTIG, ti.v), to2 = tf_from(be, RB_F32, pne, TF_CONTIG, to.v);
+            const rb_matmul_fusion f = {.norm = norm, .norm_w = &w.t, .eps = 1e-5f, .glu_out = true, .act = act,
+                                        .tmp_in = &ti.t, .tmp_out = &to.t};
+            TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &f));
+            /* the separate ops */
+            if (norm) TU_OK(rb_rms_norm(be, &ti2.t, &b.t, &w.t, f.eps));
+            TU_OK(rb_matmul(be, &to2.t, &a.t, norm ? &ti2.t : &b.t));
+            rb_tensor gate = half_view(&to2, 0), up = half_view(&to2, F);
+            TU_OK(rb_glu(be, &d2.t, &gate, &up, act));
+            char what[64];
+            snprintf(what, sizeof what, "matmul_fused glu_out mode %d cfg %d", mode, ci);
+            double *got = tf_read(&d), *sep = tf_read(&d2), *bv = tf_read(&b);
+            double *ref = malloc(sizeof(double) * (size_t)(F * M)), *in = malloc(sizeof(double) * (size_t)K);
+            assert_non_null(ref);
+            assert_non_null(in);
+            tf_expect_close(got, sep, d.n, 0, 0, what);
+            for (int64_t m = 0; m < M; m++) {
+                if (norm) ref_rms_norm_row(bv + m * K, w.v, f.eps, K, in);
+                else memcpy(in, bv + m * K, sizeof(double) * (size_t)K);
+                for (int64_t n = 0; n < F; n++) {
+                    double g = 0.0, u = 0.0;
+                    for (int64_t k = 0; k < K; k++) {
+                        g += a.v[n * K + k] * in[k];
+                        u += a.v[(F + n) * K + k] * in[k];
+                    }
+                    ref[m * F + n] = ref_unary(act, g) * u;
+                }
+            }
+            tf_expect_close(got, ref, d.n, 1e-4, 1e-4, what);
+            assert_true(tf_pad_intact(&d));
+            assert_true(tf_unchanged(&a));
+            assert_true(tf_unchanged(&b));
+            free(got);
+            free(sep);
+            free(bv);
+            free(ref);
+            free(in);
+            tf_free(&a);
+            tf_free(&b);
+            tf_free(&w);
+            tf_free(&d);
+            tf_free(&d2);
+            tf_free(&ti);
+            tf_free(&to);
+            tf_free(&ti2);
+            tf_free(&to2);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
 /* Bad input is refused with a message before anything is written. */
 static void test_matmul_fused_bad(void **state) {
     (void)state;
@@ -259,6 +330,9 @@ static void test_matmul_fused_bad(void **state) {
     bb.offs += (size_t)(N - 1) * 4;
     rb_tensor wbad = w.t;
     wbad.ne[0] = K - 1;
+    /* glu_out: dst of N / 2 rows, the whole product in tmp_out */
+    const int64_t hne[4] = {N / 2, M, 1, 1}, a3ne[4] = {K, 3, 1, 1};
+    tt dg = tf_make(be, &rng, RB_F32, hne, TF_CONTIG, -1, 1), a3 = tf_make(be, &rng, RB_F32, a3ne, TF_CONTIG, -1, 1);
     const rb_matmul_fusion ok = {.norm = true, .norm_w = &w.t, .eps = 1e-5f, .tmp_in = &ti.t, .tmp_out = &to.t};
     struct {
         const char *what;
@@ -278,22 +352,38 @@ static void test_matmul_fused_bad(void **state) {
         {"tmp_out is dst", {.accumulate = true, .tmp_out = &d.t}, &d.t, &b.t},
         {"dst overlaps b", {.tmp_in = &ti.t}, &bd, &bb},
         {"b of the wrong length", ok, &d.t, &u.t},
+        {"glu_out with accumulate", {.glu_out = true, .act = RB_UNARY_SILU, .accumulate = true, .tmp_out = &to.t},
+         &dg.t, &b.t},
+        {"glu_out with glu", {.glu_out = true, .glu = true, .up = &u.t, .act = RB_UNARY_SILU, .tmp_in = &ti.t,
+                              .tmp_out = &to.t}, &dg.t, &b.t},
+        {"glu_out with exp", {.glu_out = true, .act = RB_UNARY_EXP, .tmp_out = &to.t}, &dg.t, &b.t},
+        {"glu_out without tmp_out", {.glu_out = true, .act = RB_UNARY_SILU}, &dg.t, &b.t},
+        {"glu_out into N rows", {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t}, &d.t, &b.t},
+        {"glu_out tmp_out of dst's shape", {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &dg.t}, &dg.t, &b.t},
     };
     rb_tensor ushort = u.t;
     ushort.ne[0] = K - 2;
     cases[11].b = &ushort;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const rb_status s = rb_matmul_fused(be, cases[i].dst, &a.t, cases[i].b, &cases[i].f);
-        if (s != RB_E_INVALID) fail_msg("%s: status %d, expected RB_E_INVALID", cases[i].what, (int)s);
+    for (size_t i = 0; i <= sizeof cases / sizeof cases[0]; i++) {
+        /* the last case: glu_out over a with an odd number of rows */
+        const bool odd = i == sizeof cases / sizeof cases[0];
+        const rb_matmul_fusion fodd = {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t};
+        const rb_status s = odd ? rb_matmul_fused(be, &dg.t, &a3.t, &b.t, &fodd)
+                                : rb_matmul_fused(be, cases[i].dst, &a.t, cases[i].b, &cases[i].f);
+        if (s != RB_E_INVALID)
+            fail_msg("%s: status %d, expected RB_E_INVALID", odd ? "glu_out over 3 rows" : cases[i].what, (int)s);
         assert_true(strlen(rb_backend_last_error(be)) > 0);
         assert_true(tf_unchanged(&d));
         assert_true(tf_unchanged(&dh));
         assert_true(tf_unchanged(&ti));
         assert_true(tf_unchanged(&to));
         assert_true(tf_unchanged(&bg));
+        assert_true(tf_unchanged(&dg));
     }
     assert_int_equal(rb_matmul_fused(be, &d.t, &a.t, &b.t, NULL), RB_E_INVALID);
-    TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok)); /* and the valid call goes through */
+    TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok)); /* and the valid calls go through */
+    const rb_matmul_fusion ok_glu = {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t};
+    TU_OK(rb_matmul_fused(be, &dg.t, &a.t, &b.t, &ok_glu));
     tf_free(&a);
     tf_free(&b);
     tf_free(&u);
@@ -303,6 +393,8 @@ static void test_matmul_fused_bad(void **state) {
     tf_free(&ti);
     tf_free(&to);
     tf_free(&bg);
+    tf_free(&dg);
+    tf_free(&a3);
     rb_backend_destroy(be);
 }
 
@@ -311,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_glu),
         cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_matmul_fused),
+        cmocka_unit_test(test_matmul_fused_glu_out),
         cmocka_unit_test(test_matmul_fused_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,8 @@
  * residual add) and, with q4_0/q8_0 weights, applies an rms_norm as it
  * quantizes the activations (mvd_quant_x): one kernel instead of the norm's
  * and the add's (7B decode q4_0 401.6 -> 418.1, q8_0 275.2 -> 288.2 tok/s).
+ * With glu_out a group takes pairs of rows (gate r, up r + N/2) and writes
+ * act(gate) * up: the gated MLP's product without the glu kernel.
  *
  * Measured on an H100 (bench_gpu ops, 4096 x 11008, M = 1, graph replay,
  * fraction of the copy bandwidth; docs/PERFORMANCE.md): the staged kernel of
@@ -69,6 +71,8 @@ struct mvd_args {
     int M;
     int pre;                  /* MVD_PRE_* (one slice) */
     int acc;                  /* dst (f32) += product */
+    int gluo;                 /* dst row r = act(row r) * row r + N/2 of the product (rb_matmul_fused glu_out) */
+    int act;                  /* its gate activation (rb_unary_op) */
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
 };
@@ -307,12 +311,19 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
     uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U;
     const int64_t G = (int64_t)gridDim.x * NG, g = (int64_t)blockIdx.x * NG + gi;
-    const int64_t N = p.a.ne[1], K = p.a.ne[0];
+    const int64_t N = p.a.ne[1], K = p.a.ne[0], NH = N / 2;
     const int64_t nsp = (F::row_bytes(K) + F::SPAN_BYTES - 1) / F::SPAN_BYTES; /* spans per row */
     const int64_t sl = blockIdx.y, i2 = sl % p.d.ne[2], i3 = sl / p.d.ne[2];
     const char *ab = p.a.p + (i2 / p.r2) * p.a.nb[2] + (i3 / p.r3) * p.a.nb[3];
+    /* the group's output rows; with gluo each is a pair of weight rows, the
+     * gate's r then the up projection's r + N/2 ("steps" 2 r and 2 r + 1) */
     int64_t lo, hi;
-    mvd_rows(N, g, G, &lo, &hi);
+    mvd_rows(p.gluo ? NH : N, g, G, &lo, &hi);
+    if (p.gluo) {
+        lo *= 2;
+        hi *= 2;
+    }
+    auto wrow = [&](int64_t st) { return p.gluo ? (st >> 1) + (st & 1) * NH : st; };
 
     uint4 v[UL], w[UL];
     auto load_to = [&](uint4(&t)[UL], int64_t r, int64_t span) {
@@ -324,7 +335,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             t[j] = u < nu ? RB_LD_STREAM(src + u) : make_uint4(0u, 0u, 0u, 0u);
         }
     };
-    if (lo < hi) load_to(v, lo, 0);
+    if (lo < hi) load_to(v, wrow(lo), 0);
     rb_grid_dep_wait(); /* activations come from the kernel before */
 
     mvd_x<MT> X;
@@ -349,22 +360,29 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             X.r[m] = NULL;
         }
     }
-    float acc[MT];
-    auto finish = [&](int64_t row) {
+    float acc[MT], gate[MT];
+    auto finish = [&](int64_t st) {
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             float t = acc[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
+            if (p.gluo && !(st & 1)) { /* the gate: kept for the up row that follows */
+                gate[m] = t;
+                continue;
+            }
             if (lane == 0 && m < p.M) {
+                const int64_t row = p.gluo ? st >> 1 : st;
                 char *o = p.d.p + row * p.d.nb[0] + m * p.d.nb[1] + i2 * p.d.nb[2] + i3 * p.d.nb[3];
+                if (p.gluo) t = apply_unary(p.act, gate[m]) * t;
                 if (p.acc) t += *(const float *)o; /* the residual add of rb_matmul_fused */
                 stf(p.d.dt, o, t);
             }
         }
     };
     if constexpr (F::QUANT) {
-        for (int64_t row = lo; row < hi; row++) {
+        for (int64_t st = lo; st < hi; st++) {
+            const int64_t row = wrow(st);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
             for (int64_t span = 0; span < nsp; span++) {
@@ -379,23 +397,24 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                 /* the next span's loads fly while this one is consumed (two
                  * in flight, in v and w alternately, measured slower) */
                 if (span + 1 < nsp) load_to(v, row, span + 1);
-                else if (row + 1 < hi) load_to(v, row + 1, 0);
+                else if (st + 1 < hi) load_to(v, wrow(st + 1), 0);
                 F::template consume<MT>(slot, nbytes, span, lane, X, acc);
             }
-            finish(row);
+            finish(st);
         }
     } else {
-        for (int64_t row = lo; row < hi; row++) {
+        for (int64_t st = lo; st < hi; st++) {
+            const int64_t row = wrow(st);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
             for (int64_t span = 0; span < nsp; span++) { /* the next span into w while v is used */
                 if (span + 1 < nsp) load_to(w, row, span + 1);
-                else if (row + 1 < hi) load_to(w, row + 1, 0);
+                else if (st + 1 < hi) load_to(w, wrow(st + 1), 0);
                 F::template consume_regs<MT>(v, (int)F::span_bytes(K, span), span, lane, X, acc);
 #pragma unroll
                 for (int j = 0; j < UL; j++) v[j] = w[j];
             }
-            finish(row);
+            finish(st);
         }
     }
 }

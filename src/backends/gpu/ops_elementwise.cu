@@ -24,33 +24,6 @@ __global__ void k_fill(gt d, float v, int64_t n) {
     }
 }
 
-__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-
-__device__ __forceinline__ float apply_unary(int op, float x) {
-    switch (op) {
-    case RB_UNARY_NEG: return -x;
-    case RB_UNARY_ABS: return fabsf(x);
-    case RB_UNARY_SQR: return x * x;
-    case RB_UNARY_SQRT: return sqrtf(x);
-    case RB_UNARY_RSQRT: return 1.0f / sqrtf(x);
-    case RB_UNARY_EXP: return expf(x);
-    case RB_UNARY_LOG: return logf(x);
-    case RB_UNARY_SIN: return sinf(x);
-    case RB_UNARY_COS: return cosf(x);
-    case RB_UNARY_TANH: return tanhf(x);
-    case RB_UNARY_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case RB_UNARY_RELU: return x > 0.0f ? x : 0.0f;
-    case RB_UNARY_SILU: return x / (1.0f + expf(-x));
-    case RB_UNARY_GELU: return gelu_erf(x);
-    case RB_UNARY_GELU_TANH: {
-        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-        return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-    }
-    case RB_UNARY_RECIP: return 1.0f / x;
-    default: return x;
-    }
-}
-
 /* op < 0: affine (x * scale + bias) */
 __global__ void k_unary(gt d, gt s, int op, float scale, float bias, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {

@@ -11,13 +11,15 @@
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
  *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
  * gpu_matmul_fused runs rb_matmul_fused through the direct decode kernels
- * (matvec_direct.cuh): the residual add as a block stores the product, and
+ * (matvec_direct.cuh): the residual add as a block stores the product, the
+ * gated output (glu_out) from pairs of rows a group computes together, and
  * for q4_0/q8_0 weights the norm as it quantizes the activations; a gate, or
  * a norm before float weights, runs as its own kernel first (folding them in
  * made every block read the activations twice: measured slower). Where the
  * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
  * anything and the front-end runs the separate ops. RBEE_GPU_FUSE (read
- * once): bit 1 the norm, bit 4 the add (default 5; 0 declines every case).
+ * once): bit 1 the norm, bit 2 the gated output (glu_out), bit 4 the add
+ * (default 7; 0 declines every case).
  */
 #include "backends/gpu/matvec.cuh"
 
@@ -120,25 +122,27 @@ static bool f32_rows16(const rb_tensor *t) {
 
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f) {
-    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 5);
+    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 7);
     const int64_t M = b->ne[1];
     /* one slice of f32 rows, an f32 destination when accumulating */
-    if (!(enabled & 5) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
+    if (!(enabled & 7) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
         b->ne[2] != 1 || b->ne[3] != 1 || !f32_rows16(b) || (f->accumulate && dst->dtype != RB_F32))
         return RB_E_UNSUPPORTED;
     const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
     if (quant && !gpu_units_aligned(a->dtype, gview(a))) return RB_E_UNSUPPORTED;
-    const bool acc = f->accumulate && (enabled & 4);
+    const bool acc = f->accumulate && (enabled & 4), gluo = f->glu_out && (enabled & 2);
     /* the norm inside the product: q4_0/q8_0 weights quantize the
      * activations in each block anyway (f32 contiguous norm weight) */
     const bool norm_in = f->norm && (enabled & 1) && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
-    if (!acc && !norm_in) return RB_E_UNSUPPORTED; /* nothing to fuse */
-    if (f->accumulate && !acc) return RB_E_UNSUPPORTED;
+    if (!acc && !norm_in && !gluo) return RB_E_UNSUPPORTED; /* nothing to fuse */
+    if ((f->accumulate && !acc) || (f->glu_out && !gluo)) return RB_E_UNSUPPORTED;
     mvd_args p = {};
     p.acc = acc;
+    p.gluo = gluo;
+    p.act = (int)f->act;
     p.eps = f->eps;
     const rb_tensor *in = b;
     if (norm_in) {
@@ -156,9 +160,15 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
         if (s != RB_OK || done) return s;
     }
     if (!pre || norm_in) return RB_E_UNSUPPORTED; /* nothing queued yet */
-    /* the input op is queued: finish with the separate product and add */
+    /* the input op is queued: finish with the separate product and add or gate */
     rb_status s = gpu_matmul(be, f->tmp_out, a, in);
     if (s != RB_OK) return s;
+    if (gluo) {
+        rb_tensor gate = *f->tmp_out, up = *f->tmp_out;
+        gate.ne[0] = up.ne[0] = dst->ne[0];
+        up.offs += (size_t)dst->ne[0] * up.nb[0];
+        return gpu_glu(be, dst, &gate, &up, f->act);
+    }
     return gpu_binary(be, RB_BINARY_ADD, dst, dst, f->tmp_out);
 }
 
