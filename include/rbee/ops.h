@@ -126,8 +126,9 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
  *   dst = matmul(a, in), or dst += matmul(a, in) (accumulate)
  *   dst = act(p[0, N/2)) * p[N/2, N)          (glu_out, p = matmul(a, in):
  *         a holds N = 2 dst->ne[0] rows, the gate's then the up projection's)
+ *   then rb_rope over dst's first rope_heads heads, in place   (rope)
  * b (and up, norm_w) are f32 here; dst is f32 when accumulating and must not
- * overlap b or up; glu_out excludes glu and accumulate. A backend without a
+ * overlap b or up; glu_out excludes glu and accumulate, rope excludes both. A backend without a
  * fused kernel for the case runs the separate ops: `in` into tmp_in (b's
  * shape, f32; needed with norm or glu), the product into tmp_out (f32, dst's
  * shape, or [N, M, ...] with glu_out; needed with accumulate or glu_out),
@@ -143,6 +144,13 @@ typedef struct rb_matmul_fusion {
     rb_unary_op act;          /* silu, gelu_tanh, gelu or relu */
     bool accumulate;          /* add the product to dst */
     bool glu_out;             /* dst = act(first half of the product's rows) * second half */
+    /* rope after the product (not with accumulate or glu_out): dst's first
+     * rope_heads x rope_head_dim rows, seen as [rope_head_dim, rope_heads, M]
+     * (row m at position rope_pos[m], i32 [M]), rotated as rb_rope does, in
+     * place: the q and k heads at the start of a fused qkv projection */
+    const struct rb_rope_params *rope;
+    const rb_tensor *rope_pos;
+    int64_t rope_head_dim, rope_heads;
     rb_tensor *tmp_in;        /* scratch of the unfused path (see above) */
     rb_tensor *tmp_out;
 } rb_matmul_fusion;

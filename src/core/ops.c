@@ -530,6 +530,34 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     return be->vt->matmul(be, dst, a, b);
 }
 
+/* What rb_rope (and rb_matmul_fused's rope) require of its operands. */
+static rb_status check_rope(const opc *c, const rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,
+                            const rb_rope_params *p) {
+    if (!p) return fail(c, RB_E_INVALID, "params are NULL");
+    TRY(check_float(c, "dst", dst));
+    TRY(check_float(c, "src", src));
+    TRY(same_shape(c, "dst", dst, "src", src));
+    TRY(check_dtype(c, "pos", pos, RB_I32));
+    if (!nelem_is(pos, src->ne[2]))
+        return fail(c, RB_E_INVALID, "pos %s must be [T = %lld] (src %s is [head_dim, n_heads, T, B])", D(pos).s,
+                    (long long)src->ne[2], D(src).s);
+    if (p->n_rot <= 0 || p->n_rot % 2 || p->n_rot > src->ne[0])
+        return fail(c, RB_E_INVALID, "n_rot %d must be even, > 0 and <= head_dim %lld", p->n_rot,
+                    (long long)src->ne[0]);
+    if (p->mode != RB_ROPE_NORMAL && p->mode != RB_ROPE_NEOX)
+        return fail(c, RB_E_INVALID, "unknown rope mode %d", (int)p->mode);
+    if (!(p->freq_base > 0.0f) || !isfinite(p->freq_base) || !isfinite(p->freq_scale) || !isfinite(p->attn_factor))
+        return fail(c, RB_E_INVALID, "freq_base %g must be > 0; freq_scale %g and attn_factor %g finite",
+                    (double)p->freq_base, (double)p->freq_scale, (double)p->attn_factor);
+    if (p->freq_factors) {
+        TRY(check_dtype(c, "freq_factors", p->freq_factors, RB_F32));
+        if (!nelem_is(p->freq_factors, p->n_rot / 2))
+            return fail(c, RB_E_INVALID, "freq_factors %s must be [n_rot/2 = %d]", D(p->freq_factors).s,
+                        p->n_rot / 2);
+    }
+    return RB_OK;
+}
+
 rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                           const rb_matmul_fusion *f) {
     NEED_BE();
@@ -583,6 +611,23 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         if (overlap(t, dst) || overlap(t, b) || (f->tmp_in && f->norm && overlap(t, f->tmp_in)))
             return fail(&c, RB_E_INVALID, "tmp_out %s overlaps dst, b or tmp_in", D(t).s);
     }
+    rb_tensor rv = {0}; /* rope: dst's first heads as [head_dim, heads, M] */
+    if (f->rope) {
+        if (f->accumulate || f->glu_out)
+            return fail(&c, RB_E_INVALID, "rope cannot be combined with accumulate or glu_out");
+        if (dst->ne[2] != 1 || dst->ne[3] != 1 || f->rope_head_dim <= 0 || f->rope_heads <= 0 ||
+            f->rope_heads > dst->ne[0] / f->rope_head_dim)
+            return fail(&c, RB_E_INVALID, "rope over %lld heads of %lld needs dst %s of [>= heads x head_dim, M]",
+                        (long long)f->rope_heads, (long long)f->rope_head_dim, D(dst).s);
+        rv = *dst;
+        rv.ne[0] = f->rope_head_dim;
+        rv.ne[1] = f->rope_heads;
+        rv.ne[2] = dst->ne[1];
+        rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
+        rv.nb[2] = dst->nb[1];
+        rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+        TRY(check_rope(&c, &rv, &rv, f->rope_pos, f->rope));
+    }
     if (overlap(dst, b) || (f->glu && overlap(dst, f->up)))
         return fail(&c, RB_E_INVALID, "dst %s overlaps b or up", D(dst).s);
     const int64_t n_out = f->glu_out ? a->ne[1] / 2 : a->ne[1];
@@ -611,6 +656,10 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         up.offs += (size_t)n_out * up.nb[0];
         return rb_glu(be, dst, &gate, &up, f->act);
     }
+    if (f->rope) {
+        TRY(rb_matmul(be, dst, a, in));
+        return rb_rope(be, &rv, &rv, f->rope_pos, f->rope);
+    }
     if (!f->accumulate) return rb_matmul(be, dst, a, in);
     TRY(rb_matmul(be, f->tmp_out, a, in));
     return rb_binary(be, RB_BINARY_ADD, dst, dst, f->tmp_out);
@@ -622,28 +671,7 @@ rb_status rb_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb
                   const rb_rope_params *p) {
     NEED_BE();
     opc c = {be, "rb_rope"};
-    if (!p) return fail(&c, RB_E_INVALID, "params are NULL");
-    TRY(check_float(&c, "dst", dst));
-    TRY(check_float(&c, "src", src));
-    TRY(same_shape(&c, "dst", dst, "src", src));
-    TRY(check_dtype(&c, "pos", pos, RB_I32));
-    if (!nelem_is(pos, src->ne[2]))
-        return fail(&c, RB_E_INVALID, "pos %s must be [T = %lld] (src %s is [head_dim, n_heads, T, B])", D(pos).s,
-                    (long long)src->ne[2], D(src).s);
-    if (p->n_rot <= 0 || p->n_rot % 2 || p->n_rot > src->ne[0])
-        return fail(&c, RB_E_INVALID, "n_rot %d must be even, > 0 and <= head_dim %lld", p->n_rot,
-                    (long long)src->ne[0]);
-    if (p->mode != RB_ROPE_NORMAL && p->mode != RB_ROPE_NEOX)
-        return fail(&c, RB_E_INVALID, "unknown rope mode %d", (int)p->mode);
-    if (!(p->freq_base > 0.0f) || !isfinite(p->freq_base) || !isfinite(p->freq_scale) || !isfinite(p->attn_factor))
-        return fail(&c, RB_E_INVALID, "freq_base %g must be > 0; freq_scale %g and attn_factor %g finite",
-                    (double)p->freq_base, (double)p->freq_scale, (double)p->attn_factor);
-    if (p->freq_factors) {
-        TRY(check_dtype(&c, "freq_factors", p->freq_factors, RB_F32));
-        if (!nelem_is(p->freq_factors, p->n_rot / 2))
-            return fail(&c, RB_E_INVALID, "freq_factors %s must be [n_rot/2 = %d]", D(p->freq_factors).s,
-                        p->n_rot / 2);
-    }
+    TRY(check_rope(&c, dst, src, pos, p));
     TRY(writable(&c, "dst", dst));
     return be->vt->rope(be, dst, src, pos, p);
 }

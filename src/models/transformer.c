@@ -167,8 +167,13 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
 
         /* projections into the qkv region */
         rb_tensor q, k, v;
+        /* fused decode: the qkv projection also rotates the q and k heads
+         * (no bias to add between the product and the rope) */
+        const bool rope_in_qkv = c->fused_qkv && fuse && !L->has_bqkv && !c->has_rope_long;
         if (c->fused_qkv && fuse) {
-            const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps, .tmp_in = &b.h};
+            const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps,
+                                         .rope = rope_in_qkv ? &rp : NULL, .rope_pos = &b.pos,
+                                         .rope_head_dim = D, .rope_heads = Hq + Hkv, .tmp_in = &b.h};
             CK(rb_matmul_fused(be, &b.qkv, &L->wqkv, &b.x, &fu));
         } else if (fuse) {
             CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
@@ -197,7 +202,9 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             v = v2;
         }
         /* rotary embedding, in place */
-        if (!c->has_rope_long) {
+        if (rope_in_qkv) {
+            /* done by the projection */
+        } else if (!c->has_rope_long) {
             if (c->fused_qkv) { /* q and k heads are adjacent in each qkv row: one launch */
                 rb_tensor qk = view3(&b.qkv, 0, D, Hq + Hkv, T, D * sizeof(float), qkv_row);
                 CK(rb_rope(be, &qk, &qk, &b.pos, &rp));

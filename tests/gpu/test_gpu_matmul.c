@@ -34,7 +34,9 @@
  *    1e-3.
  *  - test_matmul_fused: rb_matmul_fused (norm with and without weight, glu,
  *    accumulate, glu_out alone and after a norm: act(gate rows) * up rows
- *    against the double reference of both products) for every weight type
+ *    against the double reference of both products, rope of a product's
+ *    first heads at device positions, whole and partial, after a norm) for
+ *    every weight type
  *    of the direct kernels (and q4_K, which
  *    runs the separate ops), M = 1, 3, 4, 5, K = 256 and 4096, against the
  *    double reference (bounds as above) and the CPU backend (float 1e-5;
@@ -360,14 +362,16 @@ static void test_matmul_fused(void **state) {
             gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
             double *av = values(&a), *wv = gp_read(&w, 0);
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-                for (int mode = 0; mode < 7; mode++) {
+                for (int mode = 0; mode < 9; mode++) {
                     /* 0 norm+w, 1 norm+acc (no w), 2 glu silu+acc, 3 glu gelu_tanh, 4 acc,
-                     * 5 norm+w then glu_out silu, 6 glu_out gelu_tanh (over a's first 256 rows) */
-                    const bool gluo = mode >= 5;
-                    const int64_t NO = gluo ? NG / 2 : N; /* output rows */
+                     * 5 norm+w then glu_out silu, 6 glu_out gelu_tanh (over a's first 256 rows),
+                     * 7 rope (3 heads of 64 of a's first 256 rows), 8 norm+w then rope of 32 dims
+                     * with freq_scale and attn_factor */
+                    const bool gluo = mode == 5 || mode == 6, rope = mode >= 7;
+                    const int64_t NO = gluo ? NG / 2 : rope ? NG : N; /* output rows */
                     const int64_t M = Ms[mi], bne[4] = {K, M, 1, 1}, pne[4] = {2 * K, M, 1, 1}, dne[4] = {NO, M, 1, 1},
                                   one[4] = {gluo ? NG : N, M, 1, 1};
-                    const bool norm = mode <= 1 || mode == 5, glu = mode == 2 || mode == 3,
+                    const bool norm = mode <= 1 || mode == 5 || mode == 8, glu = mode == 2 || mode == 3,
                                acc = mode == 1 || mode == 2 || mode == 4;
                     const rb_unary_op act = mode == 3 || mode == 6 ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
                     gp p = gp_make(c, g, &rng, RB_F32, glu ? pne : bne, GP_CONTIG, -2, 2);
@@ -375,7 +379,13 @@ static void test_matmul_fused(void **state) {
                     gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
                     gp to = gp_make(c, g, &rng, RB_F32, one, GP_CONTIG, 0, 1);
                     rb_tensor wa_c = a.c, wa_g = a.g; /* the weights, or their first NG rows */
-                    if (gluo) wa_c.ne[1] = wa_g.ne[1] = NG;
+                    if (gluo || rope) wa_c.ne[1] = wa_g.ne[1] = NG;
+                    int32_t posv[5];
+                    for (int64_t m = 0; m < M; m++) posv[m] = (int32_t)((m * 1777 + 7 * (int64_t)mode) % 4096);
+                    gp rpos = gp_ids(c, g, posv, M, 1);
+                    const rb_rope_params rp = {.n_rot = mode == 8 ? 32 : 64, .mode = RB_ROPE_NORMAL, .freq_base = 10000.0f,
+                                               .freq_scale = mode == 8 ? 0.25f : 1.0f,
+                                               .attn_factor = mode == 8 ? 0.8f : 1.0f};
                     memset(ti.orig, 0xff, ti.size); /* NaN */
                     memset(to.orig, 0xff, to.size);
                     TU_OK(rb_buffer_set(ti.gb, 0, ti.orig, ti.size));
@@ -385,11 +395,14 @@ static void test_matmul_fused(void **state) {
                         half(&p, 0, K, &bc, &bg);
                         half(&p, K, K, &uc, &ug);
                     }
-                    rb_matmul_fusion fc = {.norm = norm, .norm_w = mode == 0 || mode == 5 ? &w.c : NULL, .eps = 1e-5f,
-                                           .glu = glu, .up = &uc, .act = act, .accumulate = acc, .glu_out = gluo,
+                    const bool nw = mode == 0 || mode == 5 || mode == 8;
+                    rb_matmul_fusion fc = {.norm = norm, .norm_w = nw ? &w.c : NULL, .eps = 1e-5f, .glu = glu, .up = &uc,
+                                           .act = act, .accumulate = acc, .glu_out = gluo, .rope = rope ? &rp : NULL,
+                                           .rope_pos = &rpos.c, .rope_head_dim = 64, .rope_heads = 3,
                                            .tmp_in = &ti.c, .tmp_out = &to.c};
                     rb_matmul_fusion fg = fc;
-                    fg.norm_w = mode == 0 || mode == 5 ? &w.g : NULL;
+                    fg.norm_w = nw ? &w.g : NULL;
+                    fg.rope_pos = &rpos.g;
                     fg.up = &ug;
                     fg.tmp_in = &ti.g;
                     fg.tmp_out = &to.g;
@@ -404,7 +417,7 @@ static void test_matmul_fused(void **state) {
                      * before q4_0/q8_0 weights never through tmp_in */
                     const bool direct = wt != RB_Q4_K && (M == 1 || (M <= 4 && K == 256));
                     const bool in_kept =
-                        direct && (mode == 4 || mode == 6 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
+                        direct && (mode == 4 || mode == 6 || mode == 7 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
                     if ((in_kept && !gp_gpu_unchanged(&ti)) || (direct && !gp_gpu_unchanged(&to))) {
                         print_error("fused %s K=%lld M=%lld mode %d: the separate ops ran (scratch written)\n",
                                     rb_dtype_name(wt), (long long)K, (long long)M, mode);
@@ -424,7 +437,7 @@ static void test_matmul_fused(void **state) {
                         for (int64_t k = 0; k < K; k++) ss += x[k] * x[k];
                         const double r = 1.0 / sqrt(ss / (double)K + 1e-5);
                         for (int64_t k = 0; k < K; k++)
-                            in[m * K + k] = norm ? x[k] * r * (mode == 0 || mode == 5 ? wv[k] : 1.0)
+                            in[m * K + k] = norm ? x[k] * r * (nw ? wv[k] : 1.0)
                                             : glu ? ref_act(act, x[k]) * x[K + k] : x[k];
                         for (int64_t n = 0; n < NO; n++) {
                             double s = 0, v = 0, su = 0, vu = 0;
@@ -444,9 +457,21 @@ static void test_matmul_fused(void **state) {
                                 var[m * NO + n] = ga * ga * vu + 1.44 * su * su * v;
                                 continue;
                             }
-                            ref[m * N + n] = s + (acc ? d0[m * N + n] : 0.0);
-                            var[m * N + n] = v;
+                            ref[m * NO + n] = s + (acc ? d0[m * NO + n] : 0.0);
+                            var[m * NO + n] = v;
                         }
+                        if (rope) /* rotate the pairs of the 3 heads' first n_rot dims (normal mode) */
+                            for (int64_t n = 0; n < 3 * 64; n += 2) {
+                                const int64_t dd = n % 64;
+                                if (dd >= rp.n_rot) continue;
+                                const double th = posv[m] * rp.freq_scale * pow(10000.0, -(double)dd / rp.n_rot);
+                                const double cs = cos(th) * rp.attn_factor, sn = sin(th) * rp.attn_factor;
+                                const double x0 = ref[m * NO + n], x1 = ref[m * NO + n + 1];
+                                ref[m * NO + n] = x0 * cs - x1 * sn;
+                                ref[m * NO + n + 1] = x0 * sn + x1 * cs;
+                                const double v0 = var[m * NO + n], v1 = var[m * NO + n + 1];
+                                var[m * NO + n] = var[m * NO + n + 1] = v0 + v1;
+                            }
                     }
                     /* errors of the product (the accumulated base is exact f32 addition) */
                     err_sums er = {0, 0, 0}, ec = {0, 0, 0};
@@ -474,6 +499,7 @@ static void test_matmul_fused(void **state) {
                     gp_free(&d);
                     gp_free(&ti);
                     gp_free(&to);
+                    gp_free(&rpos);
                 }
             free(av);
             free(wv);

@@ -1,5 +1,5 @@
 /* The fused ops rb_glu, rb_add_rms_norm and rb_matmul_fused (with glu_out
- * too) exist so the model can drop a pass and a launch per call; they must
+ * and rope too) exist so the model can drop a pass and a launch per call; they must
  * not change the CPU's numbers (rb_matmul_fused runs the separate ops there). Each
  * is checked against a naive double reference and, bit for bit, against the
  * unfused pair it replaces (rb_unary + rb_binary(MUL), rb_binary(ADD) +
@@ -310,6 +310,99 @@ static void test_matmul_fused_glu_out(void **state) {
     }
 }
 
+/* rb_matmul_fused with rope: a qkv-shaped product (3 q heads, 1 k head, 1
+ * v head of 8) whose first 4 heads are rotated in place, in normal and neox
+ * mode, partial rotation, frequency factors, after a norm: bit for bit
+ * against rb_matmul then rb_rope on the same view, and against the double
+ * product rotated by the double reference (v rows untouched). */
+static void test_matmul_fused_rope(void **state) {
+    (void)state;
+    const int64_t K = 64, HD = 8, HR = 4, N = (HR + 1) * HD, M = 3;
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        tu_rng rng;
+        tu_rng_seed(&rng, 36000 + (uint64_t)ci);
+        const int64_t ane[4] = {K, N, 1, 1}, bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1}, wne[4] = {K, 1, 1, 1},
+                      pne[4] = {M, 1, 1, 1}, fne[4] = {HD / 2, 1, 1, 1};
+        for (int mode = 0; mode < 4; mode++) { /* 0 normal, 1 neox, 2 normal n_rot 6 + factors, 3 normal + norm */
+            tt a = tf_make(be, &rng, RB_F32, ane, TF_CONTIG, -1, 1), b = tf_make(be, &rng, RB_F32, bne, TF_SLICE, -2, 2);
+            tt w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, 0.5f, 1.5f);
+            tt pos = tf_make(be, &rng, RB_I32, pne, TF_CONTIG, 0, 3000);
+            tt ff = tf_make(be, &rng, RB_F32, fne, TF_CONTIG, 1, 4);
+            tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, -2, 2), d2 = tf_from(be, RB_F32, dne, TF_SLICE, d.v);
+            tt ti = tf_make(be, &rng, RB_F32, bne, TF_CONTIG, 0, 1), ti2 = tf_from(be, RB_F32, bne, TF_CONTIG, ti.v);
+            rb_tensor ffv = ff.t;
+            ffv.ne[0] = 3; /* n_rot 6: three factors */
+            const rb_rope_params rp = {.n_rot = mode == 2 ? 6 : (int)HD, .mode = mode == 1 ? RB_ROPE_NEOX : RB_ROPE_NORMAL,
+                                       .freq_base = 10000.0f, .freq_scale = mode == 2 ? 0.5f : 1.0f,
+                                       .attn_factor = mode == 2 ? 0.9f : 1.0f, .freq_factors = mode == 2 ? &ffv : NULL};
+            const bool norm = mode == 3;
+            const rb_matmul_fusion f = {.norm = norm, .norm_w = &w.t, .eps = 1e-5f, .rope = &rp, .rope_pos = &pos.t,
+                                        .rope_head_dim = HD, .rope_heads = HR, .tmp_in = &ti.t};
+            TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &f));
+            /* the separate ops */
+            if (norm) TU_OK(rb_rms_norm(be, &ti2.t, &b.t, &w.t, f.eps));
+            TU_OK(rb_matmul(be, &d2.t, &a.t, norm ? &ti2.t : &b.t));
+            rb_tensor rv = d2.t;
+            rv.ne[0] = HD;
+            rv.ne[1] = HR;
+            rv.ne[2] = M;
+            rv.nb[1] = (size_t)HD * d2.t.nb[0];
+            rv.nb[2] = d2.t.nb[1];
+            rv.nb[3] = d2.t.nb[1] * (size_t)M;
+            TU_OK(rb_rope(be, &rv, &rv, &pos.t, &rp));
+            char what[64];
+            snprintf(what, sizeof what, "matmul_fused rope mode %d cfg %d", mode, ci);
+            double *got = tf_read(&d), *sep = tf_read(&d2), *bv = tf_read(&b);
+            tf_expect_close(got, sep, d.n, 0, 0, what);
+            /* double product, then the reference rope over its first HR heads */
+            double *prod = malloc(sizeof(double) * (size_t)(N * M)), *in = malloc(sizeof(double) * (size_t)K),
+                   *qk = malloc(sizeof(double) * (size_t)(HR * HD * M)), *rot = malloc(sizeof(double) * (size_t)(HR * HD * M));
+            assert_non_null(prod);
+            assert_non_null(in);
+            assert_non_null(qk);
+            assert_non_null(rot);
+            for (int64_t m = 0; m < M; m++) {
+                if (norm) ref_rms_norm_row(bv + m * K, w.v, f.eps, K, in);
+                else memcpy(in, bv + m * K, sizeof(double) * (size_t)K);
+                for (int64_t n = 0; n < N; n++) {
+                    double t = 0.0;
+                    for (int64_t k = 0; k < K; k++) t += a.v[n * K + k] * in[k];
+                    prod[m * N + n] = t;
+                }
+                memcpy(qk + m * HR * HD, prod + m * N, sizeof(double) * (size_t)(HR * HD));
+            }
+            int32_t posi[3];
+            for (int64_t m = 0; m < M; m++) posi[m] = (int32_t)pos.v[m];
+            const int64_t rne[4] = {HD, HR, M, 1};
+            ref_rope(qk, rne, posi, rp.n_rot, rp.mode, rp.freq_base, rp.freq_scale, rp.attn_factor,
+                     mode == 2 ? ff.v : NULL, rot);
+            for (int64_t m = 0; m < M; m++) memcpy(prod + m * N, rot + m * HR * HD, sizeof(double) * (size_t)(HR * HD));
+            tf_expect_close(got, prod, d.n, 1e-4, 1e-4, what);
+            assert_true(tf_pad_intact(&d));
+            assert_true(tf_unchanged(&a));
+            assert_true(tf_unchanged(&b));
+            free(got);
+            free(sep);
+            free(bv);
+            free(prod);
+            free(in);
+            free(qk);
+            free(rot);
+            tf_free(&a);
+            tf_free(&b);
+            tf_free(&w);
+            tf_free(&pos);
+            tf_free(&ff);
+            tf_free(&d);
+            tf_free(&d2);
+            tf_free(&ti);
+            tf_free(&ti2);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
 /* Bad input is refused with a message before anything is written. */
 static void test_matmul_fused_bad(void **state) {
     (void)state;
@@ -330,6 +423,15 @@ static void test_matmul_fused_bad(void **state) {
     bb.offs += (size_t)(N - 1) * 4;
     rb_tensor wbad = w.t;
     wbad.ne[0] = K - 1;
+    /* rope: dst [N = 4, M = 2] as two heads of 2, positions [M] */
+    const int64_t rpne[4] = {M, 1, 1, 1};
+    tt rpos = tf_make(be, &rng, RB_I32, rpne, TF_CONTIG, 0, 9);
+    rb_tensor rpos1 = rpos.t;
+    rpos1.ne[0] = 1;
+    const rb_rope_params rp = {.n_rot = 2, .mode = RB_ROPE_NORMAL, .freq_base = 10000.0f, .freq_scale = 1.0f,
+                               .attn_factor = 1.0f};
+    rb_rope_params rp_wide = rp;
+    rp_wide.n_rot = 4;
     /* glu_out: dst of N / 2 rows, the whole product in tmp_out */
     const int64_t hne[4] = {N / 2, M, 1, 1}, a3ne[4] = {K, 3, 1, 1};
     tt dg = tf_make(be, &rng, RB_F32, hne, TF_CONTIG, -1, 1), a3 = tf_make(be, &rng, RB_F32, a3ne, TF_CONTIG, -1, 1);
@@ -360,6 +462,15 @@ static void test_matmul_fused_bad(void **state) {
         {"glu_out without tmp_out", {.glu_out = true, .act = RB_UNARY_SILU}, &dg.t, &b.t},
         {"glu_out into N rows", {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t}, &d.t, &b.t},
         {"glu_out tmp_out of dst's shape", {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &dg.t}, &dg.t, &b.t},
+        {"rope with accumulate", {.rope = &rp, .rope_pos = &rpos.t, .rope_head_dim = 2, .rope_heads = 2,
+                                  .accumulate = true, .tmp_out = &to.t}, &d.t, &b.t},
+        {"rope over more heads than dst has", {.rope = &rp, .rope_pos = &rpos.t, .rope_head_dim = 2, .rope_heads = 3},
+         &d.t, &b.t},
+        {"rope without positions", {.rope = &rp, .rope_head_dim = 2, .rope_heads = 2}, &d.t, &b.t},
+        {"rope with n_rot past the head", {.rope = &rp_wide, .rope_pos = &rpos.t, .rope_head_dim = 2, .rope_heads = 2},
+         &d.t, &b.t},
+        {"rope with positions for 1 row", {.rope = &rp, .rope_pos = &rpos1, .rope_head_dim = 2, .rope_heads = 2},
+         &d.t, &b.t},
     };
     rb_tensor ushort = u.t;
     ushort.ne[0] = K - 2;
@@ -384,6 +495,8 @@ static void test_matmul_fused_bad(void **state) {
     TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok)); /* and the valid calls go through */
     const rb_matmul_fusion ok_glu = {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t};
     TU_OK(rb_matmul_fused(be, &dg.t, &a.t, &b.t, &ok_glu));
+    const rb_matmul_fusion ok_rope = {.rope = &rp, .rope_pos = &rpos.t, .rope_head_dim = 2, .rope_heads = 2};
+    TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok_rope));
     tf_free(&a);
     tf_free(&b);
     tf_free(&u);
@@ -395,6 +508,7 @@ static void test_matmul_fused_bad(void **state) {
     tf_free(&bg);
     tf_free(&dg);
     tf_free(&a3);
+    tf_free(&rpos);
     rb_backend_destroy(be);
 }
 
@@ -404,6 +518,7 @@ int main(void) {
         cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matmul_fused_glu_out),
+        cmocka_unit_test(test_matmul_fused_rope),
         cmocka_unit_test(test_matmul_fused_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

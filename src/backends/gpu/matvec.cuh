@@ -513,7 +513,7 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
     const void *fn = (const void *)k_mvd<F, MT, NT, FX, MINB>;
     const size_t smem = mvd_smem<F, NT>(FX, p.M, p.a.ne[0]);
     unsigned G = 1;
-    rb_status s = mvd_grid(be, fn, NT, smem, p.gluo ? p.a.ne[1] / 2 : p.a.ne[1], slices, &G);
+    rb_status s = mvd_grid(be, fn, NT, smem, p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1], slices, &G);
     if (s != RB_OK) return s;
     (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, FX, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, p);
     return gpu_check_launch(be, "matmul (matrix-vector, direct)");
@@ -598,7 +598,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
  * contiguous 16-byte aligned f32 activations (bf), 16-byte aligned weight
  * rows; a fused norm (p.pre) needs quantized weights (q4_0/q8_0, K % 256 ==
  * 0) whose activations fit the block's shared memory. p holds pre, acc,
- * gluo, act, nw, eps. *done = false where this does not apply (nothing was
+ * gluo, act, the rope fields, nw, eps. *done = false where this does not apply (nothing was
  * queued). */
 template <class F, int NT>
 static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, mvd_args p, bool pdl,

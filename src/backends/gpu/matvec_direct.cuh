@@ -30,7 +30,9 @@
  * quantizes the activations (mvd_quant_x): one kernel instead of the norm's
  * and the add's (7B decode q4_0 401.6 -> 418.1, q8_0 275.2 -> 288.2 tok/s).
  * With glu_out a group takes pairs of rows (gate r, up r + N/2) and writes
- * act(gate) * up: the gated MLP's product without the glu kernel.
+ * act(gate) * up: the gated MLP's product without the glu kernel. With rope
+ * (normal mode) it takes rows 2 i, 2 i + 1 together and rotates them: the
+ * qkv projection without the rope kernel.
  *
  * Measured on an H100 (bench_gpu ops, 4096 x 11008, M = 1, graph replay,
  * fraction of the copy bandwidth; docs/PERFORMANCE.md): the staged kernel of
@@ -73,6 +75,13 @@ struct mvd_args {
     int acc;                  /* dst (f32) += product */
     int gluo;                 /* dst row r = act(row r) * row r + N/2 of the product (rb_matmul_fused glu_out) */
     int act;                  /* its gate activation (rb_unary_op) */
+    int rope;                 /* rotate adjacent row pairs below rrows (rb_matmul_fused rope, normal mode) */
+    int rrows, rhd, rnrot;    /* rows rotated (heads x head dim), head dim, rotated dims of a head */
+    double rbase, rfscale, rattn;
+    const char *rpos;         /* i32 position of activation row m at rpos + m rpos_nb */
+    int64_t rpos_nb;
+    const char *rff;          /* f32 frequency factors (rff_nb apart) or NULL */
+    int64_t rff_nb;
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
 };
@@ -221,6 +230,16 @@ template <class Q> struct mvd_quant {
     }
 };
 
+/* cos and sin (times attn_factor) of position pos at frequency i, as
+ * rb_rope computes them on the GPU (ops_rope.cu: the angle in double) */
+__device__ __forceinline__ float2 mvd_rope_cs(const mvd_args &p, int32_t pos, int i) {
+    double theta = (double)pos * (p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot));
+    if (p.rff) theta /= (double)*(const float *)(p.rff + i * p.rff_nb);
+    double sn, cs;
+    sincos(theta, &sn, &cs);
+    return make_float2((float)(cs * p.rattn), (float)(sn * p.rattn));
+}
+
 /* rows [lo, hi) of group g of G (balanced) */
 __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_t *lo, int64_t *hi) {
     *lo = N * g / G;
@@ -318,8 +337,9 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     /* the group's output rows; with gluo each is a pair of weight rows, the
      * gate's r then the up projection's r + N/2 ("steps" 2 r and 2 r + 1) */
     int64_t lo, hi;
-    mvd_rows(p.gluo ? NH : N, g, G, &lo, &hi);
-    if (p.gluo) {
+    const bool pairs = p.gluo || p.rope; /* rope: rows 2 i and 2 i + 1 rotate together */
+    mvd_rows(pairs ? NH : N, g, G, &lo, &hi);
+    if (pairs) {
         lo *= 2;
         hi *= 2;
     }
@@ -367,13 +387,24 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             float t = acc[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
-            if (p.gluo && !(st & 1)) { /* the gate: kept for the up row that follows */
+            if (pairs && !(st & 1)) { /* the gate, or a pair's first row: kept for the row that follows */
                 gate[m] = t;
                 continue;
             }
             if (lane == 0 && m < p.M) {
                 const int64_t row = p.gluo ? st >> 1 : st;
                 char *o = p.d.p + row * p.d.nb[0] + m * p.d.nb[1] + i2 * p.d.nb[2] + i3 * p.d.nb[3];
+                if (p.rope) { /* rows st - 1, st: x0 cos - x1 sin, x0 sin + x1 cos */
+                    float y0 = gate[m];
+                    const int64_t d0 = (st - 1) % p.rhd;
+                    if (st - 1 < p.rrows && d0 < p.rnrot) {
+                        const float2 cs = mvd_rope_cs(p, *(const int32_t *)(p.rpos + m * p.rpos_nb), (int)(d0 / 2));
+                        const float x0 = gate[m], x1 = t;
+                        y0 = x0 * cs.x - x1 * cs.y;
+                        t = x0 * cs.y + x1 * cs.x;
+                    }
+                    stf(p.d.dt, o - p.d.nb[0], y0);
+                }
                 if (p.gluo) t = apply_unary(p.act, gate[m]) * t;
                 if (p.acc) t += *(const float *)o; /* the residual add of rb_matmul_fused */
                 stf(p.d.dt, o, t);

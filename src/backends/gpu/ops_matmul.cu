@@ -12,16 +12,19 @@
  *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
  * gpu_matmul_fused runs rb_matmul_fused through the direct decode kernels
  * (matvec_direct.cuh): the residual add as a block stores the product, the
- * gated output (glu_out) from pairs of rows a group computes together, and
+ * gated output (glu_out) and the rope (normal mode) from pairs of rows a
+ * group computes together, and
  * for q4_0/q8_0 weights the norm as it quantizes the activations; a gate, or
  * a norm before float weights, runs as its own kernel first (folding them in
  * made every block read the activations twice: measured slower). Where the
  * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
  * anything and the front-end runs the separate ops. RBEE_GPU_FUSE (read
- * once): bit 1 the norm, bit 2 the gated output (glu_out), bit 4 the add
- * (default 7; 0 declines every case).
+ * once): bit 1 the norm, bit 2 the gated output (glu_out), bit 4 the add,
+ * bit 8 the rope (default 15; 0 declines every case).
  */
 #include "backends/gpu/matvec.cuh"
+
+#include <limits.h>
 
 #include <stdio.h>
 
@@ -122,27 +125,45 @@ static bool f32_rows16(const rb_tensor *t) {
 
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f) {
-    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 7);
+    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 15);
     const int64_t M = b->ne[1];
     /* one slice of f32 rows, an f32 destination when accumulating */
-    if (!(enabled & 7) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
+    if (!(enabled & 15) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
         b->ne[2] != 1 || b->ne[3] != 1 || !f32_rows16(b) || (f->accumulate && dst->dtype != RB_F32))
         return RB_E_UNSUPPORTED;
     const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
     if (quant && !gpu_units_aligned(a->dtype, gview(a))) return RB_E_UNSUPPORTED;
     const bool acc = f->accumulate && (enabled & 4), gluo = f->glu_out && (enabled & 2);
+    /* rope on row pairs (2 i, 2 i + 1): normal mode, f32 destination rows */
+    const bool rope = f->rope && (enabled & 8) && f->rope->mode == RB_ROPE_NORMAL && a->ne[1] % 2 == 0 &&
+                      f->rope_head_dim % 2 == 0 && f->rope_head_dim <= INT_MAX / 2 && a->ne[1] <= INT_MAX;
     /* the norm inside the product: q4_0/q8_0 weights quantize the
      * activations in each block anyway (f32 contiguous norm weight) */
     const bool norm_in = f->norm && (enabled & 1) && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
-    if (!acc && !norm_in && !gluo) return RB_E_UNSUPPORTED; /* nothing to fuse */
-    if ((f->accumulate && !acc) || (f->glu_out && !gluo)) return RB_E_UNSUPPORTED;
+    if (!acc && !norm_in && !gluo && !rope) return RB_E_UNSUPPORTED; /* nothing to fuse */
+    if ((f->accumulate && !acc) || (f->glu_out && !gluo) || (f->rope && !rope)) return RB_E_UNSUPPORTED;
     mvd_args p = {};
     p.acc = acc;
     p.gluo = gluo;
     p.act = (int)f->act;
+    if (rope) {
+        p.rope = 1;
+        p.rhd = (int)f->rope_head_dim;
+        p.rrows = (int)(f->rope_heads * f->rope_head_dim);
+        p.rnrot = f->rope->n_rot;
+        p.rbase = (double)f->rope->freq_base;
+        p.rfscale = (double)f->rope->freq_scale;
+        p.rattn = (double)f->rope->attn_factor;
+        p.rpos = gview(f->rope_pos).p;
+        p.rpos_nb = (int64_t)f->rope_pos->nb[0];
+        if (f->rope->freq_factors) {
+            p.rff = gview(f->rope->freq_factors).p;
+            p.rff_nb = (int64_t)f->rope->freq_factors->nb[0];
+        }
+    }
     p.eps = f->eps;
     const rb_tensor *in = b;
     if (norm_in) {
@@ -160,7 +181,19 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
         if (s != RB_OK || done) return s;
     }
     if (!pre || norm_in) return RB_E_UNSUPPORTED; /* nothing queued yet */
-    /* the input op is queued: finish with the separate product and add or gate */
+    /* the input op is queued: finish with the separate product and add, gate or rope */
+    if (rope) {
+        rb_status s = gpu_matmul(be, dst, a, in);
+        if (s != RB_OK) return s;
+        rb_tensor rv = *dst; /* the front-end's view: [head_dim, heads, M] */
+        rv.ne[0] = f->rope_head_dim;
+        rv.ne[1] = f->rope_heads;
+        rv.ne[2] = dst->ne[1];
+        rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
+        rv.nb[2] = dst->nb[1];
+        rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+        return gpu_rope(be, &rv, &rv, f->rope_pos, f->rope);
+    }
     rb_status s = gpu_matmul(be, f->tmp_out, a, in);
     if (s != RB_OK) return s;
     if (gluo) {
