@@ -127,8 +127,9 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
  *   dst = act(p[0, N/2)) * p[N/2, N)          (glu_out, p = matmul(a, in):
  *         a holds N = 2 dst->ne[0] rows, the gate's then the up projection's)
  *   then rb_rope over dst's first rope_heads heads, in place   (rope)
+ *   then rb_set_rows of dst's rows from store_row0 on into store_dst (store)
  * b (and up, norm_w) are f32 here; dst is f32 when accumulating and must not
- * overlap b or up; glu_out excludes glu and accumulate, rope excludes both. A backend without a
+ * overlap b or up; glu_out excludes glu and accumulate, rope and store exclude both. A backend without a
  * fused kernel for the case runs the separate ops: `in` into tmp_in (b's
  * shape, f32; needed with norm or glu), the product into tmp_out (f32, dst's
  * shape, or [N, M, ...] with glu_out; needed with accumulate or glu_out),
@@ -151,6 +152,13 @@ typedef struct rb_matmul_fusion {
     const struct rb_rope_params *rope;
     const rb_tensor *rope_pos;
     int64_t rope_head_dim, rope_heads;
+    /* store after the rope (not with accumulate or glu_out): rb_set_rows of
+     * dst's rows [store_row0, N) of each row m into row store_ids[m] of
+     * store_dst [N - store_row0, S]: the k and v rows of a fused qkv
+     * projection written into the KV cache */
+    rb_tensor *store_dst;
+    const rb_tensor *store_ids;
+    int64_t store_row0;
     rb_tensor *tmp_in;        /* scratch of the unfused path (see above) */
     rb_tensor *tmp_out;
 } rb_matmul_fusion;

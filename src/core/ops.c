@@ -451,20 +451,25 @@ rb_status rb_index_select(rb_backend *be, rb_tensor *dst, const rb_tensor *src, 
     return be->vt->index_select(be, dst, src, ids, dim);
 }
 
+/* What rb_set_rows (and rb_matmul_fused's store) require of its operands. */
+static rb_status check_set_rows(const opc *c, const rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids) {
+    TRY(check_float(c, "dst", dst));
+    TRY(check_float(c, "src", src));
+    TRY(check_dtype(c, "ids", ids, RB_I32));
+    if (!nelem_is(ids, ids->ne[0])) return fail(c, RB_E_INVALID, "ids %s must be 1-D", D(ids).s);
+    if (src->ne[1] != ids->ne[0])
+        return fail(c, RB_E_INVALID, "src %s has %lld rows but ids %s has %lld", D(src).s, (long long)src->ne[1],
+                    D(ids).s, (long long)ids->ne[0]);
+    if (dst->ne[0] != src->ne[0] || dst->ne[2] != src->ne[2] || dst->ne[3] != src->ne[3])
+        return fail(c, RB_E_INVALID, "dst %s and src %s must agree in dims 0, 2 and 3", D(dst).s, D(src).s);
+    TRY(check_ids(c, ids, dst->ne[1], "dst slots"));
+    return writable(c, "dst", dst);
+}
+
 rb_status rb_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids) {
     NEED_BE();
     opc c = {be, "rb_set_rows"};
-    TRY(check_float(&c, "dst", dst));
-    TRY(check_float(&c, "src", src));
-    TRY(check_dtype(&c, "ids", ids, RB_I32));
-    if (!nelem_is(ids, ids->ne[0])) return fail(&c, RB_E_INVALID, "ids %s must be 1-D", D(ids).s);
-    if (src->ne[1] != ids->ne[0])
-        return fail(&c, RB_E_INVALID, "src %s has %lld rows but ids %s has %lld", D(src).s, (long long)src->ne[1],
-                    D(ids).s, (long long)ids->ne[0]);
-    if (dst->ne[0] != src->ne[0] || dst->ne[2] != src->ne[2] || dst->ne[3] != src->ne[3])
-        return fail(&c, RB_E_INVALID, "dst %s and src %s must agree in dims 0, 2 and 3", D(dst).s, D(src).s);
-    TRY(check_ids(&c, ids, dst->ne[1], "dst slots"));
-    TRY(writable(&c, "dst", dst));
+    TRY(check_set_rows(&c, dst, src, ids));
     return be->vt->set_rows(be, dst, src, ids);
 }
 
@@ -628,6 +633,21 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
         TRY(check_rope(&c, &rv, &rv, f->rope_pos, f->rope));
     }
+    rb_tensor sv = {0}; /* store: dst's rows from store_row0 on, [N - store_row0, M] */
+    if (f->store_dst) {
+        if (f->accumulate || f->glu_out)
+            return fail(&c, RB_E_INVALID, "store cannot be combined with accumulate or glu_out");
+        if (dst->ne[2] != 1 || dst->ne[3] != 1 || f->store_row0 < 0 || f->store_row0 >= dst->ne[0])
+            return fail(&c, RB_E_INVALID, "store from row %lld needs dst %s of [> store_row0, M]",
+                        (long long)f->store_row0, D(dst).s);
+        sv = *dst;
+        sv.ne[0] = dst->ne[0] - f->store_row0;
+        sv.offs += (size_t)f->store_row0 * dst->nb[0];
+        TRY(check_set_rows(&c, f->store_dst, &sv, f->store_ids));
+        if (overlap(f->store_dst, dst) || overlap(f->store_dst, b) || overlap(f->store_dst, f->store_ids) ||
+            (f->tmp_in && f->norm && overlap(f->store_dst, f->tmp_in)))
+            return fail(&c, RB_E_INVALID, "store_dst %s overlaps dst, b, store_ids or tmp_in", D(f->store_dst).s);
+    }
     if (overlap(dst, b) || (f->glu && overlap(dst, f->up)))
         return fail(&c, RB_E_INVALID, "dst %s overlaps b or up", D(dst).s);
     const int64_t n_out = f->glu_out ? a->ne[1] / 2 : a->ne[1];
@@ -656,9 +676,10 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         up.offs += (size_t)n_out * up.nb[0];
         return rb_glu(be, dst, &gate, &up, f->act);
     }
-    if (f->rope) {
+    if (f->rope || f->store_dst) {
         TRY(rb_matmul(be, dst, a, in));
-        return rb_rope(be, &rv, &rv, f->rope_pos, f->rope);
+        if (f->rope) TRY(rb_rope(be, &rv, &rv, f->rope_pos, f->rope));
+        return f->store_dst ? rb_set_rows(be, f->store_dst, &sv, f->store_ids) : RB_OK;
     }
     if (!f->accumulate) return rb_matmul(be, dst, a, in);
     TRY(rb_matmul(be, f->tmp_out, a, in));

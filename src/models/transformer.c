@@ -170,10 +170,21 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
         /* fused decode: the qkv projection also rotates the q and k heads
          * (no bias to add between the product and the rope) */
         const bool rope_in_qkv = c->fused_qkv && fuse && !L->has_bqkv && !c->has_rope_long;
+        /* ... and, for one sequence in a fixed cache, writes its k and v rows
+         * into the cache (rows past the q heads, at the positions) */
+        const bool kv_in_qkv = rope_in_qkv && fixed && n_grp == 1 && grp[0].row0 == 0 && grp[0].n == T;
         if (c->fused_qkv && fuse) {
+            rb_tensor kvdst = {0};
+            if (kv_in_qkv) {
+                const rb_kv_cache *kv = grp[0].kv;
+                const size_t kvs = kv->k[il].nb[1];
+                kvdst = view3(&kv->k[il], 0, 2 * kvrow, kv->n_ctx, 1, kvs, kvs * (size_t)kv->n_ctx);
+            }
             const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps,
                                          .rope = rope_in_qkv ? &rp : NULL, .rope_pos = &b.pos,
-                                         .rope_head_dim = D, .rope_heads = Hq + Hkv, .tmp_in = &b.h};
+                                         .rope_head_dim = D, .rope_heads = Hq + Hkv,
+                                         .store_dst = kv_in_qkv ? &kvdst : NULL, .store_ids = &b.pos,
+                                         .store_row0 = Hq * D, .tmp_in = &b.h};
             CK(rb_matmul_fused(be, &b.qkv, &L->wqkv, &b.x, &fu));
         } else if (fuse) {
             CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
@@ -235,7 +246,9 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             CK(rb_tensor_slice(&b.pos, 0, g->row0, g->n, &ps));
             /* append this group's keys and values at rows p0.. of its cache */
             const size_t kvs = kv->k[il].nb[1]; /* cache row stride (k and v rows interleaved) */
-            if (fixed && c->fused_qkv) { /* k and v adjacent in each qkv row: one write of both */
+            if (kv_in_qkv) {
+                /* written by the projection */
+            } else if (fixed && c->fused_qkv) { /* k and v adjacent in each qkv row: one write of both */
                 rb_tensor kvsrc = view3(&b.qkv, (size_t)g->row0 * qkv_row + (size_t)(Hq * D) * sizeof(float),
                                         2 * kvrow, g->n, 1, qkv_row, qkv_row * (size_t)g->n);
                 rb_tensor kvdst = view3(&kv->k[il], 0, 2 * kvrow, kv->n_ctx, 1, kvs, kvs * (size_t)kv->n_ctx);

@@ -35,8 +35,8 @@
  *  - test_matmul_fused: rb_matmul_fused (norm with and without weight, glu,
  *    accumulate, glu_out alone and after a norm: act(gate rows) * up rows
  *    against the double reference of both products, rope of a product's
- *    first heads at device positions, whole and partial, after a norm) for
- *    every weight type
+ *    first heads at device positions, whole and partial, after a norm, with
+ *    the rows past them stored into f16 cache slots) for every weight type
  *    of the direct kernels (and q4_K, which
  *    runs the separate ops), M = 1, 3, 4, 5, K = 256 and 4096, against the
  *    double reference (bounds as above) and the CPU backend (float 1e-5;
@@ -396,13 +396,22 @@ static void test_matmul_fused(void **state) {
                         half(&p, K, K, &uc, &ug);
                     }
                     const bool nw = mode == 0 || mode == 5 || mode == 8;
+                    /* rope modes also store rows 128.. (k and v) into slots of a f16 cache [128, 64] */
+                    const int64_t cne[4] = {NG - 128, 64, 1, 1};
+                    gp cache = gp_make(c, g, &rng, RB_F16, cne, GP_CONTIG, -1, 1);
+                    int32_t slotv[5];
+                    for (int64_t m = 0; m < M; m++) slotv[m] = (int32_t)((m * 13 + 5 + mode) % 64);
+                    gp slots = gp_ids(c, g, slotv, M, 1);
                     rb_matmul_fusion fc = {.norm = norm, .norm_w = nw ? &w.c : NULL, .eps = 1e-5f, .glu = glu, .up = &uc,
                                            .act = act, .accumulate = acc, .glu_out = gluo, .rope = rope ? &rp : NULL,
                                            .rope_pos = &rpos.c, .rope_head_dim = 64, .rope_heads = 3,
-                                           .tmp_in = &ti.c, .tmp_out = &to.c};
+                                           .store_dst = rope ? &cache.c : NULL, .store_ids = &slots.c,
+                                           .store_row0 = 128, .tmp_in = &ti.c, .tmp_out = &to.c};
                     rb_matmul_fusion fg = fc;
                     fg.norm_w = nw ? &w.g : NULL;
                     fg.rope_pos = &rpos.g;
+                    fg.store_dst = rope ? &cache.g : NULL;
+                    fg.store_ids = &slots.g;
                     fg.up = &ug;
                     fg.tmp_in = &ti.g;
                     fg.tmp_out = &to.g;
@@ -473,6 +482,28 @@ static void test_matmul_fused(void **state) {
                                 var[m * NO + n] = var[m * NO + n + 1] = v0 + v1;
                             }
                     }
+                    if (rope) { /* the cache against the CPU's, as the product (rel L2; f16 rounding) */
+                        double *cg = gp_read(&cache, 1), *cc = gp_read(&cache, 0), num = 0.0, den = 0.0;
+                        for (int64_t i = 0; i < (NG - 128) * 64; i++) {
+                            num += (cg[i] - cc[i]) * (cg[i] - cc[i]);
+                            den += cc[i] * cc[i];
+                        }
+                        const double ecache = sqrt(num / den), bcache = quant ? 1e-3 : 5e-4;
+                        if (!(ecache <= bcache)) {
+                            print_error("fused %s K=%lld M=%lld mode %d: cache rel L2 vs CPU %.3g (bound %.0e)\n",
+                                        rb_dtype_name(wt), (long long)K, (long long)M, mode, ecache, bcache);
+                            failures++;
+                        }
+                        for (int64_t m = 0; m < M; m++) /* and it holds this product's rows */
+                            if (fabs(cg[slotv[m] * (NG - 128) + 5] - got[m * NO + 128 + 5]) >
+                                2e-3 * fabs(got[m * NO + 128 + 5]) + 1e-4) {
+                                print_error("fused %s mode %d: cache slot %d is not row %lld's\n", rb_dtype_name(wt),
+                                            mode, slotv[m], (long long)m);
+                                failures++;
+                            }
+                        free(cg);
+                        free(cc);
+                    }
                     /* errors of the product (the accumulated base is exact f32 addition) */
                     err_sums er = {0, 0, 0}, ec = {0, 0, 0};
                     err_add(&er, got, ref, var, (size_t)(NO * M));
@@ -500,6 +531,8 @@ static void test_matmul_fused(void **state) {
                     gp_free(&ti);
                     gp_free(&to);
                     gp_free(&rpos);
+                    gp_free(&cache);
+                    gp_free(&slots);
                 }
             free(av);
             free(wv);

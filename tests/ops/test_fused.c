@@ -314,7 +314,9 @@ static void test_matmul_fused_glu_out(void **state) {
  * v head of 8) whose first 4 heads are rotated in place, in normal and neox
  * mode, partial rotation, frequency factors, after a norm: bit for bit
  * against rb_matmul then rb_rope on the same view, and against the double
- * product rotated by the double reference (v rows untouched). */
+ * product rotated by the double reference (v rows untouched); with store,
+ * its k and v rows also land in the f16 cache slots named, bit for bit as
+ * rb_set_rows puts them. */
 static void test_matmul_fused_rope(void **state) {
     (void)state;
     const int64_t K = 64, HD = 8, HR = 4, N = (HR + 1) * HD, M = 3;
@@ -337,8 +339,14 @@ static void test_matmul_fused_rope(void **state) {
                                        .freq_base = 10000.0f, .freq_scale = mode == 2 ? 0.5f : 1.0f,
                                        .attn_factor = mode == 2 ? 0.9f : 1.0f, .freq_factors = mode == 2 ? &ffv : NULL};
             const bool norm = mode == 3;
+            /* store: the k and v heads (rows 3 HD..) into slots of a f16 cache [2 HD, 8] */
+            const int64_t cne[4] = {2 * HD, 8, 1, 1}, sne[4] = {M, 1, 1, 1};
+            tt cache = tf_make(be, &rng, RB_F16, cne, TF_SLICE, -1, 1), cache2 = tf_from(be, RB_F16, cne, TF_SLICE, cache.v);
+            const double slotv[3] = {6, 1, 3};
+            tt slots = tf_from(be, RB_I32, sne, TF_CONTIG, slotv);
             const rb_matmul_fusion f = {.norm = norm, .norm_w = &w.t, .eps = 1e-5f, .rope = &rp, .rope_pos = &pos.t,
-                                        .rope_head_dim = HD, .rope_heads = HR, .tmp_in = &ti.t};
+                                        .rope_head_dim = HD, .rope_heads = HR, .store_dst = mode != 1 ? &cache.t : NULL,
+                                        .store_ids = &slots.t, .store_row0 = 3 * HD, .tmp_in = &ti.t};
             TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &f));
             /* the separate ops */
             if (norm) TU_OK(rb_rms_norm(be, &ti2.t, &b.t, &w.t, f.eps));
@@ -351,10 +359,26 @@ static void test_matmul_fused_rope(void **state) {
             rv.nb[2] = d2.t.nb[1];
             rv.nb[3] = d2.t.nb[1] * (size_t)M;
             TU_OK(rb_rope(be, &rv, &rv, &pos.t, &rp));
+            rb_tensor sv = d2.t;
+            sv.ne[0] = N - 3 * HD;
+            sv.offs += (size_t)(3 * HD) * d2.t.nb[0];
+            if (mode != 1) TU_OK(rb_set_rows(be, &cache2.t, &sv, &slots.t));
             char what[64];
             snprintf(what, sizeof what, "matmul_fused rope mode %d cfg %d", mode, ci);
             double *got = tf_read(&d), *sep = tf_read(&d2), *bv = tf_read(&b);
             tf_expect_close(got, sep, d.n, 0, 0, what);
+            double *cg = tf_read(&cache), *cs = tf_read(&cache2);
+            tf_expect_close(cg, cs, cache.n, 0, 0, what); /* the store, bit for bit (and the other slots kept) */
+            for (int64_t m = 0; m < M && mode != 1; m++) /* slot slotv[m] holds row m's k and v rows in f16 */
+                for (int64_t e = 0; e < 2 * HD; e++)
+                    if (fabs(cg[(int64_t)slotv[m] * 2 * HD + e] - got[m * N + 3 * HD + e]) >
+                        1e-3 * fabs(got[m * N + 3 * HD + e]) + 1e-6)
+                        fail_msg("%s: cache slot %d element %lld", what, (int)slotv[m], (long long)e);
+            free(cg);
+            free(cs);
+            tf_free(&cache);
+            tf_free(&cache2);
+            tf_free(&slots);
             /* double product, then the reference rope over its first HR heads */
             double *prod = malloc(sizeof(double) * (size_t)(N * M)), *in = malloc(sizeof(double) * (size_t)K),
                    *qk = malloc(sizeof(double) * (size_t)(HR * HD * M)), *rot = malloc(sizeof(double) * (size_t)(HR * HD * M));
@@ -432,6 +456,10 @@ static void test_matmul_fused_bad(void **state) {
                                .attn_factor = 1.0f};
     rb_rope_params rp_wide = rp;
     rp_wide.n_rot = 4;
+    /* store: a cache of rows 2..3 of dst ([2, 10 slots]); slots 0..9, one past */
+    const int64_t scne[4] = {2, 10, 1, 1};
+    const double bigslot[2] = {3, 10};
+    tt sc = tf_make(be, &rng, RB_F32, scne, TF_CONTIG, -1, 1), rbig = tf_from(be, RB_I32, rpne, TF_CONTIG, bigslot);
     /* glu_out: dst of N / 2 rows, the whole product in tmp_out */
     const int64_t hne[4] = {N / 2, M, 1, 1}, a3ne[4] = {K, 3, 1, 1};
     tt dg = tf_make(be, &rng, RB_F32, hne, TF_CONTIG, -1, 1), a3 = tf_make(be, &rng, RB_F32, a3ne, TF_CONTIG, -1, 1);
@@ -471,6 +499,12 @@ static void test_matmul_fused_bad(void **state) {
          &d.t, &b.t},
         {"rope with positions for 1 row", {.rope = &rp, .rope_pos = &rpos1, .rope_head_dim = 2, .rope_heads = 2},
          &d.t, &b.t},
+        {"store with accumulate", {.store_dst = &sc.t, .store_ids = &rpos.t, .store_row0 = 2, .accumulate = true,
+                                   .tmp_out = &to.t}, &d.t, &b.t},
+        {"store from row N", {.store_dst = &sc.t, .store_ids = &rpos.t, .store_row0 = N}, &d.t, &b.t},
+        {"store of the wrong width", {.store_dst = &sc.t, .store_ids = &rpos.t, .store_row0 = 1}, &d.t, &b.t},
+        {"store without ids", {.store_dst = &sc.t, .store_row0 = 2}, &d.t, &b.t},
+        {"store past the slots", {.store_dst = &sc.t, .store_ids = &rbig.t, .store_row0 = 2}, &d.t, &b.t},
     };
     rb_tensor ushort = u.t;
     ushort.ne[0] = K - 2;
@@ -481,8 +515,9 @@ static void test_matmul_fused_bad(void **state) {
         const rb_matmul_fusion fodd = {.glu_out = true, .act = RB_UNARY_SILU, .tmp_out = &to.t};
         const rb_status s = odd ? rb_matmul_fused(be, &dg.t, &a3.t, &b.t, &fodd)
                                 : rb_matmul_fused(be, cases[i].dst, &a.t, cases[i].b, &cases[i].f);
-        if (s != RB_E_INVALID)
-            fail_msg("%s: status %d, expected RB_E_INVALID", odd ? "glu_out over 3 rows" : cases[i].what, (int)s);
+        const rb_status want = !odd && strstr(cases[i].what, "past the slots") ? RB_E_RANGE : RB_E_INVALID;
+        if (s != want)
+            fail_msg("%s: status %d, expected %d", odd ? "glu_out over 3 rows" : cases[i].what, (int)s, (int)want);
         assert_true(strlen(rb_backend_last_error(be)) > 0);
         assert_true(tf_unchanged(&d));
         assert_true(tf_unchanged(&dh));
@@ -490,6 +525,7 @@ static void test_matmul_fused_bad(void **state) {
         assert_true(tf_unchanged(&to));
         assert_true(tf_unchanged(&bg));
         assert_true(tf_unchanged(&dg));
+        assert_true(tf_unchanged(&sc));
     }
     assert_int_equal(rb_matmul_fused(be, &d.t, &a.t, &b.t, NULL), RB_E_INVALID);
     TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok)); /* and the valid calls go through */
@@ -497,6 +533,8 @@ static void test_matmul_fused_bad(void **state) {
     TU_OK(rb_matmul_fused(be, &dg.t, &a.t, &b.t, &ok_glu));
     const rb_matmul_fusion ok_rope = {.rope = &rp, .rope_pos = &rpos.t, .rope_head_dim = 2, .rope_heads = 2};
     TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok_rope));
+    const rb_matmul_fusion ok_store = {.store_dst = &sc.t, .store_ids = &rpos.t, .store_row0 = 2};
+    TU_OK(rb_matmul_fused(be, &d.t, &a.t, &b.t, &ok_store));
     tf_free(&a);
     tf_free(&b);
     tf_free(&u);
@@ -509,6 +547,8 @@ static void test_matmul_fused_bad(void **state) {
     tf_free(&dg);
     tf_free(&a3);
     tf_free(&rpos);
+    tf_free(&sc);
+    tf_free(&rbig);
     rb_backend_destroy(be);
 }
 

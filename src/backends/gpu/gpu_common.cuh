@@ -127,6 +127,17 @@ __device__ __forceinline__ int64_t boffs(const gt &v, const int64_t c[4]) {
     return o;
 }
 
+/* First out-of-range id of a replay: {1, op, id, limit} (op 0 get, 1 set;
+ * gpu_ids_guard): get_rows, set_rows and the matrix-vector store. */
+__device__ __forceinline__ void ids_flag(int *guard, int op, int32_t id, int64_t limit) {
+    if (!guard) return;
+    if (atomicCAS(guard, 0, 1) == 0) {
+        guard[1] = op;
+        guard[2] = id;
+        guard[3] = limit > 0x7fffffff ? 0x7fffffff : (int)limit;
+    }
+}
+
 /* Unary functions of the elementwise kernels, and the gate activations the
  * matrix-vector kernels apply to a gated product (rb_matmul_fused glu_out). */
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

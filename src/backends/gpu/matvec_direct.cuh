@@ -31,8 +31,10 @@
  * and the add's (7B decode q4_0 401.6 -> 418.1, q8_0 275.2 -> 288.2 tok/s).
  * With glu_out a group takes pairs of rows (gate r, up r + N/2) and writes
  * act(gate) * up: the gated MLP's product without the glu kernel. With rope
- * (normal mode) it takes rows 2 i, 2 i + 1 together and rotates them: the
- * qkv projection without the rope kernel.
+ * (normal mode) it takes rows 2 i, 2 i + 1 together and rotates them, and
+ * with a store it also writes the rows past the q heads to the KV cache
+ * slot read on the device: the qkv projection without the rope and
+ * set_rows kernels.
  *
  * Measured on an H100 (bench_gpu ops, 4096 x 11008, M = 1, graph replay,
  * fraction of the copy bandwidth; docs/PERFORMANCE.md): the staged kernel of
@@ -57,6 +59,7 @@ namespace RB_GPU_NS {
 #define MVD_THREADS 256   /* float weights */
 #define MVD_Q_THREADS 512 /* quantized weights: fewer blocks read and quantize the activations */
 #define MVD_MAX_M 4
+#define MVD_ROPE_FREQS 64 /* rope frequencies passed with the launch (head dims up to 128) */
 
 /* What the product reads instead of the plain activations (rb_matmul_fused,
  * quantized weights with in-block quantization only). */
@@ -78,10 +81,16 @@ struct mvd_args {
     int rope;                 /* rotate adjacent row pairs below rrows (rb_matmul_fused rope, normal mode) */
     int rrows, rhd, rnrot;    /* rows rotated (heads x head dim), head dim, rotated dims of a head */
     double rbase, rfscale, rattn;
+    double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
     const char *rpos;         /* i32 position of activation row m at rpos + m rpos_nb */
     int64_t rpos_nb;
     const char *rff;          /* f32 frequency factors (rff_nb apart) or NULL */
     int64_t rff_nb;
+    char *sp;                 /* store: rows >= srow0 of activation row m also go to sp + (row - srow0) snb0 */
+    int sdt;                  /* + slot snb1 (dtype sdt), slot = the i32 at sids + m sids_nb, < sslots */
+    int64_t srow0, snb0, snb1, sslots, sids_nb;
+    const char *sids;
+    int *sguard;              /* graph capture: first bad slot reported here (ids checked on the host otherwise) */
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
 };
@@ -231,9 +240,12 @@ template <class Q> struct mvd_quant {
 };
 
 /* cos and sin (times attn_factor) of position pos at frequency i, as
- * rb_rope computes them on the GPU (ops_rope.cu: the angle in double) */
+ * rb_rope computes them on the GPU (ops_rope.cu: the same host-computed
+ * frequencies, the angle and its sincos in double), so the fused rope
+ * equals the rope kernel's */
 __device__ __forceinline__ float2 mvd_rope_cs(const mvd_args &p, int32_t pos, int i) {
-    double theta = (double)pos * (p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot));
+    const double f = i < MVD_ROPE_FREQS ? p.rfreq[i] : p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot);
+    double theta = (double)pos * f;
     if (p.rff) theta /= (double)*(const float *)(p.rff + i * p.rff_nb);
     double sn, cs;
     sincos(theta, &sn, &cs);
@@ -381,6 +393,14 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         }
     }
     float acc[MT], gate[MT];
+    auto put = [&](char *o, int64_t row, int m, float v) { /* dst, and the store (rb_matmul_fused store) */
+        stf(p.d.dt, o, v);
+        if (p.sp && row >= p.srow0) {
+            const int32_t slot = *(const int32_t *)(p.sids + m * p.sids_nb);
+            if (slot < 0 || slot >= p.sslots) ids_flag(p.sguard, 1, slot, p.sslots);
+            else stf(p.sdt, p.sp + (row - p.srow0) * p.snb0 + (int64_t)slot * p.snb1, v);
+        }
+    };
     auto finish = [&](int64_t st) {
 #pragma unroll
         for (int m = 0; m < MT; m++) {
@@ -403,11 +423,11 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                         y0 = x0 * cs.x - x1 * cs.y;
                         t = x0 * cs.y + x1 * cs.x;
                     }
-                    stf(p.d.dt, o - p.d.nb[0], y0);
+                    put(o - p.d.nb[0], row - 1, m, y0);
                 }
                 if (p.gluo) t = apply_unary(p.act, gate[m]) * t;
                 if (p.acc) t += *(const float *)o; /* the residual add of rb_matmul_fused */
-                stf(p.d.dt, o, t);
+                put(o, row, m, t);
             }
         }
     };

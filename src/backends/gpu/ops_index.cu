@@ -10,16 +10,6 @@
 
 namespace RB_GPU_NS {
 
-/* First out-of-range id of a replay: {1, op, id, limit} (op 0 get, 1 set). */
-__device__ void ids_flag(int *guard, int op, int32_t id, int64_t limit) {
-    if (!guard) return;
-    if (atomicCAS(guard, 0, 1) == 0) {
-        guard[1] = op;
-        guard[2] = id;
-        guard[3] = limit > 0x7fffffff ? 0x7fffffff : (int)limit;
-    }
-}
-
 /* dst [D, T, B]; ids [T, B]; table [D, V] */
 __global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n, int *guard) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {

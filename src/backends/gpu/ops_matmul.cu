@@ -13,14 +13,14 @@
  * gpu_matmul_fused runs rb_matmul_fused through the direct decode kernels
  * (matvec_direct.cuh): the residual add as a block stores the product, the
  * gated output (glu_out) and the rope (normal mode) from pairs of rows a
- * group computes together, and
+ * group computes together, the store (KV-cache write) as rows are stored, and
  * for q4_0/q8_0 weights the norm as it quantizes the activations; a gate, or
  * a norm before float weights, runs as its own kernel first (folding them in
  * made every block read the activations twice: measured slower). Where the
  * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
  * anything and the front-end runs the separate ops. RBEE_GPU_FUSE (read
  * once): bit 1 the norm, bit 2 the gated output (glu_out), bit 4 the add,
- * bit 8 the rope (default 15; 0 declines every case).
+ * bit 8 the rope, bit 16 the store (default 31; 0 declines every case).
  */
 #include "backends/gpu/matvec.cuh"
 
@@ -125,10 +125,10 @@ static bool f32_rows16(const rb_tensor *t) {
 
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f) {
-    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 15);
+    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 31);
     const int64_t M = b->ne[1];
     /* one slice of f32 rows, an f32 destination when accumulating */
-    if (!(enabled & 15) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
+    if (!(enabled & 31) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
         b->ne[2] != 1 || b->ne[3] != 1 || !f32_rows16(b) || (f->accumulate && dst->dtype != RB_F32))
         return RB_E_UNSUPPORTED;
     const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
@@ -143,12 +143,31 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
-    if (!acc && !norm_in && !gluo && !rope) return RB_E_UNSUPPORTED; /* nothing to fuse */
-    if ((f->accumulate && !acc) || (f->glu_out && !gluo) || (f->rope && !rope)) return RB_E_UNSUPPORTED;
+    const bool store = f->store_dst && (enabled & 16) && f->store_dst->ne[2] == 1 && f->store_dst->ne[3] == 1;
+    if (!acc && !norm_in && !gluo && !rope && !store) return RB_E_UNSUPPORTED; /* nothing to fuse */
+    if ((f->accumulate && !acc) || (f->glu_out && !gluo) || (f->rope && !rope) || (f->store_dst && !store))
+        return RB_E_UNSUPPORTED;
     mvd_args p = {};
     p.acc = acc;
     p.gluo = gluo;
     p.act = (int)f->act;
+    if (store) { /* slots checked on the host now, or by the kernel while capturing */
+        int *guard = gpu_ids_guard(be);
+        if (!guard) {
+            rb_status s = gpu_check_ids(be, f->store_ids, f->store_dst->ne[1], "rb_matmul_fused (store)");
+            if (s != RB_OK) return s;
+        }
+        const gt sd = gview(f->store_dst);
+        p.sp = sd.p;
+        p.sdt = sd.dt;
+        p.snb0 = sd.nb[0];
+        p.snb1 = sd.nb[1];
+        p.sslots = sd.ne[1];
+        p.srow0 = f->store_row0;
+        p.sids = gview(f->store_ids).p;
+        p.sids_nb = (int64_t)f->store_ids->nb[0];
+        p.sguard = guard;
+    }
     if (rope) {
         p.rope = 1;
         p.rhd = (int)f->rope_head_dim;
@@ -157,6 +176,8 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
         p.rbase = (double)f->rope->freq_base;
         p.rfscale = (double)f->rope->freq_scale;
         p.rattn = (double)f->rope->attn_factor;
+        for (int i = 0; i < MVD_ROPE_FREQS; i++) /* the expression of gpu_rope's table */
+            p.rfreq[i] = i < f->rope->n_rot / 2 ? p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot) : 0.0;
         p.rpos = gview(f->rope_pos).p;
         p.rpos_nb = (int64_t)f->rope_pos->nb[0];
         if (f->rope->freq_factors) {
@@ -182,17 +203,25 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     }
     if (!pre || norm_in) return RB_E_UNSUPPORTED; /* nothing queued yet */
     /* the input op is queued: finish with the separate product and add, gate or rope */
-    if (rope) {
+    if (rope || store) {
         rb_status s = gpu_matmul(be, dst, a, in);
-        if (s != RB_OK) return s;
-        rb_tensor rv = *dst; /* the front-end's view: [head_dim, heads, M] */
-        rv.ne[0] = f->rope_head_dim;
-        rv.ne[1] = f->rope_heads;
-        rv.ne[2] = dst->ne[1];
-        rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
-        rv.nb[2] = dst->nb[1];
-        rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
-        return gpu_rope(be, &rv, &rv, f->rope_pos, f->rope);
+        if (s == RB_OK && rope) {
+            rb_tensor rv = *dst; /* the front-end's view: [head_dim, heads, M] */
+            rv.ne[0] = f->rope_head_dim;
+            rv.ne[1] = f->rope_heads;
+            rv.ne[2] = dst->ne[1];
+            rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
+            rv.nb[2] = dst->nb[1];
+            rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+            s = gpu_rope(be, &rv, &rv, f->rope_pos, f->rope);
+        }
+        if (s == RB_OK && store) {
+            rb_tensor sv = *dst; /* rows from store_row0 on */
+            sv.ne[0] = dst->ne[0] - f->store_row0;
+            sv.offs += (size_t)f->store_row0 * dst->nb[0];
+            s = gpu_set_rows(be, f->store_dst, &sv, f->store_ids);
+        }
+        return s;
     }
     rb_status s = gpu_matmul(be, f->tmp_out, a, in);
     if (s != RB_OK) return s;
