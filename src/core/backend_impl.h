@@ -115,6 +115,13 @@ rb_status rb_backend_fail(rb_backend *be, rb_status code, const char *fmt, ...)
 #endif
     ;
 
+/* The views rb_matmul_fused's separate ops work on (ops.c), so a backend
+ * that finishes a partly fused case uses the same: dst's first rope_heads
+ * heads as [rope_head_dim, rope_heads, M] (rope), and dst's rows from
+ * store_row0 on as [N - store_row0, M] (store). */
+rb_tensor rb_fusion_rope_view(const rb_tensor *dst, const rb_matmul_fusion *f);
+rb_tensor rb_fusion_store_view(const rb_tensor *dst, const rb_matmul_fusion *f);
+
 /* Each backend kind's constructor; defined by the backend library, called by
  * the registry (src/backends/registry.c). */
 rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, rb_error *err);

@@ -563,6 +563,25 @@ static rb_status check_rope(const opc *c, const rb_tensor *dst, const rb_tensor 
     return RB_OK;
 }
 
+rb_tensor rb_fusion_rope_view(const rb_tensor *dst, const rb_matmul_fusion *f) {
+    rb_tensor v = *dst;
+    v.ne[0] = f->rope_head_dim;
+    v.ne[1] = f->rope_heads;
+    v.ne[2] = dst->ne[1];
+    v.ne[3] = 1;
+    v.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
+    v.nb[2] = dst->nb[1];
+    v.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+    return v;
+}
+
+rb_tensor rb_fusion_store_view(const rb_tensor *dst, const rb_matmul_fusion *f) {
+    rb_tensor v = *dst;
+    v.ne[0] = dst->ne[0] - f->store_row0;
+    v.offs += (size_t)f->store_row0 * dst->nb[0];
+    return v;
+}
+
 rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                           const rb_matmul_fusion *f) {
     NEED_BE();
@@ -624,13 +643,7 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
             f->rope_heads > dst->ne[0] / f->rope_head_dim)
             return fail(&c, RB_E_INVALID, "rope over %lld heads of %lld needs dst %s of [>= heads x head_dim, M]",
                         (long long)f->rope_heads, (long long)f->rope_head_dim, D(dst).s);
-        rv = *dst;
-        rv.ne[0] = f->rope_head_dim;
-        rv.ne[1] = f->rope_heads;
-        rv.ne[2] = dst->ne[1];
-        rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
-        rv.nb[2] = dst->nb[1];
-        rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+        rv = rb_fusion_rope_view(dst, f);
         TRY(check_rope(&c, &rv, &rv, f->rope_pos, f->rope));
     }
     rb_tensor sv = {0}; /* store: dst's rows from store_row0 on, [N - store_row0, M] */
@@ -640,9 +653,7 @@ rb_status rb_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, co
         if (dst->ne[2] != 1 || dst->ne[3] != 1 || f->store_row0 < 0 || f->store_row0 >= dst->ne[0])
             return fail(&c, RB_E_INVALID, "store from row %lld needs dst %s of [> store_row0, M]",
                         (long long)f->store_row0, D(dst).s);
-        sv = *dst;
-        sv.ne[0] = dst->ne[0] - f->store_row0;
-        sv.offs += (size_t)f->store_row0 * dst->nb[0];
+        sv = rb_fusion_store_view(dst, f);
         TRY(check_set_rows(&c, f->store_dst, &sv, f->store_ids));
         if (overlap(f->store_dst, dst) || overlap(f->store_dst, b) || overlap(f->store_dst, f->store_ids) ||
             (f->tmp_in && f->norm && overlap(f->store_dst, f->tmp_in)))

@@ -3,12 +3,14 @@
  * optional sliding window and soft-capping) and gated MLP, then the output
  * head. Written only against ops.h, so it runs on any backend. Activations
  * live in a per-sequence arena sized for one micro-batch. Decode-sized
- * micro-batches fold norms, gate and residual adds into the projections
- * (rb_matmul_fused: 7 instead of 11 ops a layer where a backend fuses them).
+ * micro-batches fold norms, gate and residual adds into the projections,
+ * and the rope and KV-cache write into the qkv projection (rb_matmul_fused:
+ * 5 instead of 11 ops a layer where a backend fuses them).
  *
  * One-token decode on a backend with graphs runs "position-independent":
  * the position is only read on the device (rope's pos tensor, KV rows
- * written by rb_set_rows at that position, attention over the whole cache
+ * written at that position by rb_set_rows or the qkv projection's store,
+ * attention over the whole cache
  * with q_pos), so every step queues the same ops on the same memory. The
  * first such step runs eagerly (it also sizes the backend's scratch), the
  * second is captured into a graph kept in the KV cache, and later steps only

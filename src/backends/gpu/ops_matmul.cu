@@ -206,19 +206,11 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     if (rope || store) {
         rb_status s = gpu_matmul(be, dst, a, in);
         if (s == RB_OK && rope) {
-            rb_tensor rv = *dst; /* the front-end's view: [head_dim, heads, M] */
-            rv.ne[0] = f->rope_head_dim;
-            rv.ne[1] = f->rope_heads;
-            rv.ne[2] = dst->ne[1];
-            rv.nb[1] = (size_t)f->rope_head_dim * dst->nb[0];
-            rv.nb[2] = dst->nb[1];
-            rv.nb[3] = dst->nb[1] * (size_t)dst->ne[1];
+            rb_tensor rv = rb_fusion_rope_view(dst, f);
             s = gpu_rope(be, &rv, &rv, f->rope_pos, f->rope);
         }
         if (s == RB_OK && store) {
-            rb_tensor sv = *dst; /* rows from store_row0 on */
-            sv.ne[0] = dst->ne[0] - f->store_row0;
-            sv.offs += (size_t)f->store_row0 * dst->nb[0];
+            rb_tensor sv = rb_fusion_store_view(dst, f);
             s = gpu_set_rows(be, f->store_dst, &sv, f->store_ids);
         }
         return s;
