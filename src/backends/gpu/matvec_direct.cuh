@@ -53,6 +53,7 @@
 
 #include "backends/gpu/gpu_pdl.h"
 #include "backends/gpu/matvec_fmt.cuh"
+#include "backends/gpu/rope_math.cuh"
 
 namespace RB_GPU_NS {
 
@@ -239,17 +240,11 @@ template <class Q> struct mvd_quant {
     }
 };
 
-/* cos and sin (times attn_factor) of position pos at frequency i, as
- * rb_rope computes them on the GPU (ops_rope.cu: the same host-computed
- * frequencies, the angle and its sincos in double), so the fused rope
- * equals the rope kernel's */
+/* cos and sin (times attn_factor) of position pos at frequency i, as the
+ * rope kernel computes them (rope_math.cuh) */
 __device__ __forceinline__ float2 mvd_rope_cs(const mvd_args &p, int32_t pos, int i) {
-    const double f = i < MVD_ROPE_FREQS ? p.rfreq[i] : p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot);
-    double theta = (double)pos * f;
-    if (p.rff) theta /= (double)*(const float *)(p.rff + i * p.rff_nb);
-    double sn, cs;
-    sincos(theta, &sn, &cs);
-    return make_float2((float)(cs * p.rattn), (float)(sn * p.rattn));
+    return rope_cs_of(pos, i < MVD_ROPE_FREQS ? p.rfreq[i] : rope_freq(p.rbase, p.rfscale, p.rnrot, i),
+                      p.rff ? p.rff + i * p.rff_nb : NULL, p.rattn);
 }
 
 /* rows [lo, hi) of group g of G (balanced) */

@@ -176,8 +176,8 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
         p.rbase = (double)f->rope->freq_base;
         p.rfscale = (double)f->rope->freq_scale;
         p.rattn = (double)f->rope->attn_factor;
-        for (int i = 0; i < MVD_ROPE_FREQS; i++) /* the expression of gpu_rope's table */
-            p.rfreq[i] = i < f->rope->n_rot / 2 ? p.rfscale * pow(p.rbase, -2.0 * (double)i / (double)p.rnrot) : 0.0;
+        for (int i = 0; i < MVD_ROPE_FREQS; i++) /* as gpu_rope's table */
+            p.rfreq[i] = i < f->rope->n_rot / 2 ? rope_freq(p.rbase, p.rfscale, p.rnrot, i) : 0.0;
         p.rpos = gview(f->rope_pos).p;
         p.rpos_nb = (int64_t)f->rope_pos->nb[0];
         if (f->rope->freq_factors) {

@@ -11,6 +11,7 @@
  * come from the host with the launch (n_rot <= 512), so a block's only
  * double-precision function is the sincos of its angles. */
 #include "backends/gpu/gpu_common.cuh"
+#include "backends/gpu/rope_math.cuh"
 
 namespace RB_GPU_NS {
 
@@ -26,11 +27,8 @@ struct rope_args {
 
 /* cos and sin (times attn_factor) of position p, frequency sl */
 __device__ __forceinline__ float2 rope_cs(int32_t p, int64_t sl, const rope_args &a, const gt &ff) {
-    double theta = (double)p * (a.hostf ? a.freq[sl] : a.freq_scale * pow(a.base, -2.0 * (double)sl / (double)a.n_rot));
-    if (ff.p) theta /= (double)*(const float *)(ff.p + sl * ff.nb[0]);
-    double sn, cs;
-    sincos(theta, &sn, &cs);
-    return make_float2((float)(cs * a.attn_factor), (float)(sn * a.attn_factor));
+    return rope_cs_of(p, a.hostf ? a.freq[sl] : rope_freq(a.base, a.freq_scale, a.n_rot, sl),
+                      ff.p ? ff.p + sl * ff.nb[0] : NULL, a.attn_factor);
 }
 
 /* src/dst [D, H, T, B]; grid (T, head groups of hpb). I: the index type of
@@ -81,8 +79,8 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
     a.freq_scale = (double)p->freq_scale;
     a.attn_factor = (double)p->attn_factor;
     a.hostf = p->n_rot / 2 <= ROPE_HALF_MAX;
-    for (int i = 0; i < ROPE_HALF_MAX; i++) /* the expression of rope_cs's device branch */
-        a.freq[i] = a.hostf && i < p->n_rot / 2 ? a.freq_scale * pow(a.base, -2.0 * (double)i / (double)a.n_rot) : 0.0;
+    for (int i = 0; i < ROPE_HALF_MAX; i++)
+        a.freq[i] = a.hostf && i < p->n_rot / 2 ? rope_freq(a.base, a.freq_scale, a.n_rot, i) : 0.0;
     gt ff = {};
     if (p->freq_factors) ff = gview(p->freq_factors);
     const int64_t T = src->ne[2], H = src->ne[1];
