@@ -148,10 +148,10 @@ for s in "$@"; do
       rc=$?; tail -2 "$OUT/ncu-7b-$ty.err"
       [[ $rc -eq 0 ]] && result "ncu 7b $ty" ok || result "ncu 7b $ty" "FAIL (exit $rc)"
     done ;;
-  ncuops) # one launch of each direct kernel at M = 1 (4096 x 11008), and the activation quantizer
+  ncuops) # one launch of each direct kernel at M = 1 (4096 x 11008; $NCU_KERNELS: other name patterns, ';' between)
     n=0
-    for k in "k_mvd_float<.int.30, .int.1>" "k_mvd_q<rbcuda::mvd_q8_0, .int.1>" \
-             "k_mvd_q<rbcuda::mvd_q4_0, .int.1>" "k_mv_xquant<.bool.0, .bool.1>"; do
+    IFS=';' read -ra ks <<<"${NCU_KERNELS:-k_mvd<.*mvd_float<.int.30>;k_mvd<.*mvd_q8_0_fmt>;k_mvd<.*mvd_q4_0_fmt>}"
+    for k in "${ks[@]}"; do
       n=$((n + 1))
       step "ncu $k"
       RBEE_BENCH_QUICK=1 timeout 120 ncu --clock-control none --kernel-name-base demangled -k "regex:$k" \
@@ -168,7 +168,8 @@ for l in open(sys.argv[1]):
     if l.startswith("{"):
         r = json.loads(l); print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     result attn done ;;
-  ops) step "bench_gpu ops"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops.jsonl"; grep -v "^{" "$OUT/bench_ops.jsonl"; result ops done ;;
+  ops) step "bench_gpu ops${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops${TAG:+-$TAG}.jsonl"
+    grep -v "^{" "$OUT/bench_ops${TAG:+-$TAG}.jsonl"; result "ops${TAG:+ ($TAG)}" done ;;
   *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;
   esac
 done

@@ -31,9 +31,9 @@
  * 48 KiB; 0: always the separate kernel; run 1 on an H200 had the separate
  * kernel ahead from M = 8 at K = 4096).
  * Decode itself (M <= 4, 16-byte aligned rows, q4_0/q8_0/f32/f16/bf16) takes
- * the direct kernels of matvec_direct.cuh first: RBEE_GPU_MV_DIRECT=0 turns
- * them off, RBEE_GPU_MV_FUSEDX=0 gives their quantized forms the separate
- * activation quantizer instead of the per-block one. */
+ * the direct kernels of matvec_direct.cuh first (quantized weights: where
+ * the activations are contiguous f32 rows that fit a block's shared memory);
+ * RBEE_GPU_MV_DIRECT=0 turns them off. */
 #ifndef RBEE_GPU_MATVEC_CUH
 #define RBEE_GPU_MATVEC_CUH
 
@@ -508,29 +508,22 @@ static rb_status mvd_grid(rb_backend *be, const void *fn, int threads, size_t sm
 
 /* pdl: the weights are constant, so the kernel may start streaming them
  * before the kernel ahead of it has finished (gpu_pdl.h) */
-template <class F, int MT, int NT, bool FX, int MINB = 1>
+template <class F, int MT, int NT, int MINB = 1>
 static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
-    const void *fn = (const void *)k_mvd<F, MT, NT, FX, MINB>;
-    const size_t smem = mvd_smem<F, NT>(FX, p.M, p.a.ne[0]);
+    const void *fn = (const void *)k_mvd<F, MT, NT, MINB>;
+    const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0]);
     unsigned G = 1;
     rb_status s = mvd_grid(be, fn, NT, smem, p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1], slices, &G);
     if (s != RB_OK) return s;
-    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, FX, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, p);
+    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, p);
     return gpu_check_launch(be, "matmul (matrix-vector, direct)");
 }
 
-template <class F, int NT, bool FX>
+template <class F, int NT>
 static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
-    if (p.M == 1) return mvd_launch<F, 1, NT, FX, F::MINB1>(be, p, slices, pdl);
-    if (p.M == 2) return mvd_launch<F, 2, NT, FX>(be, p, slices, pdl);
-    return mvd_launch<F, 4, NT, FX>(be, p, slices, pdl);
-}
-
-/* RBEE_GPU_MV_FUSEDX=0: quantize the activations of the direct quantized
- * kernels in a separate kernel (k_mv_xquant) instead of in each block (read once) */
-static bool mvd_fusedx_enabled() {
-    static const int v = mv_env_int("RBEE_GPU_MV_FUSEDX", 1);
-    return v != 0;
+    if (p.M == 1) return mvd_launch<F, 1, NT, F::MINB1>(be, p, slices, pdl);
+    if (p.M == 2) return mvd_launch<F, 2, NT>(be, p, slices, pdl);
+    return mvd_launch<F, 4, NT>(be, p, slices, pdl);
 }
 
 /* The arguments common to every format: destination, weights, broadcast,
@@ -546,32 +539,28 @@ static mvd_args mvd_base(const gt &dv, const gt &av, int64_t r2, int64_t r3, int
 }
 
 /* q4_0 / q8_0 weights through k_mvd: K % 256 == 0, 16-byte aligned rows,
- * M <= MVD_MAX_M; *done = false otherwise. */
+ * M <= MVD_MAX_M, contiguous aligned f32 activations (bf) that fit beside the
+ * slots in shared memory (each block quantizes them there); *done = false
+ * otherwise (the staged kernel takes the product). */
 template <class Q>
 static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
                            int64_t r3, bool pdl, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
-    if (!mvd_enabled() || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
+    if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
         return RB_OK;
-    *done = true;
-    mvd_args p = mvd_base(dv, av, r2, r3, M);
     using F = mvd_quant<Q>;
-    /* activations quantized by each block where they are contiguous aligned
-     * f32 rows (bf) and fit beside the slots in shared memory */
     size_t lim = 0;
     rb_status s = mv_smem_limit(be, &lim);
     if (s != RB_OK) return s;
-    if (mvd_fusedx_enabled() && bf && mvd_smem<F, MVD_Q_THREADS>(true, M, K) <= lim) {
-        p.bp = bf->p;
-        p.bnb1 = bf->nb[1];
-        p.bnb2 = bf->nb[2];
-        p.bnb3 = bf->nb[3];
-        return mvd_launch_m<F, MVD_Q_THREADS, true>(be, p, slices, pdl);
-    }
-    s = mv_quant_acts<false>(be, bv, bf, slices, M, K, &p.xq, &p.xs);
-    if (s != RB_OK) return s;
-    return mvd_launch_m<F, MVD_Q_THREADS, false>(be, p, slices, pdl);
+    if (mvd_smem<F, MVD_Q_THREADS>(M, K) > lim) return RB_OK;
+    *done = true;
+    mvd_args p = mvd_base(dv, av, r2, r3, M);
+    p.bp = bf->p;
+    p.bnb1 = bf->nb[1];
+    p.bnb2 = bf->nb[2];
+    p.bnb3 = bf->nb[3];
+    return mvd_launch_m<F, MVD_Q_THREADS>(be, p, slices, pdl);
 }
 
 /* float weights through k_mvd: contiguous 16-byte aligned rows, K a
@@ -591,7 +580,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
     p.bnb1 = bf->nb[1];
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
-    return mvd_launch_m<mvd_float<DT>, MVD_THREADS, false>(be, p, slices, pdl);
+    return mvd_launch_m<mvd_float<DT>, MVD_THREADS>(be, p, slices, pdl);
 }
 
 /* rb_matmul_fused through the direct kernels: one slice, M <= MVD_MAX_M,
@@ -610,7 +599,7 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
         size_t lim = 0;
         rb_status s = mv_smem_limit(be, &lim);
         if (s != RB_OK) return s;
-        if (K % 256 != 0 || !mvd_fusedx_enabled() || mvd_smem<F, NT>(true, M, K) + 1024 > lim) return RB_OK;
+        if (K % 256 != 0 || mvd_smem<F, NT>(M, K) + 1024 > lim) return RB_OK;
     } else {
         if (p.pre != MVD_PRE_NONE || av.nb[0] != (F::EPU == 4 ? 4 : 2) || K % F::EPU != 0) return RB_OK;
     }
@@ -624,7 +613,7 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
     p.bnb1 = bf.nb[1];
     p.bnb2 = bf.nb[2];
     p.bnb3 = bf.nb[3];
-    return mvd_launch_m<F, NT, F::QUANT>(be, p, 1, pdl);
+    return mvd_launch_m<F, NT>(be, p, 1, pdl);
 }
 
 /* Dispatch of mvd_run_fused on the weight dtype. */
@@ -633,7 +622,8 @@ static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, co
     *done = false;
     if (!mvd_enabled()) return RB_OK;
     switch (av.dt) {
-    case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_Q4_0:
+        return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
@@ -689,7 +679,9 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
                             int64_t r3, bool a_const, bool *done) {
     rb_status s = RB_OK;
     switch (av.dt) { /* the direct kernels where they apply */
-    case RB_Q4_0: s = mvd_run_q<mvd_q4_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
+    case RB_Q4_0:
+        s = mvd_run_q<mvd_q4_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done);
+        break;
     case RB_Q8_0: s = mvd_run_q<mvd_q8_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
     case RB_F32: s = mvd_run_f<RB_F32>(be, dv, av, bf, r2, r3, a_const, done); break;
     case RB_F16: s = mvd_run_f<RB_F16>(be, dv, av, bf, r2, r3, a_const, done); break;

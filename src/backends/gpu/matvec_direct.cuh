@@ -17,14 +17,15 @@
  *    boundaries, but a pair of blocks does on 4 bytes (36 = 9 words, 68 =
  *    17) and four pairs on 16 bytes; a span is loaded into registers with
  *    coalesced uint4 loads and stored into the group's shared-memory slot,
- *    then lane l decodes whole blocks: block l & 1 of pairs l / 2 and
- *    l / 2 + 16. Activations are int8 blocks with an f32 scale and their sums,
- *    quantized exactly as the CPU backend does (mv_quant8, matvec_fmt.cuh),
- *    so the integer dot products equal the CPU's: by each block of 512
- *    threads into its shared memory when they are contiguous f32 rows that
- *    fit (one launch, no scratch), else beforehand by k_mv_xquant.
- * Needs 16-byte aligned rows, and K a multiple of 256 (quantized) or of 16
- * bytes (float); matvec.cuh falls back to the staged kernel otherwise.
+ *    then lane l decodes pair l, both blocks. Activations are int8 blocks
+ *    with an f32 scale, quantized exactly as the CPU backend does
+ *    (mv_quant8, matvec_fmt.cuh), so the integer dot products equal the
+ *    CPU's, by each block of 512 threads into its shared memory (one launch,
+ *    no scratch), in an order that makes each lane's reads of them part of
+ *    512 contiguous bytes.
+ * Needs 16-byte aligned rows, K a multiple of 256 (quantized) or of 16 bytes
+ * (float) and contiguous f32 activations (quantized: that fit the block's
+ * shared memory); matvec.cuh falls back to the staged kernel otherwise.
  * For rb_matmul_fused a block adds its product to the destination (the
  * residual add) and, with q4_0/q8_0 weights, applies an rms_norm as it
  * quantizes the activations (mvd_quant_x): one kernel instead of the norm's
@@ -41,13 +42,22 @@
  * matvec.cuh bf16 0.74, q8_0 0.66, q4_0 0.51; these kernels before span
  * prefetch, in-block activation quantization and whole-block lanes bf16
  * 0.80-0.83, q8_0 0.66, q4_0 0.46-0.48; with them bf16 0.86-0.87, q8_0 0.77,
- * q4_0 0.69. Tried and dropped: a per-warp cp.async ring of three shared-
- * memory slots for every format (bf16 0.73, q4_0 0.48, model decode 2-5%
- * slower), a lane per block pair for q4_0/q8_0 (64-byte activation stride,
- * L1-bound: q4_0 0.48), three blocks a multiprocessor for the float kernel
- * (<= 80 registers: 7B bf16 decode 172 against 176 tok/s), two quantized
- * spans in flight per group (7B q4_0 338-365 against 380), 256-thread blocks
- * for the quantized kernel (383 against 405). */
+ * q4_0 0.69. A lane per pair (run 14; it had been a lane per block, five
+ * unaligned words and funnel shifts each, two-way bank conflicts on the
+ * activations, about 220 instructions a group a span): 7B q4_0 decode
+ * 462.5 -> 485.5 tok/s. Tried and dropped in run 14: spans of 64 q4_0 pairs
+ * (spilling at two blocks a multiprocessor 442-450, one block 483 against
+ * 484), a ring of slots a group filled by bulk copies with barriers (sm_90
+ * cp.async.bulk: 464.6 with 4 slots, 469.4 with 2, 417.4 with 8, against
+ * 485.5 in the same call), L2 bulk prefetches a few rows ahead (bench_gpu ops
+ * q4_0 4096 x 11008 0.62 -> 0.50). Tried and dropped before: a per-warp
+ * cp.async ring of three shared-memory slots for every format (bf16 0.73,
+ * q4_0 0.48, model decode 2-5% slower), a lane per block pair reading the
+ * activations from global memory at a 64-byte stride (L1-bound: q4_0 0.48),
+ * three blocks a multiprocessor for the float kernel (<= 80 registers: 7B
+ * bf16 decode 172 against 176 tok/s), two quantized spans in flight per
+ * group (7B q4_0 338-365 against 380), 256-thread blocks for the quantized
+ * kernel (383 against 405). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
@@ -72,8 +82,6 @@ struct mvd_args {
     int64_t r2, r3;           /* broadcast of a's dims 2/3 over the activations' */
     const char *bp;           /* f32 activations (float weights) */
     int64_t bnb1, bnb2, bnb3; /* their byte strides */
-    const int8_t *xq;         /* quantized activations [slice][M][K] (quantized weights, */
-    const int2 *xs;           /* quantized by k_mv_xquant), their records, one per 32 */
     int M;
     int pre;                  /* MVD_PRE_* (one slice) */
     int acc;                  /* dst (f32) += product */
@@ -98,9 +106,9 @@ struct mvd_args {
 
 /* The activations of the MT rows of one slice, as the formats read them. */
 template <int MT> struct mvd_x {
-    const float *f[MT];  /* float weights: f32 rows */
-    const int8_t *q[MT]; /* quantized: int8 rows */
-    const int2 *r[MT];   /* and their records */
+    const float *f[MT]; /* float weights: f32 rows */
+    const int4 *q[MT];  /* quantized: int8 rows in shared memory, pair-major (mvd_quant_x) */
+    const int4 *r[MT];  /* and the records of each pair's two blocks */
 };
 
 /* ---- float weights: span = 2 KiB = 128 pieces of 16 bytes ---- */
@@ -108,7 +116,7 @@ template <int DT> struct mvd_float {
     static constexpr int EPU = DT == RB_F32 ? 4 : 8; /* elements per 16 bytes */
     static constexpr int SPAN_BYTES = 2048, SPAN_EL = SPAN_BYTES / 16 * EPU;
     static constexpr int MINB1 = 1; /* three blocks (<= 80 registers) decoded slower */
-    static constexpr bool QUANT = false;
+    static constexpr bool QUANT = false, OFF8 = false;
     __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K * (16 / EPU); }
     __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
         const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
@@ -156,15 +164,14 @@ template <int DT> struct mvd_float {
     }
 };
 
-/* ---- q4_0 / q8_0: span = 64 pairs of blocks ---- */
+/* ---- q4_0 / q8_0: span = 32 pairs of blocks ---- */
 
 /* q4_0 pair (9 words): block 0 = {d: bytes 0-1, qs: 2-17}, block 1 = {d:
  * 18-19, qs: 20-35}; element e: low nibble of qs[e] (e < 16), high nibble of
- * qs[e - 16]. Block s of a pair: scale and QW quant words in the QW + 1
- * words from word SOFF * s. */
+ * qs[e - 16]. QW quant words a block; block 1's scale in word SOFF. */
 struct mvd_q4_0_fmt {
     static constexpr int PAIR_WORDS = 9, QW = 4, SOFF = 4;
-    static constexpr int MINB1 = 2; /* blocks a multiprocessor at M = 1 (<= 64 registers, no spills) */
+    static constexpr int MINB1 = 2; /* blocks a multiprocessor at M = 1 (<= 64 registers) */
     static constexpr bool OFFSET8 = true; /* value = nibble - 8 */
 };
 
@@ -177,65 +184,78 @@ struct mvd_q8_0_fmt {
 };
 
 template <class Q> struct mvd_quant {
-    static constexpr int SPAN_PAIRS = 32, SPAN_BYTES = SPAN_PAIRS * Q::PAIR_WORDS * 4, MINB1 = Q::MINB1;
-    static constexpr bool QUANT = true;
-    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / 64 * (Q::PAIR_WORDS * 4); }
+    static constexpr int SPAN_PAIRS = 32, PW = Q::PAIR_WORDS, SPAN_BYTES = SPAN_PAIRS * PW * 4, MINB1 = Q::MINB1;
+    static constexpr bool QUANT = true, OFF8 = Q::OFFSET8;
+    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / 64 * (PW * 4); }
     __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
         const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
         return rest < SPAN_BYTES ? rest : SPAN_BYTES;
     }
-    /* A lane per block: block s = lane & 1 of pairs lane / 2 and lane / 2 +
-     * 16; q[t] = funnel(w[t], w[t + 1]) >> (16 + 16 s) are its quant words
-     * whichever half of a word the block starts in; its int8 activations are
-     * 32 contiguous bytes (in shared memory or the quantizer's scratch). */
+    /* A lane per pair: lane l decodes both blocks of pair l of the span from
+     * its PW words in the slot W (an odd word stride between lanes, so no
+     * bank conflicts): block 0's scale is the low half of word 0 and its
+     * quants start 2 bytes in (funnel shifts), block 1's scale is the high
+     * half of word SOFF and its QW quant words follow, aligned. Activations:
+     * chunk c (16 bytes) of pair P at q[(P / 32 * 4 + c) * 32 + P % 32], so a
+     * group's loads are 512 contiguous bytes, and both blocks' records
+     * {d, -8 x sum (q4_0) or 0} in one int4 at r[P]. pair0: the span's first
+     * pair in the row (a multiple of 32). */
     template <int MT>
-    __device__ static __forceinline__ void consume(const uint4 *sp, int nbytes, int64_t span, int lane,
-                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
-        const int np = nbytes / (Q::PAIR_WORDS * 4);
-        const int s = lane & 1, pl = lane >> 1, sh = 16 + 16 * s;
-        const uint32_t *W0 = (const uint32_t *)sp + pl * Q::PAIR_WORDS + Q::SOFF * s;
-        const int64_t blk0 = span * (2 * SPAN_PAIRS) + 2 * pl + s;
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, const mvd_x<MT> &X,
+                                                   float (&acc)[MT]) {
+        uint32_t w[PW];
 #pragma unroll
-        for (int j = 0; j < SPAN_PAIRS / 16; j++) {
-            if (16 * j + pl < np) {
-                const uint32_t *W = W0 + 16 * j * Q::PAIR_WORDS;
-                uint32_t w[Q::QW + 1];
+        for (int t = 0; t < PW; t++) w[t] = W[t];
+        int q0[Q::QW], q1[Q::QW];
 #pragma unroll
-                for (int t = 0; t <= Q::QW; t++) w[t] = W[t];
-                int q[Q::QW];
+        for (int t = 0; t < Q::QW; t++) {
+            q0[t] = (int)(uint32_t)((((uint64_t)w[t + 1] << 32) | w[t]) >> 16);
+            q1[t] = (int)w[Q::SOFF + 1 + t];
+        }
+        const float d0 = f16_bits_to_f32((uint16_t)(w[0] & 0xffffu)), d1 = f16_bits_to_f32((uint16_t)(w[Q::SOFF] >> 16));
 #pragma unroll
-                for (int t = 0; t < Q::QW; t++) q[t] = (int)(uint32_t)(((uint64_t)w[t + 1] << 32 | w[t]) >> sh);
-                const float dwt = f16_bits_to_f32((uint16_t)(w[0] >> (16 * s)));
-                const int64_t blk = blk0 + 32 * j;
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    const int4 *xp = (const int4 *)(X.q[m] + blk * 32);
-                    const int4 x0 = xp[0], x1 = xp[1];
-                    const int2 r = X.r[m][blk];
-                    int si;
-                    if constexpr (Q::OFFSET8) {
-                        si = -8 * (mv_xs_lo(r) + mv_xs_hi(r));
-                        si = mv_dp4a(q[0] & 0x0F0F0F0F, x0.x, si);
-                        si = mv_dp4a(q[1] & 0x0F0F0F0F, x0.y, si);
-                        si = mv_dp4a(q[2] & 0x0F0F0F0F, x0.z, si);
-                        si = mv_dp4a(q[3] & 0x0F0F0F0F, x0.w, si);
-                        si = mv_dp4a((q[0] >> 4) & 0x0F0F0F0F, x1.x, si);
-                        si = mv_dp4a((q[1] >> 4) & 0x0F0F0F0F, x1.y, si);
-                        si = mv_dp4a((q[2] >> 4) & 0x0F0F0F0F, x1.z, si);
-                        si = mv_dp4a((q[3] >> 4) & 0x0F0F0F0F, x1.w, si);
-                    } else {
-                        si = mv_dp4a(q[0], x0.x, 0);
-                        si = mv_dp4a(q[1], x0.y, si);
-                        si = mv_dp4a(q[2], x0.z, si);
-                        si = mv_dp4a(q[3], x0.w, si);
-                        si = mv_dp4a(q[Q::QW > 4 ? 4 : 0], x1.x, si);
-                        si = mv_dp4a(q[Q::QW > 5 ? 5 : 0], x1.y, si);
-                        si = mv_dp4a(q[Q::QW > 6 ? 6 : 0], x1.z, si);
-                        si = mv_dp4a(q[Q::QW > 7 ? 7 : 0], x1.w, si);
-                    }
-                    acc[m] = fmaf(dwt * mv_xd(r), (float)si, acc[m]);
-                }
+        for (int m = 0; m < MT; m++) {
+            const int4 *xp = X.q[m] + pair0 * 4 + lane;
+            const int4 r = X.r[m][pair0 + lane];
+            const int4 a0 = xp[0], a1 = xp[32], b0 = xp[64], b1 = xp[96];
+            int s0, s1;
+            if constexpr (Q::OFFSET8) {
+                s0 = mv_dp4a(q0[0] & 0x0F0F0F0F, a0.x, r.y);
+                s0 = mv_dp4a(q0[1] & 0x0F0F0F0F, a0.y, s0);
+                s0 = mv_dp4a(q0[2] & 0x0F0F0F0F, a0.z, s0);
+                s0 = mv_dp4a(q0[3] & 0x0F0F0F0F, a0.w, s0);
+                s0 = mv_dp4a((q0[0] >> 4) & 0x0F0F0F0F, a1.x, s0);
+                s0 = mv_dp4a((q0[1] >> 4) & 0x0F0F0F0F, a1.y, s0);
+                s0 = mv_dp4a((q0[2] >> 4) & 0x0F0F0F0F, a1.z, s0);
+                s0 = mv_dp4a((q0[3] >> 4) & 0x0F0F0F0F, a1.w, s0);
+                s1 = mv_dp4a(q1[0] & 0x0F0F0F0F, b0.x, r.w);
+                s1 = mv_dp4a(q1[1] & 0x0F0F0F0F, b0.y, s1);
+                s1 = mv_dp4a(q1[2] & 0x0F0F0F0F, b0.z, s1);
+                s1 = mv_dp4a(q1[3] & 0x0F0F0F0F, b0.w, s1);
+                s1 = mv_dp4a((q1[0] >> 4) & 0x0F0F0F0F, b1.x, s1);
+                s1 = mv_dp4a((q1[1] >> 4) & 0x0F0F0F0F, b1.y, s1);
+                s1 = mv_dp4a((q1[2] >> 4) & 0x0F0F0F0F, b1.z, s1);
+                s1 = mv_dp4a((q1[3] >> 4) & 0x0F0F0F0F, b1.w, s1);
+            } else {
+                s0 = mv_dp4a(q0[0], a0.x, r.y);
+                s0 = mv_dp4a(q0[1], a0.y, s0);
+                s0 = mv_dp4a(q0[2], a0.z, s0);
+                s0 = mv_dp4a(q0[3], a0.w, s0);
+                s0 = mv_dp4a(q0[Q::QW > 4 ? 4 : 0], a1.x, s0);
+                s0 = mv_dp4a(q0[Q::QW > 5 ? 5 : 0], a1.y, s0);
+                s0 = mv_dp4a(q0[Q::QW > 6 ? 6 : 0], a1.z, s0);
+                s0 = mv_dp4a(q0[Q::QW > 7 ? 7 : 0], a1.w, s0);
+                s1 = mv_dp4a(q1[0], b0.x, r.w);
+                s1 = mv_dp4a(q1[1], b0.y, s1);
+                s1 = mv_dp4a(q1[2], b0.z, s1);
+                s1 = mv_dp4a(q1[3], b0.w, s1);
+                s1 = mv_dp4a(q1[Q::QW > 4 ? 4 : 0], b1.x, s1);
+                s1 = mv_dp4a(q1[Q::QW > 5 ? 5 : 0], b1.y, s1);
+                s1 = mv_dp4a(q1[Q::QW > 6 ? 6 : 0], b1.z, s1);
+                s1 = mv_dp4a(q1[Q::QW > 7 ? 7 : 0], b1.w, s1);
             }
+            acc[m] = fmaf(d0 * __int_as_float(r.x), (float)s0, acc[m]);
+            acc[m] = fmaf(d1 * __int_as_float(r.z), (float)s1, acc[m]);
         }
     }
 };
@@ -247,6 +267,10 @@ __device__ __forceinline__ float2 mvd_rope_cs(const mvd_args &p, int32_t pos, in
                       p.rff ? p.rff + i * p.rff_nb : NULL, p.rattn);
 }
 
+/* Bytes of one quantized activation row in shared memory: the pair-major
+ * order fills whole groups of 32 pairs (2048 elements). */
+__host__ __device__ __forceinline__ int64_t mvd_xrow(int64_t K) { return (K + 2047) & ~(int64_t)2047; }
+
 /* rows [lo, hi) of group g of G (balanced) */
 __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_t *lo, int64_t *hi) {
     *lo = N * g / G;
@@ -254,8 +278,10 @@ __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_
 }
 
 /* Quantizes the M activation rows of slice (i2, i3) into the block's shared
- * memory (xq: M x K int8, xr: M x K / 32 records), exactly as k_mv_xquant
- * does; every thread of the block must call. K % 256 == 0.
+ * memory (xq: M x K int8 in the pair-major order mvd_quant::consume reads,
+ * xr: M x K / 32 records {d, -8 x the block's sum (OFF8: q4_0) or 0}), with
+ * the values and scales k_mv_xquant computes; every thread of the block must
+ * call. K % 256 == 0.
  * With the fused norm (p.pre == MVD_PRE_NORM, one slice) the block quantizes
  * x * w in the same pass that sums x^2 (per lane in double, as k_rms_rows;
  * then over the lanes of each group and the groups in a fixed order, so
@@ -264,7 +290,7 @@ __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_
  * values are those of quantizing the normed row (x k) w itself, up to float
  * rounding of the product, and each scale is rounded to f16 after scaling,
  * as the CPU's quantizer of the normed row rounds it. No second pass over x. */
-template <int NT>
+template <int NT, bool OFF8>
 __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_t i2, int64_t i3, int8_t *xq,
                                             int2 *xr) {
     __shared__ double part[NT / 32][MVD_MAX_M];
@@ -293,7 +319,9 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
         }
         int2 qv, rec;
         mv_quant8<false>(v, lane, &qv, &rec, !norm);
-        *(int2 *)(xq + m * K + e) = qv;
+        rec.y = OFF8 ? -8 * (mv_xs_lo(rec) + mv_xs_hi(rec)) : 0; /* the q4_0 offset's term, as dp4a's start */
+        const int64_t P = e >> 6, o = e & 63; /* pair-major: chunk o / 16 of pair P (mvd_quant::consume) */
+        *(int2 *)(xq + m * mvd_xrow(K) + ((P >> 5) * 4 + (o >> 4)) * 512 + (P & 31) * 16 + (o & 15)) = qv;
         if ((lane & 3) == 0) xr[(m * K + e) >> 5] = rec;
     }
     if (norm) {
@@ -324,18 +352,18 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
  * in registers (loaded before any is used). Quantized spans go through the
  * group's shared-memory slot (pairs are not 16-byte aligned per lane), and
  * the next span's loads are issued as soon as this one is in the slot, so
- * they are in flight while it is consumed; with FX the block quantizes the
+ * they are in flight while it is consumed; the block quantizes the
  * activations itself into shared memory after its slots (no separate
  * k_mv_xquant launch). Float spans are used from registers. NT threads. */
-template <class F, int MT, int NT, bool FX, int MINB = 1>
+template <class F, int MT, int NT, int MINB = 1>
 __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     rb_grid_dep_trigger();
     extern __shared__ int4 mvd_slot_mem[];
     constexpr int NG = NT / 32; /* 32-lane groups per block */
     constexpr int UL = (F::SPAN_BYTES + 511) / 512; /* uint4 per lane per full span */
-    constexpr int SLOT_U = F::SPAN_BYTES / 16 + 1;
+    constexpr int SLOT_U = F::SPAN_BYTES / 16;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
-    uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U;
+    uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U; /* shared memory: [slots, NG] [activations] */
     const int64_t G = (int64_t)gridDim.x * NG, g = (int64_t)blockIdx.x * NG + gi;
     const int64_t N = p.a.ne[1], K = p.a.ne[0], NH = N / 2;
     const int64_t nsp = (F::row_bytes(K) + F::SPAN_BYTES - 1) / F::SPAN_BYTES; /* spans per row */
@@ -362,24 +390,20 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             t[j] = u < nu ? RB_LD_STREAM(src + u) : make_uint4(0u, 0u, 0u, 0u);
         }
     };
+    const int rowb = (int)F::row_bytes(K), ns = (int)nsp;
     if (lo < hi) load_to(v, wrow(lo), 0);
     rb_grid_dep_wait(); /* activations come from the kernel before */
 
     mvd_x<MT> X;
-    int8_t *xqs = (int8_t *)((uint4 *)mvd_slot_mem + NG * SLOT_U);
-    int2 *xrs = (int2 *)(xqs + p.M * K);
-    if constexpr (FX) mvd_quant_x<NT>(p, K, i2, i3, xqs, xrs);
+    int8_t *xqs = (int8_t *)(slot + (NG - gi) * SLOT_U);
+    int2 *xrs = (int2 *)(xqs + p.M * mvd_xrow(K));
+    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8>(p, K, i2, i3, xqs, xrs);
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int mm = m < p.M ? m : p.M - 1;
-        if constexpr (FX) {
-            X.q[m] = xqs + mm * K;
-            X.r[m] = xrs + ((mm * K) >> 5);
-            X.f[m] = NULL;
-        } else if constexpr (F::QUANT) {
-            const int64_t off = (sl * p.M + mm) * K;
-            X.q[m] = p.xq + off;
-            X.r[m] = p.xs + (off >> 5);
+        if constexpr (F::QUANT) {
+            X.q[m] = (const int4 *)(xqs + mm * mvd_xrow(K));
+            X.r[m] = (const int4 *)(xrs + ((mm * K) >> 5));
             X.f[m] = NULL;
         } else {
             X.f[m] = (const float *)(p.bp + i2 * p.bnb2 + i3 * p.bnb3 + mm * p.bnb1);
@@ -427,24 +451,25 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         }
     };
     if constexpr (F::QUANT) {
+        const uint32_t *W = (const uint32_t *)slot + lane * F::PW; /* this lane's pair in the slot */
         for (int64_t st = lo; st < hi; st++) {
             const int64_t row = wrow(st);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
-            for (int64_t span = 0; span < nsp; span++) {
-                const int nbytes = (int)F::span_bytes(K, span);
+            for (int span = 0; span < ns; span++) {
+                const int rest = rowb - span * F::SPAN_BYTES, nu = (rest < F::SPAN_BYTES ? rest : F::SPAN_BYTES) >> 4;
                 RB_GROUP_SYNC(); /* the previous span's reads of the slot are done */
 #pragma unroll
                 for (int j = 0; j < UL; j++) {
                     const int u = lane + 32 * j;
-                    if (u < (nbytes >> 4)) slot[u] = v[j];
+                    if (u < nu) slot[u] = v[j];
                 }
                 RB_GROUP_SYNC();
                 /* the next span's loads fly while this one is consumed (two
                  * in flight, in v and w alternately, measured slower) */
-                if (span + 1 < nsp) load_to(v, row, span + 1);
+                if (span + 1 < ns) load_to(v, row, span + 1);
                 else if (st + 1 < hi) load_to(v, wrow(st + 1), 0);
-                F::template consume<MT>(slot, nbytes, span, lane, X, acc);
+                if (lane * (F::PW * 4) < rest) F::template consume<MT>(W, span * F::SPAN_PAIRS, lane, X, acc);
             }
             finish(st);
         }
@@ -465,10 +490,10 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     }
 }
 
-/* Shared memory of k_mvd: the groups' slots, and with FX the activations. */
-template <class F, int NT> static size_t mvd_smem(bool fx, int64_t M, int64_t K) {
+/* Shared memory of k_mvd: the groups' slots and the quantized activations. */
+template <class F, int NT> static size_t mvd_smem(int64_t M, int64_t K) {
     if (!F::QUANT) return 0;
-    return (size_t)(NT / 32) * (F::SPAN_BYTES / 16 + 1) * 16 + (fx ? (size_t)(M * K + M * K / 32 * 8) : 0);
+    return (size_t)(NT / 32) * F::SPAN_BYTES + (size_t)(M * mvd_xrow(K) + M * K / 32 * 8);
 }
 
 } // namespace RB_GPU_NS
