@@ -45,12 +45,20 @@
  * q4_0 0.69. A lane per pair (run 14; it had been a lane per block, five
  * unaligned words and funnel shifts each, two-way bank conflicts on the
  * activations, about 220 instructions a group a span): 7B q4_0 decode
- * 462.5 -> 485.5 tok/s. Tried and dropped in run 14: spans of 64 q4_0 pairs
+ * 462.5 -> 485.5 tok/s (two calls; bench_gpu ops q8_0, unchanged, as the
+ * control), q4_0 4096 x 11008 0.62 -> 0.68. Tried and dropped in run 14: spans of 64 q4_0 pairs
  * (spilling at two blocks a multiprocessor 442-450, one block 483 against
  * 484), a ring of slots a group filled by bulk copies with barriers (sm_90
  * cp.async.bulk: 464.6 with 4 slots, 469.4 with 2, 417.4 with 8, against
  * 485.5 in the same call), L2 bulk prefetches a few rows ahead (bench_gpu ops
- * q4_0 4096 x 11008 0.62 -> 0.50). Tried and dropped before: a per-warp
+ * q4_0 4096 x 11008 0.62 -> 0.50), two spans in flight a group (244 bytes
+ * of spills at 64 registers even with this consume; not run), q8_0 at two blocks a multiprocessor
+ * (104 bytes of spills), and rows cut between groups at span granularity
+ * so no group has a pair more than another, the last group of a cut row
+ * summing the parts through device counters (7B q4_0 432.9 against 460.2
+ * with whole rows in the same build, q8_0 286.2 against 310.8, bf16 178.1
+ * against 188.2: the extra state spilled and the fences cost more than the
+ * balance gained). Tried and dropped before: a per-warp
  * cp.async ring of three shared-memory slots for every format (bf16 0.73,
  * q4_0 0.48, model decode 2-5% slower), a lane per block pair reading the
  * activations from global memory at a 64-byte stride (L1-bound: q4_0 0.48),
