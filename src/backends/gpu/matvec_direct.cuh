@@ -208,6 +208,31 @@ template <class Q> struct mvd_quant {
      * group's loads are 512 contiguous bytes, and both blocks' records
      * {d, -8 x sum (q4_0) or 0} in one int4 at r[P]. pair0: the span's first
      * pair in the row (a multiple of 32). */
+    /* s + one block's integer dot product: its quant words q with the int8
+     * activations a0 (elements 0-15) and a1 (16-31); q4_0: low nibbles are
+     * elements 0-15, high nibbles 16-31 (the - 8 is in s) */
+    __device__ static __forceinline__ int dot(const int (&q)[Q::QW], int4 a0, int4 a1, int s) {
+        if constexpr (Q::OFFSET8) {
+            s = mv_dp4a(q[0] & 0x0F0F0F0F, a0.x, s);
+            s = mv_dp4a(q[1] & 0x0F0F0F0F, a0.y, s);
+            s = mv_dp4a(q[2] & 0x0F0F0F0F, a0.z, s);
+            s = mv_dp4a(q[3] & 0x0F0F0F0F, a0.w, s);
+            s = mv_dp4a((q[0] >> 4) & 0x0F0F0F0F, a1.x, s);
+            s = mv_dp4a((q[1] >> 4) & 0x0F0F0F0F, a1.y, s);
+            s = mv_dp4a((q[2] >> 4) & 0x0F0F0F0F, a1.z, s);
+            s = mv_dp4a((q[3] >> 4) & 0x0F0F0F0F, a1.w, s);
+        } else {
+            s = mv_dp4a(q[0], a0.x, s);
+            s = mv_dp4a(q[1], a0.y, s);
+            s = mv_dp4a(q[2], a0.z, s);
+            s = mv_dp4a(q[3], a0.w, s);
+            s = mv_dp4a(q[Q::QW > 4 ? 4 : 0], a1.x, s);
+            s = mv_dp4a(q[Q::QW > 5 ? 5 : 0], a1.y, s);
+            s = mv_dp4a(q[Q::QW > 6 ? 6 : 0], a1.z, s);
+            s = mv_dp4a(q[Q::QW > 7 ? 7 : 0], a1.w, s);
+        }
+        return s;
+    }
     template <int MT>
     __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, const mvd_x<MT> &X,
                                                    float (&acc)[MT]) {
@@ -226,42 +251,7 @@ template <class Q> struct mvd_quant {
             const int4 *xp = X.q[m] + pair0 * 4 + lane;
             const int4 r = X.r[m][pair0 + lane];
             const int4 a0 = xp[0], a1 = xp[32], b0 = xp[64], b1 = xp[96];
-            int s0, s1;
-            if constexpr (Q::OFFSET8) {
-                s0 = mv_dp4a(q0[0] & 0x0F0F0F0F, a0.x, r.y);
-                s0 = mv_dp4a(q0[1] & 0x0F0F0F0F, a0.y, s0);
-                s0 = mv_dp4a(q0[2] & 0x0F0F0F0F, a0.z, s0);
-                s0 = mv_dp4a(q0[3] & 0x0F0F0F0F, a0.w, s0);
-                s0 = mv_dp4a((q0[0] >> 4) & 0x0F0F0F0F, a1.x, s0);
-                s0 = mv_dp4a((q0[1] >> 4) & 0x0F0F0F0F, a1.y, s0);
-                s0 = mv_dp4a((q0[2] >> 4) & 0x0F0F0F0F, a1.z, s0);
-                s0 = mv_dp4a((q0[3] >> 4) & 0x0F0F0F0F, a1.w, s0);
-                s1 = mv_dp4a(q1[0] & 0x0F0F0F0F, b0.x, r.w);
-                s1 = mv_dp4a(q1[1] & 0x0F0F0F0F, b0.y, s1);
-                s1 = mv_dp4a(q1[2] & 0x0F0F0F0F, b0.z, s1);
-                s1 = mv_dp4a(q1[3] & 0x0F0F0F0F, b0.w, s1);
-                s1 = mv_dp4a((q1[0] >> 4) & 0x0F0F0F0F, b1.x, s1);
-                s1 = mv_dp4a((q1[1] >> 4) & 0x0F0F0F0F, b1.y, s1);
-                s1 = mv_dp4a((q1[2] >> 4) & 0x0F0F0F0F, b1.z, s1);
-                s1 = mv_dp4a((q1[3] >> 4) & 0x0F0F0F0F, b1.w, s1);
-            } else {
-                s0 = mv_dp4a(q0[0], a0.x, r.y);
-                s0 = mv_dp4a(q0[1], a0.y, s0);
-                s0 = mv_dp4a(q0[2], a0.z, s0);
-                s0 = mv_dp4a(q0[3], a0.w, s0);
-                s0 = mv_dp4a(q0[Q::QW > 4 ? 4 : 0], a1.x, s0);
-                s0 = mv_dp4a(q0[Q::QW > 5 ? 5 : 0], a1.y, s0);
-                s0 = mv_dp4a(q0[Q::QW > 6 ? 6 : 0], a1.z, s0);
-                s0 = mv_dp4a(q0[Q::QW > 7 ? 7 : 0], a1.w, s0);
-                s1 = mv_dp4a(q1[0], b0.x, r.w);
-                s1 = mv_dp4a(q1[1], b0.y, s1);
-                s1 = mv_dp4a(q1[2], b0.z, s1);
-                s1 = mv_dp4a(q1[3], b0.w, s1);
-                s1 = mv_dp4a(q1[Q::QW > 4 ? 4 : 0], b1.x, s1);
-                s1 = mv_dp4a(q1[Q::QW > 5 ? 5 : 0], b1.y, s1);
-                s1 = mv_dp4a(q1[Q::QW > 6 ? 6 : 0], b1.z, s1);
-                s1 = mv_dp4a(q1[Q::QW > 7 ? 7 : 0], b1.w, s1);
-            }
+            const int s0 = dot(q0, a0, a1, r.y), s1 = dot(q1, b0, b1, r.w);
             acc[m] = fmaf(d0 * __int_as_float(r.x), (float)s0, acc[m]);
             acc[m] = fmaf(d1 * __int_as_float(r.z), (float)s1, acc[m]);
         }
