@@ -526,6 +526,15 @@ static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices,
     return mvd_launch<F, 4, NT>(be, p, slices, pdl);
 }
 
+/* Whether the quantized kernel's slots and the M x K activations it
+ * quantizes fit a block's shared memory, with room for its static part. */
+template <class F, int NT> static rb_status mvd_quant_fits(rb_backend *be, int64_t M, int64_t K, bool *fits) {
+    size_t lim = 0;
+    rb_status s = mv_smem_limit(be, &lim);
+    *fits = s == RB_OK && mvd_smem<F, NT>(M, K) + 1024 <= lim;
+    return s;
+}
+
 /* The arguments common to every format: destination, weights, broadcast,
  * activation rows. */
 static mvd_args mvd_base(const gt &dv, const gt &av, int64_t r2, int64_t r3, int64_t M) {
@@ -549,18 +558,16 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
     if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
         return RB_OK;
-    using F = mvd_quant<Q>;
-    size_t lim = 0;
-    rb_status s = mv_smem_limit(be, &lim);
-    if (s != RB_OK) return s;
-    if (mvd_smem<F, MVD_Q_THREADS>(M, K) > lim) return RB_OK;
+    bool fits = false;
+    rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, &fits);
+    if (s != RB_OK || !fits) return s;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, M);
     p.bp = bf->p;
     p.bnb1 = bf->nb[1];
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
-    return mvd_launch_m<F, MVD_Q_THREADS>(be, p, slices, pdl);
+    return mvd_launch_m<mvd_quant<Q>, MVD_Q_THREADS>(be, p, slices, pdl);
 }
 
 /* float weights through k_mvd: contiguous 16-byte aligned rows, K a
@@ -596,10 +603,10 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
     const int64_t K = av.ne[0], M = bf.ne[1];
     if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av)) return RB_OK;
     if constexpr (F::QUANT) {
-        size_t lim = 0;
-        rb_status s = mv_smem_limit(be, &lim);
-        if (s != RB_OK) return s;
-        if (K % 256 != 0 || mvd_smem<F, NT>(M, K) + 1024 > lim) return RB_OK;
+        if (K % 256 != 0) return RB_OK;
+        bool fits = false;
+        rb_status s = mvd_quant_fits<F, NT>(be, M, K, &fits);
+        if (s != RB_OK || !fits) return s;
     } else {
         if (p.pre != MVD_PRE_NONE || av.nb[0] != (F::EPU == 4 ? 4 : 2) || K % F::EPU != 0) return RB_OK;
     }
@@ -622,8 +629,7 @@ static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, co
     *done = false;
     if (!mvd_enabled()) return RB_OK;
     switch (av.dt) {
-    case RB_Q4_0:
-        return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
@@ -679,9 +685,7 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
                             int64_t r3, bool a_const, bool *done) {
     rb_status s = RB_OK;
     switch (av.dt) { /* the direct kernels where they apply */
-    case RB_Q4_0:
-        s = mvd_run_q<mvd_q4_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done);
-        break;
+    case RB_Q4_0: s = mvd_run_q<mvd_q4_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
     case RB_Q8_0: s = mvd_run_q<mvd_q8_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
     case RB_F32: s = mvd_run_f<RB_F32>(be, dv, av, bf, r2, r3, a_const, done); break;
     case RB_F16: s = mvd_run_f<RB_F16>(be, dv, av, bf, r2, r3, a_const, done); break;

@@ -25,7 +25,6 @@
 #include "backends/gpu/matvec.cuh"
 
 #include <limits.h>
-
 #include <stdio.h>
 
 namespace RB_GPU_NS {
