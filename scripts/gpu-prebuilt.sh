@@ -25,6 +25,9 @@
 #              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
 #   t:PROG     one GPU test program on cuda:0
+#   trace:SHAPE:TYPE  RBEE_GPU_TRACE of a short decode run (pp16 tg32) of a random
+#              model (llama-2-7b, llama-3.2-1b) and its summary
+#              (tools/bench/gpu_trace_summary.py): where a decode step's time goes
 #   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
 #              run (pp512 then 4 decode steps, graphs on, as in the middle of
 #              tg128) for bf16/q8_0/q4_0 ($PROFILE_TYPES): raw CSV per type
@@ -134,6 +137,16 @@ for s in "$@"; do
   bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
   bf16_1b|q8_0_1b|q4_0_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
   t:*) run_prog cuda "${s#t:}" cuda:0 ;;
+  trace:*:*)
+    IFS=: read -r _ tsh tty <<<"$s"
+    tf=$OUT/trace-$tsh-$tty${TAG:+-$TAG}.txt
+    step "trace $tsh $tty${TAG:+ ($TAG)}"
+    RBEE_GPU_TRACE=$tf timeout 200 $BIN/cuda/rbee bench --random "$tsh" --type "$tty" --backend cuda:0 -p 16 -n 32 -r 1 \
+      >/dev/null 2>"$tf.err" || { tail -3 "$tf.err"; result "trace $tsh $tty" FAIL; continue; }
+    python3 tools/bench/gpu_trace_summary.py "$tf" --launches ${TRACE_ARGS:-} >"$tf.summary"
+    sed -n '/^mean over/,$p' "$tf.summary"; head -1 "$tf.summary"
+    xz -T4 "$tf"
+    result "trace $tsh $tty" done ;;
   env:*=*) v=${s#env:}; step "env $v"
            if [[ -z ${v#*=} ]]; then unset "${v%%=*}"; unset TAG; else export "$v"; export TAG="${v%%=*}-${v#*=}"; fi ;;
   benchtl) for ty in q8_0 q4_0; do bench tinyllama-1.1b $ty 3; done ;;

@@ -6,6 +6,7 @@
 #define RBEE_GPU_ATT_COMMON_CUH
 
 #include "backends/gpu/gpu_common.cuh"
+#include "backends/gpu/gpu_trace.h"
 
 namespace RB_GPU_NS {
 
@@ -23,6 +24,7 @@ struct att_args {
     int hb, nsub;  /* query heads per block, warps per head */
     int minch;     /* fewest key chunks per warp before a row takes another block */
     unsigned *cnt; /* per row group: blocks that finished (the last resets it) */
+    unsigned long long *trace; /* decode kernel: RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
 };
 
 /* Absolute position of query i. The host keeps q_pos0 + Tq within int

@@ -37,7 +37,9 @@ namespace RB_GPU_NS {
 template <bool BF, int D>
 __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
     rb_grid_dep_trigger();
+    gpu_trace_mark(a.trace, 0);
     rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    gpu_trace_mark(a.trace, 1);
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
     constexpr int KG = CH <= 16 ? CH : 16; /* key pieces loaded before use */
     constexpr bool VPRE = NSTEP <= 16;     /* value pieces prefetched with the keys */
@@ -76,7 +78,10 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
     int cpb = (nch + a.nsplit - 1) / a.nsplit;
     if (cpb < S * a.minch) cpb = S * a.minch;
     const int nbe = nch > 0 ? (nch + cpb - 1) / cpb : 1; /* blocks this row uses */
-    if ((int)blockIdx.y >= nbe) return;                  /* uniform over the block */
+    if ((int)blockIdx.y >= nbe) {
+        gpu_trace_mark(a.trace, 3);
+        return;
+    }                  /* uniform over the block */
     const int c0 = (int)blockIdx.y * cpb, c1 = c0 + cpb < nch ? c0 + cpb : nch;
 
 #pragma unroll
@@ -158,6 +163,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             acc[7] = fmaf(wgt, f3.y, acc[7]);
         }
     }
+    gpu_trace_mark(a.trace, 2); /* thread 0's keys are done */
     /* sum the KPW lanes that hold the same 8 columns, then merge the block's
      * sub-splits of each head in shared memory */
 #pragma unroll
@@ -200,7 +206,10 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             pp[2 + d] = at;
         }
     }
-    if (nbe == 1) return;
+    if (nbe == 1) {
+        gpu_trace_mark(a.trace, 3);
+        return;
+    }
     /* publish the partial: the barrier orders the block's writes before
      * thread 0's fence (cumulative) and count; the last block to count merges */
     __syncthreads();
@@ -214,7 +223,10 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
         }
     }
     __syncthreads();
-    if (!last_sh) return;
+    if (!last_sh) {
+        gpu_trace_mark(a.trace, 3);
+        return;
+    }
     /* online merge of the row's partials, 8 splits' loads in flight at a time */
     for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
         const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
@@ -247,6 +259,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
         }
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = lt > 0.0f ? at / lt : 0.0f;
     }
+    gpu_trace_mark(a.trace, 3);
 }
 
 } // namespace RB_GPU_NS

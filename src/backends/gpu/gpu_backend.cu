@@ -8,6 +8,7 @@
  * graphs). An out-of-memory allocation fails with RB_E_NOMEM and a message
  * naming the free memory; the backend stays usable. */
 #include "backends/gpu/gpu_internal.h"
+#include "backends/gpu/gpu_trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,7 @@ static void g_destroy(rb_backend *be) {
     gpu_backend *g = gb(be);
     (void)cudaSetDevice(g->device);
     if (g->stream) (void)cudaStreamSynchronize(g->stream);
+    gpu_trace_finish(g);
 #if !defined(RBEE_GPU_HIP)
     if (g->blas) cublasDestroy(g->blas);
 #endif
@@ -491,6 +493,7 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
         g_destroy(&g->base);
         return s;
     }
+    gpu_trace_init(g);
     *out = &g->base;
     return RB_OK;
 }

@@ -43,6 +43,7 @@ struct gpu_backend {
     unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
     bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
     bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
+    struct gpu_trace *trace; /* RBEE_GPU_TRACE: decode-kernel timestamps (gpu_trace.h), else NULL */
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif

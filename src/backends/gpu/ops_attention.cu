@@ -308,6 +308,7 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     gt mk = {};
     if (p->mask) mk = gview(p->mask);
     const dim3 grid((unsigned)ngrp, (unsigned)ns);
+    a.trace = gpu_trace_slot(g, GPU_TRACE_ATTENTION, k->dtype, 0, ngrp, Tk, grid.x * grid.y);
     const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
     return k->dtype == RB_BF16 ? att_dec_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
                                : att_dec_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
