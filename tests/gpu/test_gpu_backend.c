@@ -1,13 +1,16 @@
 /* GPU backend object: device listing (real memory figures), creation errors,
  * buffer upload/download/copy exactness for small and staged (> 16 MiB)
  * transfers, rb_buffer_from_host, an out-of-memory allocation that fails with
- * RB_E_NOMEM and a message while the backend keeps working, and ops without
- * a GPU kernel refusing with RB_E_UNSUPPORTED. Skips without a GPU. */
+ * RB_E_NOMEM and a message while the backend keeps working, ops without
+ * a GPU kernel refusing with RB_E_UNSUPPORTED, and the RBEE_GPU_TRACE
+ * diagnostic (gpu_trace.h) writing every block's readings in order. Skips
+ * without a GPU. */
 #include "gpu_pair.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_devices(void **state) {
     (void)state;
@@ -137,12 +140,82 @@ static void test_unsupported(void **state) {
     rb_backend_destroy(g);
 }
 
+/* RBEE_GPU_TRACE: a decode product (q4_0, M = 1: the direct kernel) traced
+ * into the file named when the backend is created; destroying the backend
+ * writes it: one launch line that says what ran, and a line per block whose
+ * readings are all set and in order (start <= past the wait <= activations
+ * quantized <= end, within a second). Without the variable no file. */
+static void test_trace(void **state) {
+    (void)state;
+    char dir[512], path[600];
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "rbee-trace"), 0);
+    snprintf(path, sizeof path, "%s/trace.txt", dir);
+    assert_int_equal(setenv("RBEE_GPU_TRACE", path, 1), 0);
+    rb_backend *g = gp_gpu();
+    unsetenv("RBEE_GPU_TRACE");
+    if (!g) assert_int_equal(tu_tmpdir_remove(dir), 0);
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 5);
+    const int64_t K = 512, N = 384, wne[4] = {K, N, 1, 1}, bne[4] = {K, 1, 1, 1}, dne[4] = {N, 1, 1, 1};
+    gp w = gp_make(c, g, &rng, RB_Q4_0, wne, GP_CONTIG, -1.0f, 1.0f);
+    gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -1.0f, 1.0f);
+    gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0.0f, 1.0f);
+    TU_OK(rb_matmul(g, &d.g, &w.g, &b.g));
+    TU_OK(rb_backend_sync(g));
+    gp_free(&w);
+    gp_free(&b);
+    gp_free(&d);
+    rb_backend_destroy(g);
+    rb_backend_destroy(c);
+
+    size_t size = 0;
+    char *text = tu_read_file(path, &size);
+    assert_non_null(text);
+    unsigned seq = 99, blocks = 0;
+    int kind = 0, dt = -1, flags = -1, used = 0;
+    long long n = 0, k = 0;
+    assert_int_equal(sscanf(text, "launch %u kind %d dt %d flags %d n %lld k %lld blocks %u%n", &seq, &kind, &dt, &flags,
+                            &n, &k, &blocks, &used),
+                     7);
+    assert_int_equal(seq, 0);
+    assert_int_equal(kind, 1); /* GPU_TRACE_PRODUCT */
+    assert_int_equal(dt, (int)RB_Q4_0);
+    assert_int_equal(flags, 0);
+    assert_int_equal(n, N);
+    assert_int_equal(k, K);
+    assert_true(blocks >= 1 && blocks <= 4096);
+    const char *q = text + used;
+    for (unsigned i = 0; i < blocks; i++) {
+        unsigned long long t[4];
+        int u = 0;
+        assert_int_equal(sscanf(q, "%llu %llu %llu %llu%n", &t[0], &t[1], &t[2], &t[3], &u), 4);
+        q += u;
+        assert_true(t[0] > 0);
+        assert_true(t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3]);
+        assert_true(t[3] - t[0] < 1000000000ull);
+    }
+    while (*q == '\n') q++;
+    assert_int_equal(*q, '\0'); /* one launch, nothing after its blocks */
+    free(text);
+    assert_int_equal(unlink(path), 0);
+
+    /* not set: nothing written */
+    g = gp_gpu();
+    assert_non_null(g);
+    rb_backend_destroy(g);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(tu_tmpdir_remove(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -511,11 +511,23 @@ static rb_status mvd_grid(rb_backend *be, const void *fn, int threads, size_t sm
 template <class F, int MT, int NT, int MINB = 1>
 static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
     const void *fn = (const void *)k_mvd<F, MT, NT, MINB>;
-    const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0]);
+    mvd_args q = p;
+    /* a constant norm weight is staged in shared memory where it fits */
+    q.nwc = q.nwc && q.nw && q.pre == MVD_PRE_NORM;
+    if (q.nwc) {
+        size_t lim = 0;
+        rb_status s = mv_smem_limit(be, &lim);
+        if (s != RB_OK) return s;
+        q.nwc = mvd_smem<F, NT>(p.M, p.a.ne[0], true) + 1024 <= lim;
+    }
+    const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
     unsigned G = 1;
     rb_status s = mvd_grid(be, fn, NT, smem, p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1], slices, &G);
     if (s != RB_OK) return s;
-    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, p);
+    q.trace = gpu_trace_slot(gb(be), GPU_TRACE_PRODUCT, p.a.dt,
+                             (p.pre ? 1 : 0) | (p.acc ? 2 : 0) | (p.gluo ? 4 : 0) | (p.rope ? 8 : 0) | (p.sp ? 16 : 0),
+                             p.a.ne[1], p.a.ne[0], G * (unsigned)slices);
+    (void)gpu_launch_pdl(gb(be), pdl, k_mvd<F, MT, NT, MINB>, dim3(G, (unsigned)slices), dim3(NT), smem, q);
     return gpu_check_launch(be, "matmul (matrix-vector, direct)");
 }
 

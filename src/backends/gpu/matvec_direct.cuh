@@ -65,11 +65,26 @@
  * three blocks a multiprocessor for the float kernel (<= 80 registers: 7B
  * bf16 decode 172 against 176 tok/s), two quantized spans in flight per
  * group (7B q4_0 338-365 against 380), 256-thread blocks for the quantized
- * kernel (383 against 405). */
+ * kernel (383 against 405).
+ * Run 15 (RBEE_GPU_TRACE, gpu_trace.h: per-block timestamps of a decode
+ * step): a block spent 1.1-3.1 us between its dependency wait and the end
+ * of its activation quantization (7B q4_0: o 1.25, down 2.83, the norm-fused
+ * qkv and gate_up 2.9-3.1 us). The norm weight is now copied into shared
+ * memory before the wait (constant), two chunks' loads are in flight a
+ * group, the norm's group sums are added as a tree: 1.1 / 2.7 / 2.2 us, but
+ * the token only 1-3% faster (the first span's loads keep the memory busy
+ * through most of it). Tried and dropped in run 15: staging whole
+ * activation rows in shared memory first (with cp.async: 3.2-6.6 us, slower
+ * than loads into registers; with loads: no better, and spills), and
+ * blocks that split their rows x spans evenly among their groups with the
+ * row sums added after a barrier (qkv 1 us faster, the others slower: the
+ * epilogues, residual reads and rope's sincos all wait at the block's end;
+ * 7B q4_0 426.9 against 483). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
 #include "backends/gpu/gpu_pdl.h"
+#include "backends/gpu/gpu_trace.h"
 #include "backends/gpu/matvec_fmt.cuh"
 #include "backends/gpu/rope_math.cuh"
 
@@ -110,6 +125,8 @@ struct mvd_args {
     int *sguard;              /* graph capture: first bad slot reported here (ids checked on the host otherwise) */
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
+    int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
+    unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
 };
 
 /* The activations of the MT rows of one slice, as the formats read them. */
@@ -275,69 +292,112 @@ __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_
     *hi = N * (g + 1) / G;
 }
 
+/* Copies the norm weight (K f32, 16-byte aligned) into the block's shared
+ * memory xw, where mvd_quant_x reads it; k_mvd does it before its
+ * dependency wait when the weight is constant (p.nwc), so its load is not
+ * in the activations' round trip (the trace: the fused norm had made the
+ * quantization 1.75 us longer than without it). Every thread of the block
+ * calls; the barrier in mvd_quant_x orders the reads. */
+template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p, int64_t K, float *xw) {
+    if (p.pre != MVD_PRE_NORM || !p.nw) return;
+    for (int i = threadIdx.x; i < (int)(K / 4); i += NT) ((float4 *)xw)[i] = ((const float4 *)p.nw)[i];
+    __syncthreads();
+}
+
 /* Quantizes the M activation rows of slice (i2, i3) into the block's shared
  * memory (xq: M x K int8 in the pair-major order mvd_quant::consume reads,
  * xr: M x K / 32 records {d, -8 x the block's sum (OFF8: q4_0) or 0}), with
  * the values and scales k_mv_xquant computes; every thread of the block must
- * call. K % 256 == 0.
+ * call. K % 256 == 0. A group takes two 256-element chunks at a time and
+ * issues both chunks' loads before it uses either (a K = 11008 row is two
+ * round trips a group, not three).
  * With the fused norm (p.pre == MVD_PRE_NORM, one slice) the block quantizes
- * x * w in the same pass that sums x^2 (per lane in double, as k_rms_rows;
- * then over the lanes of each group and the groups in a fixed order, so
- * every block gets the same scale), and applies the row's 1/rms k to the
- * block scales afterwards: q8_0 quantization is scale-invariant, so the int8
- * values are those of quantizing the normed row (x k) w itself, up to float
- * rounding of the product, and each scale is rounded to f16 after scaling,
- * as the CPU's quantizer of the normed row rounds it. No second pass over x. */
-template <int NT, bool OFF8>
+ * x * w (w: nw, staged in shared memory or read from global memory) in the
+ * same pass that sums x^2 (per lane in double, as k_rms_rows; then over the
+ * lanes of each group, and over the groups as a tree in group 0, a fixed
+ * order, so every block gets the same scale), and applies the row's 1/rms k
+ * to the block scales afterwards: q8_0 quantization is scale-invariant, so
+ * the int8 values are those of quantizing the normed row (x k) w itself, up
+ * to float rounding of the product, and each scale is rounded to f16 after
+ * scaling, as the CPU's quantizer of the normed row rounds it. No second
+ * pass over x. */
+#define MVD_XQ_DEPTH 2 /* chunks a group loads before it quantizes them */
+template <int NT, bool OFF8, int MT>
 __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_t i2, int64_t i3, int8_t *xq,
-                                            int2 *xr) {
-    __shared__ double part[NT / 32][MVD_MAX_M];
-    __shared__ float rk[MVD_MAX_M];
+                                            int2 *xr, const float *nw) {
+    constexpr int NG = NT / 32;
+    __shared__ double part[NG][MT];
+    __shared__ float rk[MT];
     const bool norm = p.pre == MVD_PRE_NORM;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
-    const int64_t KB = K / 256;
-    double ss[MVD_MAX_M] = {0.0, 0.0, 0.0, 0.0};
-    for (int64_t c = gi; c < p.M * KB; c += NT / 32) {
-        const int64_t m = c / KB, e = (c % KB) * 256 + lane * 8;
-        const float4 *row = (const float4 *)(p.bp + i2 * p.bnb2 + i3 * p.bnb3 + m * p.bnb1) + e / 4;
-        const float4 f0 = row[0], f1 = row[1];
-        float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-        if (norm) {
-            double t = 0.0;
+    const int KB = (int)(K / 256), NC = p.M * KB; /* 256-element chunks (int: M K < 2^28) */
+    const char *x0 = p.bp + i2 * p.bnb2 + i3 * p.bnb3;
+    double ss[MT];
 #pragma unroll
-            for (int i = 0; i < 8; i++) t += (double)v[i] * v[i];
+    for (int m = 0; m < MT; m++) ss[m] = 0.0;
+    auto chunk_of = [&](int c, int *m, int *e) {
+        *m = MT == 1 ? 0 : c / KB;
+        *e = (c - *m * KB) * 256 + lane * 8;
+    };
+    for (int c = gi; c < NC; c += MVD_XQ_DEPTH * NG) {
+        float4 f[MVD_XQ_DEPTH][2];
 #pragma unroll
-            for (int mm = 0; mm < MVD_MAX_M; mm++) /* constant indices: ss stays in registers */
-                if (mm == m) ss[mm] += t;
-            if (p.nw) {
-                const float4 w0 = ((const float4 *)(p.nw + e))[0], w1 = ((const float4 *)(p.nw + e))[1];
-                v[0] *= w0.x, v[1] *= w0.y, v[2] *= w0.z, v[3] *= w0.w;
-                v[4] *= w1.x, v[5] *= w1.y, v[6] *= w1.z, v[7] *= w1.w;
+        for (int h = 0; h < MVD_XQ_DEPTH; h++) { /* both chunks' loads in flight */
+            int m, e;
+            chunk_of(c + h * NG, &m, &e);
+            if (c + h * NG < NC) {
+                const float4 *row = (const float4 *)(x0 + m * p.bnb1) + e / 4;
+                f[h][0] = row[0];
+                f[h][1] = row[1];
             }
         }
-        int2 qv, rec;
-        mv_quant8<false>(v, lane, &qv, &rec, !norm);
-        rec.y = OFF8 ? -8 * (mv_xs_lo(rec) + mv_xs_hi(rec)) : 0; /* the q4_0 offset's term, as dp4a's start */
-        const int64_t P = e >> 6, o = e & 63; /* pair-major: chunk o / 16 of pair P (mvd_quant::consume) */
-        *(int2 *)(xq + m * mvd_xrow(K) + ((P >> 5) * 4 + (o >> 4)) * 512 + (P & 31) * 16 + (o & 15)) = qv;
-        if ((lane & 3) == 0) xr[(m * K + e) >> 5] = rec;
+#pragma unroll
+        for (int h = 0; h < MVD_XQ_DEPTH; h++) {
+            if (c + h * NG >= NC) break;
+            int m, e;
+            chunk_of(c + h * NG, &m, &e);
+            float v[8] = {f[h][0].x, f[h][0].y, f[h][0].z, f[h][0].w, f[h][1].x, f[h][1].y, f[h][1].z, f[h][1].w};
+            if (norm) {
+                double t = 0.0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) t += (double)v[i] * v[i];
+#pragma unroll
+                for (int mm = 0; mm < MT; mm++) /* constant indices: ss stays in registers */
+                    if (mm == m) ss[mm] += t;
+                if (nw) {
+                    const float4 w0 = ((const float4 *)(nw + e))[0], w1 = ((const float4 *)(nw + e))[1];
+                    v[0] *= w0.x, v[1] *= w0.y, v[2] *= w0.z, v[3] *= w0.w;
+                    v[4] *= w1.x, v[5] *= w1.y, v[6] *= w1.z, v[7] *= w1.w;
+                }
+            }
+            int2 qv, rec;
+            mv_quant8<false>(v, lane, &qv, &rec, !norm);
+            rec.y = OFF8 ? -8 * (mv_xs_lo(rec) + mv_xs_hi(rec)) : 0; /* the q4_0 offset's term, as dp4a's start */
+            const int P = e >> 6, o = e & 63; /* pair-major: chunk o / 16 of pair P (mvd_quant::consume) */
+            *(int2 *)(xq + m * mvd_xrow(K) + ((P >> 5) * 4 + (o >> 4)) * 512 + (P & 31) * 16 + (o & 15)) = qv;
+            if ((lane & 3) == 0) xr[(m * K + e) >> 5] = rec;
+        }
     }
     if (norm) {
 #pragma unroll
-        for (int m = 0; m < MVD_MAX_M; m++) {
+        for (int m = 0; m < MT; m++) {
             double t = ss[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
             if (lane == 0) part[gi][m] = t;
         }
         __syncthreads();
-        if ((int)threadIdx.x < p.M) {
-            double t = 0.0;
-            for (int g = 0; g < NT / 32; g++) t += part[g][threadIdx.x];
-            rk[threadIdx.x] = (float)(1.0 / sqrt(t / (double)K + (double)p.eps));
+        if (gi == 0) { /* the groups' sums: a tree over the lanes of group 0 */
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                double t = lane < NG ? part[lane][m] : 0.0;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
+                if (lane == 0 && m < p.M) rk[m] = (float)(1.0 / sqrt(t / (double)K + (double)p.eps));
+            }
         }
         __syncthreads();
-        for (int64_t r = threadIdx.x; r < p.M * (K / 32); r += NT) { /* scales: d k, rounded to f16 */
+        for (int r = threadIdx.x; r < p.M * (int)(K / 32); r += NT) { /* scales: d k, rounded to f16 */
             const float d = mv_xd(xr[r]) * rk[r / (K / 32)];
             xr[r].x = __float_as_int(f16_bits_to_f32(f32_to_f16_bits(d)));
         }
@@ -356,6 +416,7 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
 template <class F, int MT, int NT, int MINB = 1>
 __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     rb_grid_dep_trigger();
+    gpu_trace_mark(p.trace, 0);
     extern __shared__ int4 mvd_slot_mem[];
     constexpr int NG = NT / 32; /* 32-lane groups per block */
     constexpr int UL = (F::SPAN_BYTES + 511) / 512; /* uint4 per lane per full span */
@@ -390,12 +451,18 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     };
     const int rowb = (int)F::row_bytes(K), ns = (int)nsp;
     if (lo < hi) load_to(v, wrow(lo), 0);
-    rb_grid_dep_wait(); /* activations come from the kernel before */
-
-    mvd_x<MT> X;
     int8_t *xqs = (int8_t *)(slot + (NG - gi) * SLOT_U);
     int2 *xrs = (int2 *)(xqs + p.M * mvd_xrow(K));
-    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8>(p, K, i2, i3, xqs, xrs);
+    float *xws = (float *)(xrs + p.M * (K / 32)); /* the norm weight, when staged */
+    if constexpr (F::QUANT) {
+        if (p.nwc) mvd_stage_nw<NT>(p, K, xws);
+    }
+    rb_grid_dep_wait(); /* activations come from the kernel before */
+    gpu_trace_mark(p.trace, 1);
+
+    mvd_x<MT> X;
+    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nw && p.nwc ? xws : p.nw);
+    gpu_trace_mark(p.trace, 2);
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int mm = m < p.M ? m : p.M - 1;
@@ -486,12 +553,17 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             finish(st);
         }
     }
+    if (p.trace) { /* the block's last group is done */
+        __syncthreads();
+        gpu_trace_mark(p.trace, 3);
+    }
 }
 
-/* Shared memory of k_mvd: the groups' slots and the quantized activations. */
-template <class F, int NT> static size_t mvd_smem(int64_t M, int64_t K) {
+/* Shared memory of k_mvd: the groups' slots, the quantized activations and
+ * (nw) the staged norm weight. */
+template <class F, int NT> static size_t mvd_smem(int64_t M, int64_t K, bool nw = false) {
     if (!F::QUANT) return 0;
-    return (size_t)(NT / 32) * F::SPAN_BYTES + (size_t)(M * mvd_xrow(K) + M * K / 32 * 8);
+    return (size_t)(NT / 32) * F::SPAN_BYTES + (size_t)(M * mvd_xrow(K) + M * K / 32 * 8) + (nw ? (size_t)K * 4 : 0);
 }
 
 } // namespace RB_GPU_NS

@@ -189,6 +189,7 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     if (norm_in) {
         p.pre = MVD_PRE_NORM;
         p.nw = f->norm_w ? (const float *)gview(f->norm_w).p : NULL;
+        p.nwc = f->norm_w && f->norm_w->buf->constant;
     } else if (pre) { /* the norm or gate as its own kernel, then the product with its add */
         rb_status s = f->norm ? gpu_rms_norm(be, f->tmp_in, b, f->norm_w, f->eps)
                               : gpu_glu(be, f->tmp_in, b, f->up, f->act);
