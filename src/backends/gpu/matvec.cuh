@@ -506,6 +506,17 @@ static rb_status mvd_grid(rb_backend *be, const void *fn, int threads, size_t sm
     return RB_OK;
 }
 
+/* Whether the quantized kernel's slots, the M x K activations it quantizes
+ * and (nw) the staged norm weight fit a block's shared memory, with room for
+ * its static part. */
+template <class F, int NT>
+static rb_status mvd_quant_fits(rb_backend *be, int64_t M, int64_t K, bool nw, bool *fits) {
+    size_t lim = 0;
+    rb_status s = mv_smem_limit(be, &lim);
+    *fits = s == RB_OK && mvd_smem<F, NT>(M, K, nw) + 1024 <= lim;
+    return s;
+}
+
 /* pdl: the weights are constant, so the kernel may start streaming them
  * before the kernel ahead of it has finished (gpu_pdl.h) */
 template <class F, int MT, int NT, int MINB = 1>
@@ -513,12 +524,12 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
     const void *fn = (const void *)k_mvd<F, MT, NT, MINB>;
     mvd_args q = p;
     /* a constant norm weight is staged in shared memory where it fits */
-    q.nwc = q.nwc && q.nw && q.pre == MVD_PRE_NORM;
+    q.nwc = F::QUANT && q.nwc && q.nw && q.pre == MVD_PRE_NORM;
     if (q.nwc) {
-        size_t lim = 0;
-        rb_status s = mv_smem_limit(be, &lim);
+        bool fits = false;
+        rb_status s = mvd_quant_fits<F, NT>(be, p.M, p.a.ne[0], true, &fits);
         if (s != RB_OK) return s;
-        q.nwc = mvd_smem<F, NT>(p.M, p.a.ne[0], true) + 1024 <= lim;
+        q.nwc = fits;
     }
     const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
     unsigned G = 1;
@@ -536,15 +547,6 @@ static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices,
     if (p.M == 1) return mvd_launch<F, 1, NT, F::MINB1>(be, p, slices, pdl);
     if (p.M == 2) return mvd_launch<F, 2, NT>(be, p, slices, pdl);
     return mvd_launch<F, 4, NT>(be, p, slices, pdl);
-}
-
-/* Whether the quantized kernel's slots and the M x K activations it
- * quantizes fit a block's shared memory, with room for its static part. */
-template <class F, int NT> static rb_status mvd_quant_fits(rb_backend *be, int64_t M, int64_t K, bool *fits) {
-    size_t lim = 0;
-    rb_status s = mv_smem_limit(be, &lim);
-    *fits = s == RB_OK && mvd_smem<F, NT>(M, K) + 1024 <= lim;
-    return s;
 }
 
 /* The arguments common to every format: destination, weights, broadcast,
@@ -571,7 +573,7 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
     if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
         return RB_OK;
     bool fits = false;
-    rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, &fits);
+    rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, false, &fits);
     if (s != RB_OK || !fits) return s;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, M);
@@ -617,7 +619,7 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
     if constexpr (F::QUANT) {
         if (K % 256 != 0) return RB_OK;
         bool fits = false;
-        rb_status s = mvd_quant_fits<F, NT>(be, M, K, &fits);
+        rb_status s = mvd_quant_fits<F, NT>(be, M, K, false, &fits);
         if (s != RB_OK || !fits) return s;
     } else {
         if (p.pre != MVD_PRE_NONE || av.nb[0] != (F::EPU == 4 ? 4 : 2) || K % F::EPU != 0) return RB_OK;

@@ -294,12 +294,12 @@ __device__ __forceinline__ void mvd_rows(int64_t N, int64_t g, int64_t G, int64_
 
 /* Copies the norm weight (K f32, 16-byte aligned) into the block's shared
  * memory xw, where mvd_quant_x reads it; k_mvd does it before its
- * dependency wait when the weight is constant (p.nwc), so its load is not
- * in the activations' round trip (the trace: the fused norm had made the
+ * dependency wait when the weight is constant (p.nwc: the host sets it only
+ * for a fused norm with a weight that fits), so its load is not in the
+ * activations' round trip (the trace: the fused norm had made the
  * quantization 1.75 us longer than without it). Every thread of the block
- * calls; the barrier in mvd_quant_x orders the reads. */
+ * calls. */
 template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p, int64_t K, float *xw) {
-    if (p.pre != MVD_PRE_NORM || !p.nw) return;
     for (int i = threadIdx.x; i < (int)(K / 4); i += NT) ((float4 *)xw)[i] = ((const float4 *)p.nw)[i];
     __syncthreads();
 }
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     gpu_trace_mark(p.trace, 1);
 
     mvd_x<MT> X;
-    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nw && p.nwc ? xws : p.nw);
+    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nwc ? xws : p.nw);
     gpu_trace_mark(p.trace, 2);
 #pragma unroll
     for (int m = 0; m < MT; m++) {
