@@ -188,12 +188,13 @@ static void test_trace(void **state) {
     assert_true(blocks >= 1 && blocks <= 4096);
     const char *q = text + used;
     for (unsigned i = 0; i < blocks; i++) {
-        unsigned long long t[4];
+        unsigned long long t[6];
         int u = 0;
-        assert_int_equal(sscanf(q, "%llu %llu %llu %llu%n", &t[0], &t[1], &t[2], &t[3], &u), 4);
+        assert_int_equal(sscanf(q, "%llu %llu %llu %llu %llu %llu%n", &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &u), 6);
         q += u;
         assert_true(t[0] > 0);
         assert_true(t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3]);
+        assert_true(t[4] == 0 && t[5] == 0); /* attention's marks only */
         assert_true(t[3] - t[0] < 1000000000ull);
     }
     while (*q == '\n') q++;

@@ -12,6 +12,8 @@ launch's time goes:
   work     last block ended, after the median release
   tail     last block ended, after the median block ended
   step     this launch's end after the previous launch's end: its share of the step
+and, for attention, the median block's time from its release to the query and
+position loaded (mark 4) and from there to its first keys scored (mark 5).
 
 Usage: gpu_trace_summary.py TRACE [--gap US] [--launches]
 """
@@ -56,9 +58,13 @@ def stats(L):
     rel = sorted(t[1] for t in ts if t[1])
     q = [t[2] - t[1] for t in ts if t[2] and t[1]]
     ends = sorted(t[3] for t in ts)
+    # attention's marks 4 (query and position loaded) and 5 (first keys scored), when the file has them
+    qp = [t[4] - t[1] for t in ts if len(t) > 5 and t[4] and t[1]]
+    k1 = [t[5] - t[4] for t in ts if len(t) > 5 and t[5] and t[4]]
     return {"s0": s0, "rel_min": rel[0] if rel else s0, "rel_med": statistics.median(rel) if rel else s0,
             "quant": statistics.median(q) if q else 0.0, "end": ends[-1], "end_med": statistics.median(ends),
-            "blocks": len(ts)}
+            "blocks": len(ts), "qpos": statistics.median(qp) if qp else None,
+            "keys1": statistics.median(k1) if k1 else None}
 
 
 def main():
@@ -91,6 +97,7 @@ def main():
         r["work"] = (s["end"] - s["rel_med"]) / 1000
         r["tail"] = (s["end"] - s["end_med"]) / 1000
         r["step"] = (s["end"] - pe) / 1000
+        r["qpos"], r["keys1"] = s["qpos"], s["keys1"]
         prev_end = s["end"]
         rows.append(r)
     cols = ("start", "release", "quant", "work", "tail", "step")
@@ -110,6 +117,11 @@ def main():
         total += ssum
         print("%-44s %5d " % (w, len(rs)) + " ".join("%8.2f" % m[c] for c in cols) + " %9.1f" % ssum)
     print("%-44s %5s %s %9.1f" % ("all", "", " " * 53, total))
+    att = [r for r in rows if r["qpos"] is not None and r["keys1"] is not None]
+    if att:
+        print("\nattention, median block (us): release to query and position loaded %.2f, then to the first keys"
+              " scored %.2f (means over %d launches)" % (statistics.mean(r["qpos"] for r in att) / 1000,
+                                                         statistics.mean(r["keys1"] for r in att) / 1000, len(att)))
 
 
 if __name__ == "__main__":

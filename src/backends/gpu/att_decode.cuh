@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
         if (e < hb * D) qs_all[e / D][e % D] = qreg[r] * a.scale;
     }
     __syncthreads();
+    gpu_trace_mark(a.trace, 4);
 
     const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
     const float *qs = qs_all[hw];
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
                 }
             }
             s = s0 + s1;
+            if (ch == c0 + sub) gpu_trace_mark_after(a.trace, 5, s);
             if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
             if (mask.p) s += ldf(mask.dt, mask.p + (int64_t)j * mask.nb[0] + (int64_t)i * mask.nb[1]);
         }

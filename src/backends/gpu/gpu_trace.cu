@@ -59,7 +59,8 @@ void gpu_trace_finish(gpu_backend *g) {
             const unsigned nb = m->blocks < GPU_TRACE_BLOCKS ? m->blocks : GPU_TRACE_BLOCKS;
             for (unsigned b = 0; b < nb; b++) {
                 const unsigned long long *r = t->ts + ((size_t)i * GPU_TRACE_BLOCKS + b) * GPU_TRACE_MARKS;
-                fprintf(f, "%llu %llu %llu %llu\n", r[0], r[1], r[2], r[3]);
+                for (int k = 0; k < GPU_TRACE_MARKS; k++) fprintf(f, k ? " %llu" : "%llu", r[k]);
+                fputc('\n', f);
             }
         }
         if (fclose(f) != 0) fprintf(stderr, "rbee: RBEE_GPU_TRACE: writing %s failed\n", t->path);

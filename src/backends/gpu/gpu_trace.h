@@ -10,8 +10,9 @@
  * each captured launch. The ring is written to FILE as text when the
  * backend is destroyed (one "launch" line, then a line per block; marks:
  * 0 block start, 1 past the dependency wait, 2 products: activations
- * quantized, attention: thread 0's keys done, 3 block end; 0 = not
- * reached), and tools/bench/gpu_trace_summary.py summarises it. Off
+ * quantized, attention: thread 0's keys done, 3 block end, and for
+ * attention 4 query and position loaded, 5 thread 0's first keys scored;
+ * 0 = not reached), and tools/bench/gpu_trace_summary.py summarises it. Off
  * (a NULL slot, no extra work in the kernels but a test) unless the variable
  * is set. */
 #ifndef RBEE_GPU_TRACE_H
@@ -23,7 +24,7 @@ namespace RB_GPU_NS {
 
 #define GPU_TRACE_LAUNCHES 2048 /* ring of launches */
 #define GPU_TRACE_BLOCKS 2048   /* blocks traced per launch (more: the rest unrecorded) */
-#define GPU_TRACE_MARKS 4       /* readings a block */
+#define GPU_TRACE_MARKS 6       /* readings a block */
 
 /* what a traced launch was */
 struct gpu_trace_launch {
@@ -65,10 +66,26 @@ __device__ __forceinline__ unsigned long long gpu_clock_now() {
 }
 
 /* Reading `mark` of this block into a launch's slot (thread 0; no-op for NULL). */
+__device__ __forceinline__ void gpu_trace_put(unsigned long long *slot, int mark, unsigned long long t) {
+    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (b < GPU_TRACE_BLOCKS) slot[(size_t)b * GPU_TRACE_MARKS + mark] = t;
+}
 __device__ __forceinline__ void gpu_trace_mark(unsigned long long *slot, int mark) {
+    if (slot && threadIdx.x == 0) gpu_trace_put(slot, mark, gpu_clock_now());
+}
+/* The same, read once `dep` has been computed (NVIDIA: the clock read takes
+ * it as an operand, so the compiler cannot move it ahead of the loads that
+ * feed dep). */
+__device__ __forceinline__ void gpu_trace_mark_after(unsigned long long *slot, int mark, float dep) {
     if (slot && threadIdx.x == 0) {
-        const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-        if (b < GPU_TRACE_BLOCKS) slot[(size_t)b * GPU_TRACE_MARKS + mark] = gpu_clock_now();
+#if defined(RBEE_GPU_HIP) && !defined(RBEE_HIP_NVIDIA)
+        (void)dep;
+        gpu_trace_put(slot, mark, gpu_clock_now());
+#else
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep));
+        gpu_trace_put(slot, mark, t);
+#endif
     }
 }
 
