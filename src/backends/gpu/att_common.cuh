@@ -24,6 +24,7 @@ struct att_args {
     int hb, nsub;  /* query heads per block, warps per head */
     int minch;     /* fewest key chunks per warp before a row takes another block */
     unsigned *cnt; /* per row group: blocks that finished (the last resets it) */
+    int kco;       /* keys loaded coalesced where the shape allows (RBEE_GPU_ATT_KCO=0: off) */
     unsigned long long *trace; /* decode kernel: RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
 };
 

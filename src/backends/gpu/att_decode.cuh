@@ -5,9 +5,13 @@
  * a range of keys; its warps are hb heads x nsub sub-splits, so K/V rows
  * one warp fetches are found in L1 by the other heads' warps, and a short
  * context is spread over the block's warps without another kernel. Each
- * warp walks chunks of RB_WARP keys: a lane owns one key of the chunk and
- * reads its whole row with 16-byte loads against the scaled query in shared
- * memory; online softmax in f32. Values: the lanes split a row into 16-byte
+ * warp walks chunks of RB_WARP keys, online softmax in f32. Keys: a lane
+ * owns one key of the chunk and reads its whole row with 16-byte loads
+ * against the scaled query in shared memory; or, from 64 keys on where the
+ * 16-byte pieces of a row are a power of two (D = 64, 128), the lanes read
+ * the keys as they read the values (each load instruction then touches 2
+ * rows instead of 32) and add a row's parts across lanes (att_lanes_add;
+ * RBEE_GPU_ATT_KCO=0 turns this off). Values: the lanes split a row into 16-byte
  * pieces, RB_WARP / (D/8) rows per step, each lane accumulating 8 columns,
  * summed over lanes at the end; where registers allow (D <= 128 on 32-wide
  * warps) a chunk's value pieces are requested together with its keys.
@@ -27,10 +31,24 @@
 
 namespace RB_GPU_NS {
 
-/* 4 warps (2 wavefronts): with ~166 registers a thread at D = 128, three
+/* 4 warps (2 wavefronts): with 168 registers a thread at D = 128, three
  * blocks fit a multiprocessor; 7B q4_0 tg128 453 tok/s against 446 with
  * 256 threads (8 warps, one block a multiprocessor) */
 #define ATT_DEC_THREADS 128
+
+/* Rows r < 2H of values spread over 2H lanes (lane bits below 2H, c =
+ * those bits): each level keeps half the rows (bit h of c picks which) and
+ * adds the partner lane's other half, so lane c ends with row c summed over
+ * the 2H lanes in pr[0] (2H - 1 shuffles for 2H rows). */
+template <int H, int N> __device__ __forceinline__ void att_lanes_add(float (&pr)[N], int c) {
+#pragma unroll
+    for (int e = 0; e < H; e++) {
+        const bool up = (c & H) != 0;
+        const float send = up ? pr[e] : pr[e + H], keep = up ? pr[e + H] : pr[e];
+        pr[e] = keep + RB_SHFL_XOR(send, H);
+    }
+    if constexpr (H > 1) att_lanes_add<H / 2>(pr, c);
+}
 
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
  * Warp w: head hc hb + w % hb of the group, sub-split w / hb (< nsub). */
@@ -43,6 +61,11 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
     constexpr int KG = CH <= 16 ? CH : 16; /* key pieces loaded before use */
     constexpr bool VPRE = NSTEP <= 16;     /* value pieces prefetched with the keys */
+    /* keys read like the values (lane: piece c of key rows st KPW + kk, two
+     * rows an instruction at D = 128, where a lane per key row makes each
+     * load instruction touch 32 rows) and their CH parts added across lanes,
+     * where CH is a power of two equal to NSTEP (D = 64, 128) */
+    constexpr bool KCO = VPRE && NSTEP == CH && (CH & (CH - 1)) == 0 && CH * KPW == W;
     static_assert(CH % KG == 0, "decode kernel: key pieces in whole groups");
     static_assert(D % 8 == 0 && CH <= W, "decode kernel: D must be a multiple of 8 and at most 8 RB_WARP");
     __shared__ __align__(16) float qs_all[NW][D];
@@ -98,6 +121,12 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
     float m = -INFINITY, l = 0.0f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    /* from 64 keys on (bench_gpu attn, H100: 128-4096 keys 14-22% faster;
+     * at 1-33 keys the row loads of the other form were ~0.5 us shorter) */
+    const bool kco = KCO && a.kco && hi - lo >= 64;
+    float qc[8]; /* KCO: this lane's piece of the query */
+#pragma unroll
+    for (int e = 0; e < 8; e++) qc[e] = KCO ? qs[c * 8 + e] : 0.0f;
     for (int ch = c0 + sub; wlive && ch < c1; ch += S) {
         const int j0 = lo + ch * W, j = j0 + lane, nk = hi - j0 < W ? hi - j0 : W;
         /* value pieces of this chunk, requested together with the keys */
@@ -110,7 +139,37 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
                                               : make_uint4(0u, 0u, 0u, 0u);
             }
         float s = -INFINITY;
-        if (j < hi) {
+        if (KCO && kco) {
+            uint4 ku[KCO ? NSTEP : 1];
+            float pr[KCO ? NSTEP : 1];
+#pragma unroll
+            for (int st = 0; st < (KCO ? NSTEP : 1); st++) {
+                const int src = st * KPW + kk;
+                ku[st] = src < nk ? *(const uint4 *)(kb + (int64_t)(j0 + src) * k.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int st = 0; st < (KCO ? NSTEP : 1); st++) {
+                const float2 f0 = unpack2<BF>(ku[st].x), f1 = unpack2<BF>(ku[st].y), f2 = unpack2<BF>(ku[st].z),
+                             f3 = unpack2<BF>(ku[st].w);
+                float s0 = qc[0] * f0.x, s1 = qc[1] * f0.y;
+                s0 = fmaf(qc[2], f1.x, s0);
+                s1 = fmaf(qc[3], f1.y, s1);
+                s0 = fmaf(qc[4], f2.x, s0);
+                s1 = fmaf(qc[5], f2.y, s1);
+                s0 = fmaf(qc[6], f3.x, s0);
+                s1 = fmaf(qc[7], f3.y, s1);
+                pr[st] = s0 + s1;
+            }
+            /* the CH lanes of a row add their parts: lane c ends with row st = c */
+            if constexpr (KCO) att_lanes_add<NSTEP / 2>(pr, c);
+            const int idx = c * KPW + kk; /* this lane's key of the chunk */
+            if (idx < nk) {
+                s = pr[0];
+                if (ch == c0 + sub) gpu_trace_mark_after(a.trace, 5, s);
+                if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+                if (mask.p) s += ldf(mask.dt, mask.p + (int64_t)(j0 + idx) * mask.nb[0] + (int64_t)i * mask.nb[1]);
+            }
+        } else if (j < hi) {
             const uint4 *kr = (const uint4 *)(kb + (int64_t)j * k.nb[1]);
             float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
@@ -150,7 +209,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
 #pragma unroll
         for (int st = 0; st < NSTEP; st++) {
             const int src = st * KPW + kk; /* key of this chunk whose piece c this lane adds */
-            const float wgt = RB_SHFL(pj, src < W ? src : 0);
+            const float wgt = RB_SHFL(pj, kco ? kk * CH + st : src < W ? src : 0); /* the lane holding key src */
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (VPRE) u = vv[VPRE ? st : 0];
             else if (kk < KPW && src < nk) u = *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16);

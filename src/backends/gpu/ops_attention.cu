@@ -289,6 +289,8 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.hb = (int)hb;
     a.nsub = (int)S;
     a.minch = (int)minch;
+    const char *kco = getenv("RBEE_GPU_ATT_KCO");
+    a.kco = !(kco && strcmp(kco, "0") == 0);
     /* blocks for ~12 warps a multiprocessor, each block at least S minch chunks */
     const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
     const int64_t maxch = (maxkeys + g->warp - 1) / g->warp, want = (12 * (int64_t)g->n_sm + nw - 1) / nw;
