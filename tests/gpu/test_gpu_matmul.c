@@ -46,6 +46,10 @@
  *    M <= 4 at K = 256) the add must not go through tmp_out, nor the norm
  *    before q4_0/q8_0 weights through tmp_in, so a silent fall back to the
  *    separate ops fails.
+ *  - test_matvec_rows: the q4_0/q8_0 direct kernels with several rows a
+ *    group (N = 9002; K = 4096 and 2304, the latter ending each row in a
+ *    partial span), plain and fused norm + glu_out, M = 1 and 3: against the
+ *    CPU backend as above.
  * Skips without a GPU. */
 #include "gpu_pair.h"
 
@@ -545,6 +549,84 @@ static void test_matmul_fused(void **state) {
     if (failures) fail_msg("matmul_fused: %d products out of bounds", failures);
 }
 
+/* The direct kernels' walk over several rows a group: the sweep's N <= 257
+ * gives every group one row at most, so here N = 9002 rows (q4_0 and q8_0:
+ * more rows than the device's groups; K = 4096: two whole spans a row, K =
+ * 2304: a whole and a partial one, so the next row's first span is loaded
+ * while the last of this row is used), M = 1 and 3, plain and as the fused
+ * norm (a constant weight, staged in shared memory) + glu_out, outputs
+ * poisoned first; against the CPU backend with test_matmul_fused's bounds. */
+static void test_matvec_rows(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 720);
+    rb_device_info ci;
+    TU_OK(rb_backend_device_info(c, &ci));
+    const double plain_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5; /* as test_matvec_sweep */
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0};
+    const int64_t Ks[] = {4096, 2304}, Ms[] = {1, 3}, N = 9002;
+    int failures = 0;
+    for (size_t wi = 0; wi < 2; wi++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const rb_dtype wt = ws[wi];
+            const int64_t K = Ks[ki], ane[4] = {K, N, 1, 1}, wne[4] = {K, 1, 1, 1};
+            gp a = gp_make(c, g, &rng, wt, ane, GP_CONTIG, -1, 1);
+            TU_OK(rb_buffer_set_constant(a.gb)); /* launched ahead of its inputs (pdl) */
+            gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
+            TU_OK(rb_buffer_set_constant(w.gb));
+            for (size_t mi = 0; mi < 2; mi++)
+                for (int fused = 0; fused < 2; fused++) {
+                    const int64_t M = Ms[mi], NO = fused ? N / 2 : N, bne[4] = {K, M, 1, 1}, dne[4] = {NO, M, 1, 1},
+                                  tne[4] = {N, M, 1, 1};
+                    gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -2, 2);
+                    gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+                    gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
+                    gp to = gp_make(c, g, &rng, RB_F32, tne, GP_CONTIG, 0, 1);
+                    rb_matmul_fusion fc = {.norm = true, .norm_w = &w.c, .eps = 1e-5f, .act = RB_UNARY_SILU,
+                                           .glu_out = true, .tmp_in = &ti.c, .tmp_out = &to.c};
+                    rb_matmul_fusion fg = fc;
+                    fg.norm_w = &w.g;
+                    fg.tmp_in = &ti.g;
+                    fg.tmp_out = &to.g;
+                    memset(d.orig, 0xff, d.size); /* NaN: an unwritten output fails */
+                    TU_OK(rb_buffer_set(d.gb, 0, d.orig, d.size));
+                    if (fused) {
+                        TU_OK(rb_matmul_fused(g, &d.g, &a.g, &b.g, &fg));
+                        TU_OK(rb_matmul_fused(c, &d.c, &a.c, &b.c, &fc));
+                    } else {
+                        TU_OK(rb_matmul(g, &d.g, &a.g, &b.g));
+                        TU_OK(rb_matmul(c, &d.c, &a.c, &b.c));
+                    }
+                    double *got = gp_read(&d, 1), *cpu = gp_read(&d, 0), num = 0, den = 0;
+                    for (int64_t i = 0; i < NO * M; i++) {
+                        num += (got[i] - cpu[i]) * (got[i] - cpu[i]);
+                        den += cpu[i] * cpu[i];
+                    }
+                    const double e = sqrt(num / (den > 0 ? den : 1)), bound = fused ? 1e-3 : plain_bound;
+                    if (!(e <= bound)) {
+                        print_error("rows %s N=%lld K=%lld M=%lld %s: rel L2 vs CPU backend %.3g > %.0e\n",
+                                    rb_dtype_name(wt), (long long)N, (long long)K, (long long)M,
+                                    fused ? "fused" : "plain", e, bound);
+                        failures++;
+                    }
+                    free(got);
+                    free(cpu);
+                    gp_free(&b);
+                    gp_free(&d);
+                    gp_free(&ti);
+                    gp_free(&to);
+                }
+            gp_free(&a);
+            gp_free(&w);
+        }
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("matvec rows: %d comparisons failed", failures);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_matvec_sweep under compute-sanitizer */
     const struct CMUnitTest tests[] = {
@@ -552,6 +634,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_tiled),
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
+        cmocka_unit_test(test_matvec_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
