@@ -79,7 +79,14 @@
  * blocks that split their rows x spans evenly among their groups with the
  * row sums added after a barrier (qkv 1 us faster, the others slower: the
  * epilogues, residual reads and rope's sincos all wait at the block's end;
- * 7B q4_0 426.9 against 483). */
+ * 7B q4_0 426.9 against 483). Tried and dropped in run 16: 1-3 spans a
+ * group copied ahead into shared memory with cp.async (after the wait,
+ * before it, or behind the first activation loads), the norm weight staged
+ * with asynchronous copies, the first span loaded after the activations,
+ * three activation chunks a group at K = 11008 (spills), and rows shared by
+ * 2-4 groups when a product has fewer rows than the device has groups: none
+ * shortened the step (the quantization grew by about the added loads'
+ * transfer time; 7B q4_0 432.6-486.0 against 479.6-488.9). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
