@@ -25,6 +25,8 @@
 #              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
 #   t:PROG     one GPU test program on cuda:0
+#   tgd:SHAPE:TYPE:D  tg128 of a random model after D tokens in the cache
+#              (rbee bench -d D: decode at a real context length)
 #   trace:SHAPE:TYPE  RBEE_GPU_TRACE of a short decode run (pp16 tg32) of a random
 #              model (llama-2-7b, llama-3.2-1b) and its summary
 #              (tools/bench/gpu_trace_summary.py): where a decode step's time goes
@@ -113,7 +115,7 @@ bench() { # shape type reps extra... ($TAG names a variant run with an environme
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["results"]:
-    name = r["test"] + (" x%d" % r["parallel"] if r["kind"] == "tgb" else "") + (" eager" if r.get("eager") else "")
+    name = r["test"] + (" x%d" % r["parallel"] if r["kind"] == "tgb" else "") + (" @ d%d" % r["depth"] if r.get("depth") else "") + (" eager" if r.get("eager") else "")
     print("  %-22s %10.1f t/s" % (name, r["median_ts"]))
 EOF
   result "$name" ok
@@ -137,6 +139,7 @@ for s in "$@"; do
   bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
   bf16_1b|q8_0_1b|q4_0_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
   t:*) run_prog cuda "${s#t:}" cuda:0 ;;
+  tgd:*:*:*) IFS=: read -r _ dsh dty dd <<<"$s"; TAG=${TAG:+$TAG-}d$dd bench "$dsh" "$dty" 2 -d "$dd" -p 0 ;;
   trace:*:*)
     IFS=: read -r _ tsh tty <<<"$s"
     tf=$OUT/trace-$tsh-$tty${TAG:+-$TAG}.txt

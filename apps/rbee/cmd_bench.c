@@ -1,6 +1,8 @@
 /* `rbee bench`: model throughput in the spirit of llama-bench. pp = prefill
  * tokens/s of p tokens in one batch on an empty KV cache; tg = decode
- * tokens/s of n single-token steps from an empty cache. Each test runs once
+ * tokens/s of n single-token steps from an empty cache; with -d D both start
+ * from a cache already holding D tokens (llama-bench's "@ dD": decode at a
+ * real context length, where attention reads D keys a step). Each test runs once
  * to warm up, then r times; the median is reported (with every sample).
  * `--random SHAPE --type T` first synthesizes a random-weight llama model of a
  * named shape into a temporary GGUF (see bench_model.c), so no download is
@@ -28,6 +30,7 @@
 typedef struct bench_result {
     const char *kind; /* "pp", "tg", or "tgb" (batched decode of `parallel` sequences) */
     int64_t n_tokens;
+    int64_t depth;    /* tokens in the cache before the test (-d) */
     int parallel;     /* sequences decoded together (tgb); 1 otherwise */
     bool eager;       /* decode graphs turned off (--compare-eager) */
     int reps;
@@ -59,10 +62,18 @@ static void summarize(bench_result *r) {
     r->stddev_ts = r->reps > 1 ? sqrt(sq / (r->reps - 1)) : 0.0;
 }
 
-/* One timed pass: pp = one forward of n tokens; tg = n forwards of 1 token. */
-static rb_status run_pass(rb_model *m, rb_kv_cache *kv, const int32_t *toks, int64_t n, bool pp, float *logits,
-                          rb_error *err) {
+/* Fills kv with the depth tokens the tests start from (once per cache). */
+static rb_status fill_depth(rb_model *m, rb_kv_cache *kv, const int32_t *toks, int64_t depth, float *logits,
+                            rb_error *err) {
     rb_kv_cache_truncate(kv, 0);
+    return depth > 0 ? rb_model_forward(m, kv, toks, depth, false, logits, err) : RB_OK;
+}
+
+/* One timed pass from the cache's first `depth` tokens (fill_depth): pp = one
+ * forward of n tokens; tg = n forwards of 1 token. */
+static rb_status run_pass(rb_model *m, rb_kv_cache *kv, const int32_t *toks, int64_t depth, int64_t n, bool pp,
+                          float *logits, rb_error *err) {
+    rb_kv_cache_truncate(kv, depth);
     if (pp) return rb_model_forward(m, kv, toks, n, false, logits, err);
     for (int64_t i = 0; i < n; i++) {
         rb_status s = rb_model_forward(m, kv, &toks[i], 1, false, logits, err);
@@ -71,18 +82,20 @@ static rb_status run_pass(rb_model *m, rb_kv_cache *kv, const int32_t *toks, int
     return RB_OK;
 }
 
+/* toks: the depth tokens, then the test's (kv holds the depth tokens) */
 static bool run_test(rb_model *m, rb_kv_cache *kv, const int32_t *toks, float *logits, bench_result *r) {
     rb_error err;
     rb_error_clear(&err);
     const bool pp = strcmp(r->kind, "pp") == 0;
-    if (run_pass(m, kv, toks, r->n_tokens, pp, logits, &err) != RB_OK) { /* warm-up */
+    const int32_t *tt = toks + r->depth;
+    if (run_pass(m, kv, tt, r->depth, r->n_tokens, pp, logits, &err) != RB_OK) { /* warm-up */
         fprintf(stderr, "bench: %s%lld failed: %s\n", r->kind, (long long)r->n_tokens, err.msg);
         return false;
     }
     const double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), w0 = clock_s(CLOCK_MONOTONIC);
     for (int i = 0; i < r->reps; i++) {
         const double t0 = clock_s(CLOCK_MONOTONIC);
-        if (run_pass(m, kv, toks, r->n_tokens, pp, logits, &err) != RB_OK) {
+        if (run_pass(m, kv, tt, r->depth, r->n_tokens, pp, logits, &err) != RB_OK) {
             fprintf(stderr, "bench: %s%lld failed: %s\n", r->kind, (long long)r->n_tokens, err.msg);
             return false;
         }
@@ -102,12 +115,13 @@ static bool run_test(rb_model *m, rb_kv_cache *kv, const int32_t *toks, float *l
 }
 
 /* Batched decode, as the worker's scheduler runs it: `parallel` sequences
- * (each with its own KV cache, one warm-up token in it) advance n_tokens
- * steps through rb_model_forward_batch; the rate counts every sequence's
- * tokens (aggregate tokens/s). */
+ * (each with its own KV cache holding the depth tokens and one warm-up
+ * token) advance n_tokens steps through rb_model_forward_batch; the rate
+ * counts every sequence's tokens (aggregate tokens/s). toks: the depth
+ * tokens, then n more. */
 static bool run_batched(rb_model *m, const int32_t *toks, bench_result *r) {
     const int P = r->parallel;
-    const int64_t V = rb_model_get_config(m)->n_vocab, n = r->n_tokens;
+    const int64_t V = rb_model_get_config(m)->n_vocab, n = r->n_tokens, depth = r->depth;
     rb_kv_cache **kvs = calloc((size_t)P, sizeof *kvs);
     int32_t *step = malloc(sizeof(int32_t) * (size_t)P);
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)P);
@@ -115,7 +129,10 @@ static bool run_batched(rb_model *m, const int32_t *toks, bench_result *r) {
     rb_error_clear(&err);
     bool ok = kvs && step && logits;
     if (!ok) rb_error_set(&err, RB_E_NOMEM, "out of memory");
-    for (int i = 0; ok && i < P; i++) ok = rb_kv_cache_create(m, n + 2, RB_F16, &kvs[i], &err) == RB_OK;
+    for (int i = 0; ok && i < P; i++)
+        ok = rb_kv_cache_create(m, depth + n + 2, RB_F16, &kvs[i], &err) == RB_OK &&
+             fill_depth(m, kvs[i], toks, depth, logits, &err) == RB_OK;
+    toks += depth;
     double c0 = 0, w0 = 0;
     for (int rep = -1; ok && rep < r->reps; rep++) { /* rep -1: warm-up */
         if (rep == 0) {
@@ -123,7 +140,7 @@ static bool run_batched(rb_model *m, const int32_t *toks, bench_result *r) {
             w0 = clock_s(CLOCK_MONOTONIC);
         }
         for (int i = 0; ok && i < P; i++) {
-            rb_kv_cache_truncate(kvs[i], 0);
+            rb_kv_cache_truncate(kvs[i], depth);
             ok = rb_model_forward(m, kvs[i], &toks[i % n], 1, false, logits, &err) == RB_OK;
         }
         const double t0 = clock_s(CLOCK_MONOTONIC);
@@ -150,6 +167,7 @@ static void usage(FILE *f) {
             "usage: rbee bench (-m MODEL.gguf|HF_DIR | --random SHAPE --type T) [options]\n\n"
             "  -p, --n-prompt N     prefill test: N tokens in one batch (default 512, 0 = skip)\n"
             "  -n, --n-gen N        decode test: N single-token steps (default 128, 0 = skip)\n"
+            "  -d, --depth D        run the tests after D tokens already in the KV cache (default 0)\n"
             "  -r, --reps R         timed repetitions after one warm-up; the median is reported (default 5)\n"
             "  --backend SPEC       cpu (default), cuda:N, rocm:N\n"
             "  --threads N          CPU threads (default: all cores)\n"
@@ -192,10 +210,10 @@ static void print_json(const char *model, const char *backend, int threads, cons
     for (int i = 0; i < nres; i++) {
         const bench_result *r = &res[i];
         printf("%s\n    {\"test\": \"%s%lld\", \"kind\": \"%s\", \"parallel\": %d, \"eager\": %s, \"n_tokens\": %lld, "
-               "\"reps\": %d, \"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, \"cpu_s\": %.4f, "
-               "\"wall_s\": %.4f, \"samples_ts\": [",
+               "\"depth\": %lld, \"reps\": %d, \"median_ts\": %.4f, \"mean_ts\": %.4f, \"stddev_ts\": %.4f, "
+               "\"cpu_s\": %.4f, \"wall_s\": %.4f, \"samples_ts\": [",
                i ? "," : "", r->kind, (long long)r->n_tokens, r->kind, r->parallel, r->eager ? "true" : "false",
-               (long long)r->n_tokens, r->reps,
+               (long long)r->n_tokens, (long long)r->depth, r->reps,
                r->median_ts,
                r->mean_ts, r->stddev_ts, r->cpu_s, r->wall_s);
         for (int j = 0; j < r->reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
@@ -208,15 +226,16 @@ static void print_human(const char *model, const char *backend, int threads, con
                         const bench_result *res, int nres) {
     printf("model: %s (%s, %.2f GiB of weights), backend %s, %d threads\n", model,
            rb_dtype_name(rb_model_weight_dtype(m)), (double)rb_model_weight_bytes(m) / (1u << 30), backend, threads);
-    printf("%-16s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
+    printf("%-24s %6s %12s %10s %10s\n", "test", "reps", "t/s", "stddev", "cpu s");
     for (int i = 0; i < nres; i++) {
         char name[48];
         if (res[i].parallel > 1 || strcmp(res[i].kind, "tgb") == 0)
             snprintf(name, sizeof name, "tg%lld x%d", (long long)res[i].n_tokens, res[i].parallel);
         else
             snprintf(name, sizeof name, "%s%lld", res[i].kind, (long long)res[i].n_tokens);
+        if (res[i].depth > 0) snprintf(name + strlen(name), sizeof name - strlen(name), " @ d%lld", (long long)res[i].depth);
         if (res[i].eager) snprintf(name + strlen(name), sizeof name - strlen(name), " eager");
-        printf("%-16s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
+        printf("%-24s %6d %12.2f %10.2f %10.2f\n", name, res[i].reps, res[i].median_ts, res[i].stddev_ts,
                res[i].cpu_s);
     }
 }
@@ -240,13 +259,14 @@ static bool parse_parallel(const char *s, int *out, int *n) {
 
 int rb_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
-    int64_t n_prompt = 512, n_gen = 128, reps = 5, threads = 0, seed = 1, iv;
+    int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 5, threads = 0, seed = 1, iv;
     bool json = false, compare_eager = false;
     int par[BENCH_MAX_PARALLEL_RUNS], n_par = 0;
     static const struct option opts[] = {
         {"parallel", required_argument, 0, OPT_PARALLEL},
         {"model", required_argument, 0, 'm'},     {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'},     {"reps", required_argument, 0, 'r'},
+        {"depth", required_argument, 0, 'd'},
         {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
         {"json", no_argument, 0, OPT_JSON},       {"random", required_argument, 0, OPT_RANDOM},
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED},
@@ -254,11 +274,12 @@ int rb_cmd_bench(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "m:p:n:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:d:r:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'p': if (!cli_parse_int("-p", optarg, 0, 1 << 20, &n_prompt)) return 2; break;
         case 'n': if (!cli_parse_int("-n", optarg, 0, 1 << 20, &n_gen)) return 2; break;
+        case 'd': if (!cli_parse_int("-d", optarg, 0, 1 << 20, &depth)) return 2; break;
         case 'r': if (!cli_parse_int("-r", optarg, 1, BENCH_MAX_REPS, &reps)) return 2; break;
         case OPT_BACKEND: backend = optarg; break;
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
@@ -321,7 +342,7 @@ int rb_cmd_bench(int argc, char **argv) {
     int n_threads = (int)threads;
     if (rb_backend_device_info(cm.be, &info) == RB_OK && info.compute_units > 0) n_threads = info.compute_units;
 
-    const int64_t n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    const int64_t n_ctx = depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
     rb_kv_cache *kv = NULL;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_ctx));
     float *logits = malloc(sizeof(float) * (size_t)cfg->n_vocab);
@@ -335,41 +356,51 @@ int rb_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err.msg);
         rc = 1;
     }
-    bench_result res[2 * (1 + BENCH_MAX_PARALLEL_RUNS) + 1];
-    int nres = 0;
-    if (rc == 0) {
+    if (rc == 0) { /* random tokens: the depth's, then the tests' */
         uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)seed;
         for (int64_t i = 0; i < n_ctx; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             toks[i] = (int32_t)((s >> 33) % (uint64_t)cfg->n_vocab);
         }
         memset(logits, 0, sizeof(float) * (size_t)cfg->n_vocab);
+        if (fill_depth(cm.model, kv, toks, depth, logits, &err) != RB_OK) {
+            fprintf(stderr, "bench: filling %lld tokens of depth: %s\n", (long long)depth, err.msg);
+            rc = 1;
+        }
+    }
+    bench_result res[2 * (1 + BENCH_MAX_PARALLEL_RUNS) + 1];
+    int nres = 0;
+    if (rc == 0) {
         if (n_prompt > 0)
-            res[nres++] = (bench_result){.kind = "pp", .n_tokens = n_prompt, .parallel = 1, .reps = (int)reps};
-        if (n_gen > 0) res[nres++] = (bench_result){.kind = "tg", .n_tokens = n_gen, .parallel = 1, .reps = (int)reps};
+            res[nres++] =
+                (bench_result){.kind = "pp", .n_tokens = n_prompt, .depth = depth, .parallel = 1, .reps = (int)reps};
+        if (n_gen > 0)
+            res[nres++] = (bench_result){.kind = "tg", .n_tokens = n_gen, .depth = depth, .parallel = 1, .reps = (int)reps};
         for (int i = 0; i < nres && rc == 0; i++)
             if (!run_test(cm.model, kv, toks, logits, &res[i])) rc = 1;
         for (int i = 0; i < n_par && rc == 0 && n_gen > 0; i++) {
-            res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .parallel = par[i], .reps = (int)reps};
+            res[nres] =
+                (bench_result){.kind = "tgb", .n_tokens = n_gen, .depth = depth, .parallel = par[i], .reps = (int)reps};
             if (!run_batched(cm.model, toks, &res[nres])) rc = 1;
             nres++;
         }
         if (compare_eager && rc == 0 && n_gen > 0) { /* the same decode tests, graphs off */
             rb_kv_cache *kv2 = NULL;
             if (setenv("RBEE_NO_GRAPH", "1", 1) != 0 ||
-                rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv2, &err) != RB_OK) {
+                rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv2, &err) != RB_OK ||
+                fill_depth(cm.model, kv2, toks, depth, logits, &err) != RB_OK) {
                 fprintf(stderr, "bench: eager comparison: %s\n", err.msg[0] ? err.msg : "setenv failed");
                 rc = 1;
             }
             if (rc == 0) {
-                res[nres] = (bench_result){.kind = "tg", .n_tokens = n_gen, .parallel = 1, .reps = (int)reps,
-                                           .eager = true};
+                res[nres] = (bench_result){.kind = "tg", .n_tokens = n_gen, .depth = depth, .parallel = 1,
+                                           .reps = (int)reps, .eager = true};
                 if (!run_test(cm.model, kv2, toks, logits, &res[nres])) rc = 1;
                 nres++;
             }
             for (int i = 0; i < n_par && rc == 0; i++) {
-                res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .parallel = par[i], .reps = (int)reps,
-                                           .eager = true};
+                res[nres] = (bench_result){.kind = "tgb", .n_tokens = n_gen, .depth = depth, .parallel = par[i],
+                                           .reps = (int)reps, .eager = true};
                 if (!run_batched(cm.model, toks, &res[nres])) rc = 1;
                 nres++;
             }

@@ -1,7 +1,8 @@
 /* `rbee bench --random tiny` through the real binary: the JSON report has
  * every field with sane values (positive, finite rates; the shape that was
- * asked for; one sample per repetition), the temporary GGUF is deleted, and
- * bad arguments exit non-zero with a message instead of running. */
+ * asked for; one sample per repetition; the depth each test started from),
+ * the temporary GGUF is deleted, and bad arguments exit non-zero with a
+ * message instead of running. */
 #include "testutil.h"
 
 #include <dirent.h>
@@ -119,6 +120,40 @@ static void test_random_tiny_json(void **state) {
     rmdir(dir);
 }
 
+/* -d: every test (prefill, decode, batched, eager) starts from a cache
+ * holding D tokens, and the result says so; without -d the depth is 0 */
+static void test_depth(void **state) {
+    (void)state;
+    char dir[] = "/tmp/rb-bench-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *out = NULL;
+    const char *args = "bench --random tiny --type q8_0 -p 8 -n 4 -d 40 -r 2 --parallel 2 --compare-eager --json";
+    int rc = run(dir, args, &out);
+    if (rc != 0) fail_msg("rbee %s exited %d: %s", args, rc, out);
+    json_error_t jerr;
+    json_t *root = json_loads(out, 0, &jerr);
+    if (!root) fail_msg("bad JSON (%s): %s", jerr.text, out);
+    json_t *res = json_object_get(root, "results");
+    assert_int_equal(json_array_size(res), 5);
+    check_result(json_array_get(res, 0), "pp8", "pp", 8, 2);
+    check_result(json_array_get(res, 1), "tg4", "tg", 4, 2);
+    check_result(json_array_get(res, 2), "tgb4", "tgb", 4, 2);
+    check_result(json_array_get(res, 3), "tg4", "tg", 4, 2);
+    check_result(json_array_get(res, 4), "tgb4", "tgb", 4, 2);
+    for (size_t i = 0; i < 5; i++) assert_int_equal((int64_t)num(json_array_get(res, i), "depth"), 40);
+    json_decref(root);
+    free(out);
+    out = NULL;
+    assert_int_equal(run(dir, "bench --random tiny -p 8 -n 4 -r 1 --json", &out), 0);
+    root = json_loads(out, 0, &jerr);
+    assert_non_null(root);
+    assert_int_equal((int64_t)num(json_array_get(json_object_get(root, "results"), 0), "depth"), 0);
+    json_decref(root);
+    free(out);
+    assert_int_equal(count_entries(dir), 0);
+    rmdir(dir);
+}
+
 /* --parallel adds one batched-decode result per count */
 static void test_parallel(void **state) {
     (void)state;
@@ -166,6 +201,9 @@ static void test_bad_arguments(void **state) {
         "bench --random tiny -p -3",                 /* negative */
         "bench --random tiny --threads many",        /* not a number */
         "bench -m x.gguf --type q4_0",               /* --type without --random */
+        "bench --random tiny -d -1",                 /* negative depth */
+        "bench --random tiny -d deep",               /* not a number */
+        "bench --random tiny -d 2000000",            /* beyond the largest depth taken */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
@@ -182,6 +220,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_tiny_json),
         cmocka_unit_test(test_parallel),
+        cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
