@@ -65,11 +65,12 @@ __device__ __forceinline__ unsigned long long gpu_clock_now() {
 #endif
 }
 
-/* Reading `mark` of this block into a launch's slot (thread 0; no-op for NULL). */
+/* Reading t as `mark` of this block in a launch's slot. */
 __device__ __forceinline__ void gpu_trace_put(unsigned long long *slot, int mark, unsigned long long t) {
     const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     if (b < GPU_TRACE_BLOCKS) slot[(size_t)b * GPU_TRACE_MARKS + mark] = t;
 }
+/* The clock now as `mark` of this block (thread 0; no-op for a NULL slot). */
 __device__ __forceinline__ void gpu_trace_mark(unsigned long long *slot, int mark) {
     if (slot && threadIdx.x == 0) gpu_trace_put(slot, mark, gpu_clock_now());
 }
