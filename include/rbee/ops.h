@@ -197,6 +197,11 @@ typedef struct rb_attn_params {
      * with fixed shapes serves every decode step (graph replay). Positions
      * must lie in [0, Tk). */
     const rb_tensor *q_pos;
+    /* With q_pos: no op queued ahead of this one writes k/v rows below the
+     * lowest query position, nor q_pos itself (a KV cache a decode step
+     * appends to). A backend may then read those rows before the ops ahead
+     * have finished. */
+    bool keys_settled;
 } rb_attn_params;
 
 /* Scaled dot-product attention with grouped-query heads:

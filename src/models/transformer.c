@@ -286,6 +286,7 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
                 .q_pos0 = fixed ? 0 : g->p0,
                 .mask = NULL,
                 .q_pos = fixed ? &ps : NULL,
+                .keys_settled = fixed, /* this step writes rows at its own positions only */
             };
             CK(rb_attention(be, &ad, &qa, &ka, &va, &ap));
         }

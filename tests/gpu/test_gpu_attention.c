@@ -16,7 +16,11 @@
  * and, where positions are consecutive, against the CPU's q_pos0 form. For
  * a decode step over a whole 4096-key cache, the rows past the position are
  * NaN: a kernel that touched them would fail; a sweep of positions on one
- * launch shape checks the decode kernel's in-kernel merge of key splits. GPU outputs start as NaN
+ * launch shape checks the decode kernel's in-kernel merge of key splits. Every
+ * one-query decode case also runs with keys_settled, its new row written by
+ * rb_set_rows just ahead (run_settled): bit-identical outputs; and
+ * test_attention_settled runs the model's order (a long fused product
+ * writing the new k/v rows, the attention starting during it). GPU outputs start as NaN
  * (unwritten elements fail) and bytes outside the output view must stay. */
 #include "gpu_pair.h"
 
@@ -227,6 +231,71 @@ static void check_out(const fcase *f, const gp *d, const double *ref, const char
     free(gv);
 }
 
+/* Sets the GPU side of K/V row `row` (all heads and batches) to NaN; orig
+ * keeps the values. */
+static void nan_row_gpu(gp *x, int64_t row) {
+    const rb_tensor *t = &x->c;
+    const uint16_t nanbits = t->dtype == RB_BF16 ? 0x7fc0 : 0x7e00;
+    unsigned char *b = malloc(x->size);
+    assert_non_null(b);
+    memcpy(b, x->orig, x->size);
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+                memcpy(b + t->offs + i0 * t->nb[0] + row * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], &nanbits, 2);
+    TU_OK(rb_buffer_set(x->gb, 0, b, x->size));
+    free(b);
+}
+
+/* The same decode launch over settled rows (rb_attn_params.keys_settled),
+ * the row at the query's position poisoned and rewritten by rb_set_rows
+ * queued just ahead: the output must equal, bit for bit, the launch without
+ * keys_settled (d holds it), for every shape of the sweep (head dims,
+ * windows, key splits). (That small kernel ends before the attention's
+ * blocks start: test_attention_settled makes them overlap.) */
+static void run_settled(rb_backend *c, rb_backend *g, const fcase *f, gp *q, gp *k, gp *v, gp *d,
+                        const rb_attn_params *p, const char *name) {
+    const int64_t pos = f->pos[0];
+    double *want = gp_read(d, 1);
+    gp rows[2];
+    gp *kv[2] = {k, v};
+    for (int w = 0; w < 2; w++) { /* [D, 1, Hkv, B]: the original row pos */
+        const rb_tensor *t = &kv[w]->c;
+        const int64_t rne[4] = {t->ne[0], 1, t->ne[2], t->ne[3]};
+        tu_rng r;
+        tu_rng_seed(&r, 1);
+        rows[w] = gp_make(c, g, &r, t->dtype, rne, GP_CONTIG, -1, 1);
+        const rb_tensor *rt = &rows[w].c;
+        for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+                    memcpy(rows[w].orig + rt->offs + i0 * rt->nb[0] + i2 * rt->nb[2] + i3 * rt->nb[3],
+                           kv[w]->orig + t->offs + i0 * t->nb[0] + pos * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], 2);
+        TU_OK(rb_buffer_set(rows[w].gb, 0, rows[w].orig, rows[w].size));
+        nan_row_gpu(kv[w], pos);
+    }
+    const int32_t id = (int32_t)pos;
+    gp ids = gp_ids(c, g, &id, 1, 1);
+    poison_out(d);
+    TU_OK(rb_backend_sync(g));
+    rb_attn_params ps = *p;
+    ps.keys_settled = true;
+    TU_OK(rb_set_rows(g, &k->g, &rows[0].g, &ids.g));
+    TU_OK(rb_set_rows(g, &v->g, &rows[1].g, &ids.g));
+    TU_OK(rb_attention(g, &d->g, &q->g, &k->g, &v->g, &ps));
+    TU_OK(rb_backend_sync(g));
+    double *got = gp_read(d, 1);
+    const int64_t n = rb_tensor_nelements(&d->g);
+    for (int64_t e = 0; e < n; e++)
+        if (!(got[e] == want[e]))
+            fail_msg("%s keys_settled: element %lld = %.9g, %.9g without", name, (long long)e, got[e], want[e]);
+    free(got);
+    free(want);
+    gp_free(&ids);
+    gp_free(&rows[0]);
+    gp_free(&rows[1]);
+}
+
 static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) {
     char name[160];
     snprintf(name, sizeof name, "D%lld Tq%lld Tk%lld H%lld/%lld B%lld %s%s%s%s%s%s", (long long)f->D,
@@ -289,6 +358,7 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
     }
     /* every element finite (checked above) and nothing written around the view */
     gp_expect_close(&d, 1e300, 1e300, name);
+    if (f->pos && f->Tq == 1 && f->causal && !f->mask) run_settled(c, g, f, &q, &k, &v, &d, &pg, name);
     free(pos);
     if (f->pos) gp_free(&qp);
     gp_free(&q);
@@ -376,7 +446,102 @@ static void test_attention_16bit(void **state) {
     rb_backend_destroy(g);
 }
 
+/* A view of x's parent: dtype of x, extents ne, byte strides nb, at offs. */
+static rb_tensor view_of(const rb_tensor *x, const int64_t ne[4], const size_t nb[4], size_t offs) {
+    rb_tensor t = *x;
+    for (int i = 0; i < 4; i++) {
+        t.ne[i] = ne[i];
+        t.nb[i] = nb[i];
+    }
+    t.offs = x->offs + offs;
+    return t;
+}
+
+/* keys_settled as a model's fixed decode step uses it: a fused q8_0 product
+ * (the qkv projection, ~100 MB of weights, so it runs long) writes the k and
+ * v rows of the new position into the cache slot of that position (whose
+ * old contents are NaN), and decode attention over the cache follows at
+ * once; the attention kernel starts during the product and reads the rows
+ * below the position early. Three settled launches must equal, bit for bit,
+ * the launch without keys_settled, and the CPU backend within 2e-3 rel L2
+ * (the k/v rows are rounded to f16 in the cache: a product a few ulps off
+ * moves one by 4.9e-4 of itself). A kernel that read the new row before its
+ * dependency wait sees NaN for the heads written last (checked: with the
+ * early loads reaching the position, this test failed). */
+static void test_attention_settled(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 4343);
+    const int64_t D = 128, H = 8, K = 24576, N = 3 * H * D, S = 64, KV = 2 * H * D;
+    const int32_t pos = 40;
+    const int64_t ane[4] = {K, N, 1, 1}, xne[4] = {K, 1, 1, 1}, yne[4] = {N, 1, 1, 1}, cne[4] = {KV, S, 1, 1},
+                  one[4] = {D, H, 1, 1};
+    gp a = gp_make(c, g, &rng, RB_Q8_0, ane, GP_CONTIG, -1, 1);
+    TU_OK(rb_buffer_set_constant(a.gb)); /* the product may start before the ops ahead end, as in a model */
+    gp x = gp_make(c, g, &rng, RB_F32, xne, GP_CONTIG, -1, 1);
+    gp y = gp_make(c, g, &rng, RB_F32, yne, GP_CONTIG, 0, 1);
+    gp cache = gp_make(c, g, &rng, RB_F16, cne, GP_CONTIG, -1, 1);
+    gp out = gp_make(c, g, &rng, RB_F32, one, GP_CONTIG, 0, 1);
+    gp ti = gp_make(c, g, &rng, RB_F32, xne, GP_CONTIG, 0, 1);
+    gp to = gp_make(c, g, &rng, RB_F32, yne, GP_CONTIG, 0, 1);
+    gp qp = gp_ids(c, g, &pos, 1, 1);
+    /* slot pos of the cache NaN on both sides: the product must write it */
+    const uint16_t nanbits = 0x7e00;
+    for (int64_t e = 0; e < KV; e++) memcpy(cache.orig + cache.c.offs + (size_t)(pos * KV + e) * 2, &nanbits, 2);
+    /* q: the product's first H D rows as [D, 1, H]; k, v: the cache as [D, S, H] */
+    const int64_t qne[4] = {D, 1, H, 1}, kne[4] = {D, S, H, 1};
+    const size_t qnb[4] = {4, (size_t)N * 4, (size_t)D * 4, (size_t)N * 4},
+                 knb[4] = {2, (size_t)KV * 2, (size_t)D * 2, (size_t)(KV * S) * 2};
+    double *first = NULL;
+    for (int run = 0; run < 5; run++) {
+        const bool cpu = run == 4, settled = run >= 1 && run <= 3;
+        rb_backend *be = cpu ? c : g;
+        TU_OK(rb_buffer_set(cpu ? cache.cb : cache.gb, 0, cache.orig, cache.size)); /* slot pos NaN again */
+        if (!cpu) poison_out(&out);
+        rb_tensor ac = cpu ? a.c : a.g, xc = cpu ? x.c : x.g, yc = cpu ? y.c : y.g, cc = cpu ? cache.c : cache.g;
+        rb_tensor oc = cpu ? out.c : out.g, tic = cpu ? ti.c : ti.g, toc = cpu ? to.c : to.g, pc = cpu ? qp.c : qp.g;
+        rb_matmul_fusion f = {.store_dst = &cc, .store_ids = &pc, .store_row0 = H * D, .tmp_in = &tic, .tmp_out = &toc};
+        rb_tensor qv = view_of(&yc, qne, qnb, 0), kv = view_of(&cc, kne, knb, 0),
+                  vv = view_of(&cc, kne, knb, (size_t)(H * D) * 2);
+        rb_attn_params p = {.scale = 0.088388f, .causal = true, .q_pos = &pc, .keys_settled = settled};
+        if (!cpu) TU_OK(rb_backend_sync(g));
+        TU_OK(rb_matmul_fused(be, &yc, &ac, &xc, &f));
+        TU_OK(rb_attention(be, &oc, &qv, &kv, &vv, &p));
+        TU_OK(rb_backend_sync(be));
+        double *got = gp_read(&out, cpu ? 0 : 1), num = 0, den = 0;
+        for (int64_t e = 0; e < D * H; e++) {
+            if (!isfinite(got[e])) fail_msg("settled run %d: output %lld is %g", run, (long long)e, got[e]);
+            if (!first) continue;
+            const double want = first[e];
+            num += (got[e] - want) * (got[e] - want);
+            den += want * want;
+            if (!cpu && !(got[e] == want))
+                fail_msg("settled run %d: output %lld = %.9g, %.9g without keys_settled", run, (long long)e, got[e],
+                         want);
+        }
+        if (cpu && !(sqrt(num / den) <= 2e-3))
+            fail_msg("settled: rel L2 against the CPU backend %.3g > 2e-3", sqrt(num / den));
+        if (!first) first = got;
+        else free(got);
+    }
+    free(first);
+    gp_free(&a);
+    gp_free(&x);
+    gp_free(&y);
+    gp_free(&cache);
+    gp_free(&out);
+    gp_free(&ti);
+    gp_free(&to);
+    gp_free(&qp);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit),
+                                       cmocka_unit_test(test_attention_settled)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

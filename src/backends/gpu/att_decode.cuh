@@ -22,7 +22,13 @@
  * at once. The warps of a block merge in shared memory; when a row needs
  * one block it writes the output, otherwise each block writes its partial
  * (m, l, acc) and the last block to finish (a per-row-group counter that
- * it resets) merges them - no separate merge kernel. */
+ * it resets) merges them - no separate merge kernel.
+ * A decode step over a KV cache (one query, rb_attn_params.keys_settled:
+ * nothing queued ahead writes the rows below its position) reads the
+ * position and each warp's first chunk of those rows before its dependency
+ * wait (D = 64, 128; RBEE_GPU_ATT_EARLY=0 turns it off): they are in flight
+ * while the qkv product ahead ends, and blocks without keys leave at once.
+ * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. */
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
 
@@ -35,6 +41,14 @@ namespace RB_GPU_NS {
  * blocks fit a multiprocessor; 7B q4_0 tg128 453 tok/s against 446 with
  * 256 threads (8 warps, one block a multiprocessor) */
 #define ATT_DEC_THREADS 128
+/* D = 128: at most 170 registers (three blocks a multiprocessor); unbounded,
+ * the first chunk held across the dependency wait (a.early) took 242 */
+#define ATT_DEC_MINB128 3
+#if defined(RBEE_GPU_HIP) && !defined(RBEE_HIP_NVIDIA)
+#define ATT_DEC_BOUNDS(D) __launch_bounds__(ATT_DEC_THREADS)
+#else
+#define ATT_DEC_BOUNDS(D) __launch_bounds__(ATT_DEC_THREADS, (D) == 128 ? ATT_DEC_MINB128 : 0)
+#endif
 
 /* Rows r < 2H of values spread over 2H lanes (lane bits below 2H, c =
  * those bits): each level keeps half the rows (bit h of c picks which) and
@@ -53,11 +67,9 @@ template <int H, int N> __device__ __forceinline__ void att_lanes_add(float (&pr
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
  * Warp w: head hc hb + w % hb of the group, sub-split w / hb (< nsub). */
 template <bool BF, int D>
-__global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
+__global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
     rb_grid_dep_trigger();
     gpu_trace_mark(a.trace, 0);
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
-    gpu_trace_mark(a.trace, 1);
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
     constexpr int KG = CH <= 16 ? CH : 16; /* key pieces loaded before use */
     constexpr bool VPRE = NSTEP <= 16;     /* value pieces prefetched with the keys */
@@ -66,6 +78,10 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
      * load instruction touch 32 rows) and their CH parts added across lanes,
      * where CH is a power of two equal to NSTEP (D = 64, 128) */
     constexpr bool KCO = VPRE && NSTEP == CH && (CH & (CH - 1)) == 0 && CH * KPW == W;
+    /* a chunk's key pieces (either form) and value pieces in one set of
+     * registers, so they can be requested before the dependency wait (D <= 128) */
+    constexpr bool EARLY = VPRE && KG == CH && NSTEP == CH;
+    constexpr int KB = EARLY ? CH : 1, VB = VPRE ? NSTEP : 1; /* a chunk's key and value pieces in registers */
     static_assert(CH % KG == 0, "decode kernel: key pieces in whole groups");
     static_assert(D % 8 == 0 && CH <= W, "decode kernel: D must be a multiple of 8 and at most 8 RB_WARP");
     __shared__ __align__(16) float qs_all[NW][D];
@@ -83,6 +99,88 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
     const int i = (int)(t % (unsigned)Tq), b = (int)(t / (unsigned)Tq);
     const int hw = wid % hb, sub = wid / hb;
     const bool wlive = sub < S;
+    const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
+    const int c = lane % CH, kk = lane / CH;
+
+    /* keys the query may see, in chunks of W; this block's chunks */
+    int pos = 0, lo = 0, hi = Tk, nch = 0, nbe = 1, c0 = 0, c1 = 0;
+    auto range = [&]() {
+        pos = att_pos(a, i);
+        if (a.causal && pos + 1 < hi) hi = pos + 1;
+        if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
+        nch = hi > lo ? (hi - lo + W - 1) / W : 0;
+        int cpb = (nch + a.nsplit - 1) / a.nsplit;
+        if (cpb < S * a.minch) cpb = S * a.minch;
+        nbe = nch > 0 ? (nch + cpb - 1) / cpb : 1; /* blocks this row uses */
+        c0 = (int)blockIdx.y * cpb;
+        c1 = c0 + cpb < nch ? c0 + cpb : nch;
+    };
+    /* from 64 keys on (bench_gpu attn, H100: 128-4096 keys 14-22% faster;
+     * at 1-33 keys the row loads of the other form were ~0.5 us shorter) */
+    auto use_kco = [&]() { return KCO && a.kco && hi - lo >= 64; };
+    /* Key pieces (kcp: the keys' coalesced form if kco, else this lane's
+     * key row) and value pieces (vp) of the chunk at key j0 (nk of its keys
+     * visible): visible rows below `to` are loaded, the others' pieces zeroed
+     * (the row at `to` is added by load_row). */
+    auto load_chunk = [&](uint4(&kcp)[KB], uint4(&vp)[VB], int j0, int nk, bool kco, int to) {
+        if constexpr (EARLY) {
+            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+            const int j = j0 + lane;
+#pragma unroll
+            for (int st = 0; st < NSTEP; st++) { /* NSTEP == CH == KG */
+                const int src = st * KPW + kk, row = j0 + src;
+                vp[st] = kk < KPW && src < nk && row < to ? *(const uint4 *)(vb + (int64_t)row * v.nb[1] + c * 16) : z;
+                /* piece c of row `row`, or piece st of this lane's row j */
+                const bool kin = kco ? src < nk && row < to : lane < nk && j < to;
+                const char *ka = kco ? kb + (int64_t)row * k.nb[1] + c * 16 : kb + (int64_t)j * k.nb[1] + st * 16;
+                kcp[st] = kin ? *(const uint4 *)ka : z;
+            }
+        }
+    };
+    /* Row r's pieces into those of the chunk at key j0, where r is in it and
+     * visible. */
+    auto load_row = [&](uint4(&kcp)[KB], uint4(&vp)[VB], int j0, bool kco, int r) {
+        if constexpr (EARLY) {
+            const int src = r - j0, st0 = src / KPW;
+            if (src < 0 || src >= W || r < lo || r >= hi) return;
+            const bool vin = kk == src % KPW; /* this lane holds piece c of row r at st0 */
+            const uint4 vr = vin ? *(const uint4 *)(vb + (int64_t)r * v.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
+            const uint4 kr = kco && vin ? *(const uint4 *)(kb + (int64_t)r * k.nb[1] + c * 16) : vr;
+#pragma unroll
+            for (int st = 0; st < NSTEP; st++) {
+                if (vin && st == st0) {
+                    vp[st] = vr;
+                    if (kco) kcp[st] = kr;
+                }
+                if (!kco && lane == src) kcp[st] = *(const uint4 *)(kb + (int64_t)r * k.nb[1] + st * 16);
+            }
+        }
+    };
+    /* Early (a.early: one query, its cache's rows below its position written
+     * before the ops ahead of this one, rb_attn_params.keys_settled): the
+     * position is read, idle blocks leave, and each warp's first chunk's
+     * settled rows are requested before the dependency wait, so they arrive
+     * while the kernel ahead ends; after the wait the query, then the new
+     * row (at the position). (The new row requested with the query was
+     * slower: writing it into the chunk's registers waits for their early
+     * loads, 7B q4_0 query loaded 1.39 -> 3.10 us after the release.) */
+    uint4 kbuf[KB], vbuf[VB];
+    bool have = false; /* kbuf / vbuf hold the settled rows of the warp's first chunk */
+    if (EARLY && a.early) {
+        range();
+        if ((int)blockIdx.y >= nbe) {
+            gpu_trace_mark(a.trace, 3);
+            return; /* uniform over the block */
+        }
+        const int ch = c0 + sub;
+        if (wlive && ch < c1) {
+            const int j0 = lo + ch * W;
+            load_chunk(kbuf, vbuf, j0, hi - j0 < W ? hi - j0 : W, use_kco(), pos);
+            have = true;
+        }
+    }
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    gpu_trace_mark(a.trace, 1);
 
     /* the block's queries, requested before the position they do not need */
     constexpr int QPT = (D + W - 1) / W; /* hb D <= (blockDim.x / W) D elements */
@@ -92,20 +190,13 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
         const int e = threadIdx.x + r * blockDim.x, hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
         qreg[r] = e < hb * D ? ldf(q.dt, q.p + d * q.nb[0] + i * q.nb[1] + h * q.nb[2] + b * q.nb[3]) : 0.0f;
     }
-    /* keys the query may see, in chunks of W; this block's chunks */
-    const int pos = att_pos(a, i);
-    int lo = 0, hi = Tk;
-    if (a.causal && pos + 1 < hi) hi = pos + 1;
-    if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
-    const int nch = hi > lo ? (hi - lo + W - 1) / W : 0;
-    int cpb = (nch + a.nsplit - 1) / a.nsplit;
-    if (cpb < S * a.minch) cpb = S * a.minch;
-    const int nbe = nch > 0 ? (nch + cpb - 1) / cpb : 1; /* blocks this row uses */
-    if ((int)blockIdx.y >= nbe) {
-        gpu_trace_mark(a.trace, 3);
-        return;
-    }                  /* uniform over the block */
-    const int c0 = (int)blockIdx.y * cpb, c1 = c0 + cpb < nch ? c0 + cpb : nch;
+    if (!(EARLY && a.early)) {
+        range();
+        if ((int)blockIdx.y >= nbe) {
+            gpu_trace_mark(a.trace, 3);
+            return; /* uniform over the block */
+        }
+    }
 
 #pragma unroll
     for (int r = 0; r < QPT; r++) {
@@ -115,29 +206,19 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
     __syncthreads();
     gpu_trace_mark(a.trace, 4);
 
-    const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
     const float *qs = qs_all[hw];
-    const int c = lane % CH, kk = lane / CH;
     float m = -INFINITY, l = 0.0f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-    /* from 64 keys on (bench_gpu attn, H100: 128-4096 keys 14-22% faster;
-     * at 1-33 keys the row loads of the other form were ~0.5 us shorter) */
-    const bool kco = KCO && a.kco && hi - lo >= 64;
+    const bool kco = use_kco();
     float qc[8]; /* KCO: this lane's piece of the query */
 #pragma unroll
     for (int e = 0; e < 8; e++) qc[e] = KCO ? qs[c * 8 + e] : 0.0f;
-    for (int ch = c0 + sub; wlive && ch < c1; ch += S) {
+    /* One chunk: its keys scored against the query, the online softmax, its
+     * values added. vc: its value pieces (VPRE), loaded by the caller; kc:
+     * its key pieces (either form) where kin (EARLY), otherwise loaded here. */
+    auto chunk = [&](int ch, const uint4(&kc)[KB], const uint4(&vc)[VB], bool kin) {
         const int j0 = lo + ch * W, j = j0 + lane, nk = hi - j0 < W ? hi - j0 : W;
-        /* value pieces of this chunk, requested together with the keys */
-        uint4 vv[VPRE ? NSTEP : 1];
-        if (VPRE)
-#pragma unroll
-            for (int st = 0; st < NSTEP; st++) {
-                const int src = st * KPW + kk;
-                vv[st] = kk < KPW && src < nk ? *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16)
-                                              : make_uint4(0u, 0u, 0u, 0u);
-            }
         float s = -INFINITY;
         if (KCO && kco) {
             uint4 ku[KCO ? NSTEP : 1];
@@ -145,7 +226,9 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
 #pragma unroll
             for (int st = 0; st < (KCO ? NSTEP : 1); st++) {
                 const int src = st * KPW + kk;
-                ku[st] = src < nk ? *(const uint4 *)(kb + (int64_t)(j0 + src) * k.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
+                ku[st] = kin ? kc[KCO ? st : 0]
+                       : src < nk ? *(const uint4 *)(kb + (int64_t)(j0 + src) * k.nb[1] + c * 16)
+                                  : make_uint4(0u, 0u, 0u, 0u);
             }
 #pragma unroll
             for (int st = 0; st < (KCO ? NSTEP : 1); st++) {
@@ -176,7 +259,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             for (int cb = 0; cb < CH; cb += KG) {
                 uint4 u[KG];
 #pragma unroll
-                for (int cc = 0; cc < KG; cc++) u[cc] = kr[cb + cc];
+                for (int cc = 0; cc < KG; cc++) u[cc] = EARLY && kin ? kc[EARLY ? cc : 0] : kr[cb + cc]; /* EARLY: CH == KG */
 #pragma unroll
                 for (int cc = 0; cc < KG; cc++) {
                     const float4 qa = *(const float4 *)(qs + (cb + cc) * 8), qb = *(const float4 *)(qs + (cb + cc) * 8 + 4);
@@ -198,7 +281,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             if (mask.p) s += ldf(mask.dt, mask.p + (int64_t)j * mask.nb[0] + (int64_t)i * mask.nb[1]);
         }
         const float cmax = warp_max(s);
-        if (cmax == -INFINITY) continue; /* uniform over the warp */
+        if (cmax == -INFINITY) return; /* uniform over the warp */
         const float mnew = fmaxf(m, cmax), corr = expf(m - mnew);
         l *= corr;
 #pragma unroll
@@ -211,7 +294,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             const int src = st * KPW + kk; /* key of this chunk whose piece c this lane adds */
             const float wgt = RB_SHFL(pj, kco ? kk * CH + st : src < W ? src : 0); /* the lane holding key src */
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
-            if (VPRE) u = vv[VPRE ? st : 0];
+            if (VPRE) u = vc[VPRE ? st : 0];
             else if (kk < KPW && src < nk) u = *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16);
             const float2 f0 = unpack2<BF>(u.x), f1 = unpack2<BF>(u.y), f2 = unpack2<BF>(u.z), f3 = unpack2<BF>(u.w);
             acc[0] = fmaf(wgt, f0.x, acc[0]);
@@ -223,6 +306,25 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) k_att_dec(gt dst, gt q, gt k,
             acc[6] = fmaf(wgt, f3.x, acc[6]);
             acc[7] = fmaf(wgt, f3.y, acc[7]);
         }
+    };
+    int ch = c0 + sub;
+    if (EARLY && have) { /* kbuf / vbuf hold the warp's first chunk but its new row */
+        load_row(kbuf, vbuf, lo + ch * W, kco, pos);
+        chunk(ch, kbuf, vbuf, true);
+        ch += S;
+    }
+    for (; wlive && ch < c1; ch += S) {
+        const int j0 = lo + ch * W, nk = hi - j0 < W ? hi - j0 : W;
+        uint4 vc[VB]; /* value pieces, requested together with the keys */
+        if (VPRE) {
+#pragma unroll
+            for (int st = 0; st < NSTEP; st++) {
+                const int src = st * KPW + kk;
+                vc[VPRE ? st : 0] = kk < KPW && src < nk ? *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16)
+                                                         : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        chunk(ch, kbuf, vc, false);
     }
     gpu_trace_mark(a.trace, 2); /* thread 0's keys are done */
     /* sum the KPW lanes that hold the same 8 columns, then merge the block's

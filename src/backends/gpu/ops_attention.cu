@@ -291,6 +291,8 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.minch = (int)minch;
     const char *kco = getenv("RBEE_GPU_ATT_KCO");
     a.kco = !(kco && strcmp(kco, "0") == 0);
+    const char *early = getenv("RBEE_GPU_ATT_EARLY");
+    a.early = Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask && !(early && strcmp(early, "0") == 0);
     /* blocks for ~12 warps a multiprocessor, each block at least S minch chunks */
     const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
     const int64_t maxch = (maxkeys + g->warp - 1) / g->warp, want = (12 * (int64_t)g->n_sm + nw - 1) / nw;
