@@ -50,6 +50,12 @@
  *    group (N = 9002; K = 4096 and 2304, the latter ending each row in a
  *    partial span), plain and fused norm + glu_out, M = 1 and 3: against the
  *    CPU backend as above.
+ *  - test_matvec_rope_split: a 7B-like qkv product (norm, rope of 64 heads of
+ *    128 = 8192 rows, the 4096 rows after them one at a time, the k and v
+ *    rows stored in a cache), so large that the direct kernel's groups get
+ *    a share of pairs and of single rows: outputs and cache rows
+ *    bit-identical to the all-pairs walk (RBEE_GPU_MV_RSPLIT=0), and within
+ *    the fused bound of the CPU backend.
  * Skips without a GPU. */
 #include "gpu_pair.h"
 
@@ -627,6 +633,110 @@ static void test_matvec_rows(void **state) {
     if (failures) fail_msg("matvec rows: %d comparisons failed", failures);
 }
 
+/* The direct kernel's walk of a qkv product with more rope pairs than the
+ * device has groups (see the file comment). */
+static void test_matvec_rope_split(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 730);
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0};
+    const int64_t K = 256, N = 12288, HD = 128, HR = 64, R0 = 4096, M = 1; /* q 4096 | k 4096 | v 4096 rows */
+    int failures = 0;
+    for (size_t wi = 0; wi < 2; wi++) {
+        const int64_t ane[4] = {K, N, 1, 1}, wne[4] = {K, 1, 1, 1}, bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1},
+                      cne[4] = {N - R0, 40, 1, 1};
+        gp a = gp_make(c, g, &rng, ws[wi], ane, GP_CONTIG, -1, 1);
+        TU_OK(rb_buffer_set_constant(a.gb));
+        gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
+        TU_OK(rb_buffer_set_constant(w.gb));
+        gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -2, 2);
+        gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+        gp cache = gp_make(c, g, &rng, RB_F16, cne, GP_CONTIG, -1, 1);
+        gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
+        gp to = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+        const int32_t posv = 1234, slotv = 17;
+        gp rpos = gp_ids(c, g, &posv, 1, 1), slots = gp_ids(c, g, &slotv, 1, 1);
+        const rb_rope_params rp = {.n_rot = (int)HD, .mode = RB_ROPE_NORMAL, .freq_base = 10000.0f,
+                                   .freq_scale = 1.0f, .attn_factor = 1.0f};
+        rb_matmul_fusion fc = {.norm = true, .norm_w = &w.c, .eps = 1e-5f, .rope = &rp, .rope_pos = &rpos.c,
+                               .rope_head_dim = HD, .rope_heads = HR, .store_dst = &cache.c, .store_ids = &slots.c,
+                               .store_row0 = R0, .tmp_in = &ti.c, .tmp_out = &to.c};
+        rb_matmul_fusion fg = fc;
+        fg.norm_w = &w.g;
+        fg.rope_pos = &rpos.g;
+        fg.store_dst = &cache.g;
+        fg.store_ids = &slots.g;
+        fg.tmp_in = &ti.g;
+        fg.tmp_out = &to.g;
+        double *out[2], *kv[2];
+        for (int split = 1; split >= 0; split--) {
+            setenv("RBEE_GPU_MV_RSPLIT", split ? "1" : "0", 1);
+            memset(d.orig, 0xff, d.size); /* NaN: an unwritten output fails */
+            TU_OK(rb_buffer_set(d.gb, 0, d.orig, d.size));
+            TU_OK(rb_buffer_set(cache.gb, 0, cache.orig, cache.size));
+            TU_OK(rb_matmul_fused(g, &d.g, &a.g, &b.g, &fg));
+            out[split] = gp_read(&d, 1);
+            kv[split] = gp_read(&cache, 1);
+        }
+        unsetenv("RBEE_GPU_MV_RSPLIT");
+        for (int64_t i = 0; i < N; i++)
+            if (!(out[1][i] == out[0][i])) {
+                print_error("rope split %s: row %lld = %.9g, %.9g in pairs\n", rb_dtype_name(ws[wi]), (long long)i,
+                            out[1][i], out[0][i]);
+                failures++;
+                break;
+            }
+        for (int64_t i = 0; i < (N - R0) * 40; i++)
+            if (!(kv[1][i] == kv[0][i])) {
+                print_error("rope split %s: cache element %lld = %.9g, %.9g in pairs\n", rb_dtype_name(ws[wi]),
+                            (long long)i, kv[1][i], kv[0][i]);
+                failures++;
+                break;
+            }
+        /* the stored slot holds the k and v rows of the output */
+        for (int64_t r = R0; r < N; r++) {
+            const double want = (double)(float)out[1][r], got = kv[1][slotv * (N - R0) + (r - R0)];
+            if (!(fabs(got - want) <= 1e-3 * fabs(want) + 1e-3)) {
+                print_error("rope split %s: cache row %lld = %.6g, output %.6g\n", rb_dtype_name(ws[wi]), (long long)r,
+                            got, want);
+                failures++;
+                break;
+            }
+        }
+        TU_OK(rb_matmul_fused(c, &d.c, &a.c, &b.c, &fc));
+        double *cpu = gp_read(&d, 0), num = 0, den = 0;
+        for (int64_t i = 0; i < N; i++) {
+            num += (out[1][i] - cpu[i]) * (out[1][i] - cpu[i]);
+            den += cpu[i] * cpu[i];
+        }
+        const double e = sqrt(num / (den > 0 ? den : 1));
+        if (!(e <= 1e-3)) {
+            print_error("rope split %s: rel L2 vs CPU backend %.3g > 1e-3\n", rb_dtype_name(ws[wi]), e);
+            failures++;
+        }
+        free(cpu);
+        for (int i = 0; i < 2; i++) {
+            free(out[i]);
+            free(kv[i]);
+        }
+        gp_free(&a);
+        gp_free(&w);
+        gp_free(&b);
+        gp_free(&d);
+        gp_free(&cache);
+        gp_free(&ti);
+        gp_free(&to);
+        gp_free(&rpos);
+        gp_free(&slots);
+    }
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("matvec rope split: %d comparisons failed", failures);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_matvec_sweep under compute-sanitizer */
     const struct CMUnitTest tests[] = {
@@ -635,6 +745,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matvec_rows),
+        cmocka_unit_test(test_matvec_rope_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -488,8 +488,11 @@ static bool mvd_enabled() {
     return v != 0;
 }
 
-static bool mvd_rows_aligned(const gt &av) {
-    return ((uintptr_t)av.p & 15) == 0 && av.nb[1] % 16 == 0 && av.nb[2] % 16 == 0 && av.nb[3] % 16 == 0;
+/* 16-byte aligned weight rows, fewer than 2^30 of them (k_mvd walks rows in
+ * 32-bit steps) */
+static bool mvd_rows_ok(const gt &av) {
+    return ((uintptr_t)av.p & 15) == 0 && av.nb[1] % 16 == 0 && av.nb[2] % 16 == 0 && av.nb[3] % 16 == 0 &&
+           av.ne[1] < ((int64_t)1 << 30);
 }
 
 /* blocks per slice: the device's resident blocks, at most one group per row */
@@ -570,7 +573,7 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
                            int64_t r3, bool pdl, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
-    if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av))
+    if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av))
         return RB_OK;
     bool fits = false;
     rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, false, &fits);
@@ -593,7 +596,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
     *done = false;
     const int64_t es = DT == RB_F32 ? 4 : 2, K = av.ne[0], slices = dv.ne[2] * dv.ne[3];
     if (!mvd_enabled() || !bf || bf->ne[1] > MVD_MAX_M || av.nb[0] != es || K % (16 / es) != 0 ||
-        !mvd_rows_aligned(av))
+        !mvd_rows_ok(av))
         return RB_OK;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, bf->ne[1]);
@@ -615,7 +618,7 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
                                bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bf.ne[1];
-    if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_aligned(av)) return RB_OK;
+    if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av)) return RB_OK;
     if constexpr (F::QUANT) {
         if (K % 256 != 0) return RB_OK;
         bool fits = false;

@@ -35,7 +35,9 @@
  * (normal mode) it takes rows 2 i, 2 i + 1 together and rotates them, and
  * with a store it also writes the rows past the q heads to the KV cache
  * slot read on the device: the qkv projection without the rope and
- * set_rows kernels.
+ * set_rows kernels. Where the pairs outnumber the groups, the rows past the
+ * rotated ones go one at a time and each group takes a share of both kinds
+ * (7B: at most a pair and a row, not two pairs; run 17).
  *
  * Measured on an H100 (bench_gpu ops, 4096 x 11008, M = 1, graph replay,
  * fraction of the copy bandwidth; docs/PERFORMANCE.md): the staged kernel of
@@ -86,7 +88,12 @@
  * three activation chunks a group at K = 11008 (spills), and rows shared by
  * 2-4 groups when a product has fewer rows than the device has groups: none
  * shortened the step (the quantization grew by about the added loads'
- * transfer time; 7B q4_0 432.6-486.0 against 479.6-488.9). */
+ * transfer time; 7B q4_0 432.6-486.0 against 479.6-488.9). Tried and
+ * dropped in run 17: the product after decode attention copying its
+ * groups' remaining spans ahead before its wait, while attention leaves the
+ * memory idle (477.4-477.9 against 485.5-487.2: the copies delay
+ * attention's own loads), and the qkv product's groups prefetching the
+ * cache rows attention reads next into L2 as they end (474 against 477). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
@@ -119,6 +126,7 @@ struct mvd_args {
     int act;                  /* its gate activation (rb_unary_op) */
     int rope;                 /* rotate adjacent row pairs below rrows (rb_matmul_fused rope, normal mode) */
     int rrows, rhd, rnrot;    /* rows rotated (heads x head dim), head dim, rotated dims of a head */
+    int rsplit;               /* rows >= rrows one at a time, not in pairs (RBEE_GPU_MV_RSPLIT=0: off) */
     double rbase, rfscale, rattn;
     double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
     const char *rpos;         /* i32 position of activation row m at rpos + m rpos_nb */
@@ -437,14 +445,33 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     const char *ab = p.a.p + (i2 / p.r2) * p.a.nb[2] + (i3 / p.r3) * p.a.nb[3];
     /* the group's output rows; with gluo each is a pair of weight rows, the
      * gate's r then the up projection's r + N/2 ("steps" 2 r and 2 r + 1) */
-    int64_t lo, hi;
+    int64_t lo, hi, hv, s0 = 0; /* 64-bit to compute; the walk below is in 32-bit steps (rows < 2^31) */
     const bool pairs = p.gluo || p.rope; /* rope: rows 2 i and 2 i + 1 rotate together */
-    mvd_rows(pairs ? NH : N, g, G, &lo, &hi);
-    if (pairs) {
+    if (p.rope && p.rsplit && p.rrows < N && NH > G) {
+        /* more pairs than groups: the rows past the rotated ones (the values
+         * of a qkv product) one at a time, and a share of each kind a group
+         * (7B qkv, 4096 pairs and 4096 rows for 4224 groups: at most a pair
+         * and a row, 6 spans, where 6144 pairs gave half the groups two, 8
+         * spans; 7B q4_0 tg128 +1%) */
+        const int64_t np = p.rrows / 2, nr = N - p.rrows;
+        int64_t a, b;
+        mvd_rows(np, g, G, &lo, &hi);
         lo *= 2;
         hi *= 2;
+        mvd_rows(nr, g, G, &a, &b);
+        s0 = p.rrows + a - hi; /* step st >= hi is row st + s0 */
+        hv = hi + (b - a);
+    } else {
+        mvd_rows(pairs ? NH : N, g, G, &lo, &hi);
+        if (pairs) {
+            lo *= 2;
+            hi *= 2;
+        }
+        hv = hi;
     }
-    auto wrow = [&](int64_t st) { return p.gluo ? (st >> 1) + (st & 1) * NH : st; };
+    /* steps [lo, hv): paired below hi (gluo: gate r then up r + N/2) */
+    const int slo = (int)lo, shi = (int)hi, shv = (int)hv, ss0 = (int)s0, snh = (int)NH;
+    auto wrow = [&](int st) { return p.gluo ? (st >> 1) + (st & 1) * snh : st < shi ? st : st + ss0; };
 
     uint4 v[UL], w[UL];
     auto load_to = [&](uint4(&t)[UL], int64_t r, int64_t span) {
@@ -457,7 +484,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         }
     };
     const int rowb = (int)F::row_bytes(K), ns = (int)nsp;
-    if (lo < hi) load_to(v, wrow(lo), 0);
+    if (slo < shv) load_to(v, wrow(slo), 0);
     int8_t *xqs = (int8_t *)(slot + (NG - gi) * SLOT_U);
     int2 *xrs = (int2 *)(xqs + p.M * mvd_xrow(K));
     float *xws = (float *)(xrs + p.M * (K / 32)); /* the norm weight, when staged */
@@ -492,20 +519,21 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             else stf(p.sdt, p.sp + (row - p.srow0) * p.snb0 + (int64_t)slot * p.snb1, v);
         }
     };
-    auto finish = [&](int64_t st) {
+    auto finish = [&](int st) {
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             float t = acc[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
-            if (pairs && !(st & 1)) { /* the gate, or a pair's first row: kept for the row that follows */
+            const bool paired = pairs && st < shi;
+            if (paired && !(st & 1)) { /* the gate, or a pair's first row: kept for the row that follows */
                 gate[m] = t;
                 continue;
             }
             if (lane == 0 && m < p.M) {
-                const int64_t row = p.gluo ? st >> 1 : st;
+                const int64_t row = p.gluo ? st >> 1 : wrow(st);
                 char *o = p.d.p + row * p.d.nb[0] + m * p.d.nb[1] + i2 * p.d.nb[2] + i3 * p.d.nb[3];
-                if (p.rope) { /* rows st - 1, st: x0 cos - x1 sin, x0 sin + x1 cos */
+                if (p.rope && paired) { /* rows st - 1, st: x0 cos - x1 sin, x0 sin + x1 cos */
                     float y0 = gate[m];
                     const int64_t d0 = (st - 1) % p.rhd;
                     if (st - 1 < p.rrows && d0 < p.rnrot) {
@@ -524,7 +552,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     };
     if constexpr (F::QUANT) {
         const uint32_t *W = (const uint32_t *)slot + lane * F::PW; /* this lane's pair in the slot */
-        for (int64_t st = lo; st < hi; st++) {
+        for (int st = slo; st < shv; st++) {
             const int64_t row = wrow(st);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
@@ -540,19 +568,19 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                 /* the next span's loads fly while this one is consumed (two
                  * in flight, in v and w alternately, measured slower) */
                 if (span + 1 < ns) load_to(v, row, span + 1);
-                else if (st + 1 < hi) load_to(v, wrow(st + 1), 0);
+                else if (st + 1 < shv) load_to(v, wrow(st + 1), 0);
                 if (lane * (F::PW * 4) < rest) F::template consume<MT>(W, span * F::SPAN_PAIRS, lane, X, acc);
             }
             finish(st);
         }
     } else {
-        for (int64_t st = lo; st < hi; st++) {
+        for (int st = slo; st < shv; st++) {
             const int64_t row = wrow(st);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
             for (int64_t span = 0; span < nsp; span++) { /* the next span into w while v is used */
                 if (span + 1 < nsp) load_to(w, row, span + 1);
-                else if (st + 1 < hi) load_to(w, wrow(st + 1), 0);
+                else if (st + 1 < shv) load_to(w, wrow(st + 1), 0);
                 F::template consume_regs<MT>(v, (int)F::span_bytes(K, span), span, lane, X, acc);
 #pragma unroll
                 for (int j = 0; j < UL; j++) v[j] = w[j];

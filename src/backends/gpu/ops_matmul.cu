@@ -26,6 +26,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 namespace RB_GPU_NS {
 
@@ -169,6 +170,8 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     }
     if (rope) {
         p.rope = 1;
+        const char *rs = getenv("RBEE_GPU_MV_RSPLIT");
+        p.rsplit = !(rs && strcmp(rs, "0") == 0);
         p.rhd = (int)f->rope_head_dim;
         p.rrows = (int)(f->rope_heads * f->rope_head_dim);
         p.rnrot = f->rope->n_rot;
