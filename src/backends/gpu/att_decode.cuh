@@ -27,7 +27,9 @@
  * nothing queued ahead writes the rows below its position) reads the
  * position and each warp's first chunk of those rows before its dependency
  * wait (D = 64, 128; RBEE_GPU_ATT_EARLY=0 turns it off): they are in flight
- * while the qkv product ahead ends, and blocks without keys leave at once.
+ * while the qkv product ahead ends, and blocks without keys leave at once
+ * (where all blocks' chunks would come to many MB, only the first block of
+ * each row reads early: a.early == 2).
  * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. */
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
@@ -173,7 +175,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             return; /* uniform over the block */
         }
         const int ch = c0 + sub;
-        if (wlive && ch < c1) {
+        if (wlive && ch < c1 && (a.early == 1 || blockIdx.y == 0)) {
             const int j0 = lo + ch * W;
             load_chunk(kbuf, vbuf, j0, hi - j0 < W ? hi - j0 : W, use_kco(), pos);
             have = true;
