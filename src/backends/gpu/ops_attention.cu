@@ -272,7 +272,7 @@ static rb_status att_dec_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt
     return gpu_check_launch(be, "attention (decode)");
 }
 
-#define ATT_EARLY_BYTES 8e6
+#define ATT_EARLY_BYTES 8e6 /* bytes a decode launch may request before its wait from every block (att_dec_run) */
 
 /* The decode kernel: blocks of hb heads x nsub warps, at most a.nsplit
  * blocks per row group (fixed by Tk: the device picks how many a row uses
