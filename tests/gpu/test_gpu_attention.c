@@ -130,19 +130,23 @@ typedef struct fcase {
     bool nan_past;         /* K/V rows past the largest position are NaN */
 } fcase;
 
-/* Sets the K/V elements of tokens >= from to NaN on both sides (x is a
- * swapped [D, T, H, B] view of a contiguous parent). */
-static void nan_rows(gp *x, int64_t from) {
+/* Sets the K/V elements of tokens [from, to) to NaN (x is a swapped
+ * [D, T, H, B] view of a contiguous parent): on both sides and in orig, or
+ * (gpu_only) on the GPU side alone, orig keeping the values. */
+static void nan_rows(gp *x, int64_t from, int64_t to, bool gpu_only) {
     const rb_tensor *t = &x->c;
     const uint16_t nanbits = t->dtype == RB_BF16 ? 0x7fc0 : 0x7e00;
+    unsigned char *b = gpu_only ? malloc(x->size) : x->orig;
+    assert_non_null(b);
+    if (gpu_only) memcpy(b, x->orig, x->size);
     for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-            for (int64_t i1 = from; i1 < t->ne[1]; i1++)
+            for (int64_t i1 = from; i1 < to; i1++)
                 for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
-                    memcpy(x->orig + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3],
-                           &nanbits, 2);
-    TU_OK(rb_buffer_set(x->cb, 0, x->orig, x->size));
-    TU_OK(rb_buffer_set(x->gb, 0, x->orig, x->size));
+                    memcpy(b + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], &nanbits, 2);
+    if (!gpu_only) TU_OK(rb_buffer_set(x->cb, 0, b, x->size));
+    TU_OK(rb_buffer_set(x->gb, 0, b, x->size));
+    if (gpu_only) free(b);
 }
 
 /* GPU side of the output view set to NaN (orig keeps the bytes around it). */
@@ -231,22 +235,6 @@ static void check_out(const fcase *f, const gp *d, const double *ref, const char
     free(gv);
 }
 
-/* Sets the GPU side of K/V row `row` (all heads and batches) to NaN; orig
- * keeps the values. */
-static void nan_row_gpu(gp *x, int64_t row) {
-    const rb_tensor *t = &x->c;
-    const uint16_t nanbits = t->dtype == RB_BF16 ? 0x7fc0 : 0x7e00;
-    unsigned char *b = malloc(x->size);
-    assert_non_null(b);
-    memcpy(b, x->orig, x->size);
-    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
-        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-            for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
-                memcpy(b + t->offs + i0 * t->nb[0] + row * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], &nanbits, 2);
-    TU_OK(rb_buffer_set(x->gb, 0, b, x->size));
-    free(b);
-}
-
 /* The same decode launch over settled rows (rb_attn_params.keys_settled),
  * the row at the query's position poisoned and rewritten by rb_set_rows
  * queued just ahead: the output must equal, bit for bit, the launch without
@@ -272,7 +260,7 @@ static void run_settled(rb_backend *c, rb_backend *g, const fcase *f, gp *q, gp 
                     memcpy(rows[w].orig + rt->offs + i0 * rt->nb[0] + i2 * rt->nb[2] + i3 * rt->nb[3],
                            kv[w]->orig + t->offs + i0 * t->nb[0] + pos * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], 2);
         TU_OK(rb_buffer_set(rows[w].gb, 0, rows[w].orig, rows[w].size));
-        nan_row_gpu(kv[w], pos);
+        nan_rows(kv[w], pos, pos + 1, true);
     }
     const int32_t id = (int32_t)pos;
     gp ids = gp_ids(c, g, &id, 1, 1);
@@ -322,8 +310,8 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
         if (i > 0 && pos[i] != pos[i - 1] + 1) consecutive = false;
     }
     if (f->nan_past) {
-        nan_rows(&k, pmax + 1);
-        nan_rows(&v, pmax + 1);
+        nan_rows(&k, pmax + 1, f->Tk, false);
+        nan_rows(&v, pmax + 1, f->Tk, false);
     }
     gp qp = {0};
     if (f->pos) qp = gp_ids(c, g, f->pos, f->Tq, 1);

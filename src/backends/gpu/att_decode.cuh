@@ -104,7 +104,8 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
     const int c = lane % CH, kk = lane / CH;
 
-    /* keys the query may see, in chunks of W; this block's chunks */
+    /* keys the query may see, in chunks of W; this block's chunks; false
+     * when the row needs fewer blocks than this one's index */
     int pos = 0, lo = 0, hi = Tk, nch = 0, nbe = 1, c0 = 0, c1 = 0;
     auto range = [&]() {
         pos = att_pos(a, i);
@@ -116,6 +117,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         nbe = nch > 0 ? (nch + cpb - 1) / cpb : 1; /* blocks this row uses */
         c0 = (int)blockIdx.y * cpb;
         c1 = c0 + cpb < nch ? c0 + cpb : nch;
+        return (int)blockIdx.y < nbe;
     };
     /* from 64 keys on (bench_gpu attn, H100: 128-4096 keys 14-22% faster;
      * at 1-33 keys the row loads of the other form were ~0.5 us shorter) */
@@ -169,8 +171,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     uint4 kbuf[KB], vbuf[VB];
     bool have = false; /* kbuf / vbuf hold the settled rows of the warp's first chunk */
     if (EARLY && a.early) {
-        range();
-        if ((int)blockIdx.y >= nbe) {
+        if (!range()) {
             gpu_trace_mark(a.trace, 3);
             return; /* uniform over the block */
         }
@@ -192,12 +193,9 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         const int e = threadIdx.x + r * blockDim.x, hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
         qreg[r] = e < hb * D ? ldf(q.dt, q.p + d * q.nb[0] + i * q.nb[1] + h * q.nb[2] + b * q.nb[3]) : 0.0f;
     }
-    if (!(EARLY && a.early)) {
-        range();
-        if ((int)blockIdx.y >= nbe) {
-            gpu_trace_mark(a.trace, 3);
-            return; /* uniform over the block */
-        }
+    if (!(EARLY && a.early) && !range()) {
+        gpu_trace_mark(a.trace, 3);
+        return; /* uniform over the block */
     }
 
 #pragma unroll
