@@ -29,7 +29,8 @@
 #              (rbee bench -d D: decode at a real context length)
 #   trace:SHAPE:TYPE  RBEE_GPU_TRACE of a short decode run (pp16 tg32) of a random
 #              model (llama-2-7b, llama-3.2-1b) and its summary
-#              (tools/bench/gpu_trace_summary.py): where a decode step's time goes
+#              (tools/bench/gpu_trace_summary.py): where a decode step's time goes;
+#              TRACE_ARGS=--marks adds each mark's quartiles over the blocks
 #   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
 #              run (pp512 then 4 decode steps, graphs on, as in the middle of
 #              tg128) for bf16/q8_0/q4_0 ($PROFILE_TYPES): raw CSV per type

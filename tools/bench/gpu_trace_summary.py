@@ -72,6 +72,8 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--gap", type=float, default=30.0, help="us between launches that ends a step")
     ap.add_argument("--launches", action="store_true", help="print every launch of the step")
+    ap.add_argument("--marks", action="store_true",
+                    help="per shape, every mark's quartiles (blocks that reached it) after the previous launch's end")
     a = ap.parse_args()
     ls = [(L, stats(L)) for L in read(a.trace)]
     ls = [(L, s) for L, s in ls if s]
@@ -117,6 +119,25 @@ def main():
         total += ssum
         print("%-44s %5d " % (w, len(rs)) + " ".join("%8.2f" % m[c] for c in cols) + " %9.1f" % ssum)
     print("%-44s %5s %s %9.1f" % ("all", "", " " * 53, total))
+    if a.marks:
+        print("\nmarks after the previous launch's end, us (25th / 50th / 75th / max over blocks, means over launches):")
+        byw = {}
+        pe = None
+        for L, s in step:
+            base = pe if pe is not None else s["s0"]
+            pe = s["end"]
+            ts = [t for t in L["ts"] if t[0] and t[3]]
+            for mk in range(len(ts[0]) if ts else 0):
+                v = sorted((t[mk] - base) / 1000 for t in ts if len(t) > mk and t[mk])
+                if not v:
+                    continue
+                q = (v[len(v) // 4], v[len(v) // 2], v[(3 * len(v)) // 4], v[-1])
+                byw.setdefault(describe(L), {}).setdefault(mk, []).append(q)
+        for w, d in byw.items():
+            print("  " + w)
+            for mk in sorted(d):
+                qs = d[mk]
+                print("    mark %d: %s" % (mk, " / ".join("%7.2f" % statistics.mean(q[j] for q in qs) for j in range(4))))
     att = [r for r in rows if r["qpos"] is not None and r["keys1"] is not None]
     if att:
         print("\nattention, median block (us): release to query and position loaded %.2f, then to the first keys"

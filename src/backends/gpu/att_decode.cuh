@@ -30,7 +30,17 @@
  * while the qkv product ahead ends, and blocks without keys leave at once
  * (where all blocks' chunks would come to many MB, only the first block of
  * each row reads early: a.early == 2).
- * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. */
+ * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. The new row is
+ * requested beside the query and passed through shared memory (not loaded
+ * after the query: a second round trip; RBEE_GPU_ATT_NROW=0).
+ * Short path (early reads, at most NW KS = 64 keys, RBEE_GPU_ATT_SHORT=0
+ * turns it off): a warp-per-32-keys chunk is a chain of ~1100 instructions
+ * a warp, issued at 5-8 cycles each by a lone warp (ncu: barrier, wait and
+ * instruction-fetch stalls), so at short contexts block 0 of a row spreads
+ * the keys over all its warps instead, KS = 16 keys a 32-lane warp (32 a
+ * wavefront), a lane per 16-byte piece of a key row as the values are read, for
+ * every head of the block; the warps merge in shared memory. 7B q4_0 at 33
+ * keys: attention 4.9 -> 3.7 us a layer, tg128 +2-3%. */
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
 
@@ -90,6 +100,13 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     __shared__ __align__(16) float acc_sh[NW][D];
     __shared__ float ml_sh[NW][2];
     __shared__ int last_sh;
+    __shared__ __align__(16) uint4 nrow_sh[2][EARLY ? CH : 1]; /* the new key and value rows (early reads) */
+    /* short path (below): KS keys a warp, SH heads at most a block; its
+     * warps' partials (m, l, acc) for the merge */
+    constexpr int SH = NW / 2 > 1 ? NW / 2 : 1, SNST = D == 128 ? 8 : 4, KS = SNST * KPW;
+    static_assert(!EARLY || (SNST <= KB && SNST <= VB), "decode kernel: short path's pieces in kbuf / vbuf");
+    __shared__ __align__(16) float sacc_sh[EARLY ? NW : 1][EARLY ? SH : 1][EARLY ? D : 1];
+    __shared__ float sml_sh[EARLY ? NW : 1][EARLY ? SH : 1][2];
     const int lane = threadIdx.x % W, wid = threadIdx.x / W;
     const int Tq = (int)q.ne[1], Hq = (int)q.ne[2], Tk = (int)k.ne[1], Hkv = (int)k.ne[2];
     const int R = Hq / Hkv, hb = a.hb, S = a.nsub, nhc = R / hb;
@@ -141,22 +158,21 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             }
         }
     };
-    /* Row r's pieces into those of the chunk at key j0, where r is in it and
-     * visible. */
+    /* Row r's pieces (in nrow_sh) into those of the chunk at key j0, where r
+     * is in it and visible. */
     auto load_row = [&](uint4(&kcp)[KB], uint4(&vp)[VB], int j0, bool kco, int r) {
         if constexpr (EARLY) {
             const int src = r - j0, st0 = src / KPW;
             if (src < 0 || src >= W || r < lo || r >= hi) return;
             const bool vin = kk == src % KPW; /* this lane holds piece c of row r at st0 */
-            const uint4 vr = vin ? *(const uint4 *)(vb + (int64_t)r * v.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
-            const uint4 kr = kco && vin ? *(const uint4 *)(kb + (int64_t)r * k.nb[1] + c * 16) : vr;
 #pragma unroll
             for (int st = 0; st < NSTEP; st++) {
                 if (vin && st == st0) {
-                    vp[st] = vr;
-                    if (kco) kcp[st] = kr;
+                    vp[st] = a.nrow ? nrow_sh[1][c] : *(const uint4 *)(vb + (int64_t)r * v.nb[1] + c * 16);
+                    if (kco) kcp[st] = a.nrow ? nrow_sh[0][c] : *(const uint4 *)(kb + (int64_t)r * k.nb[1] + c * 16);
                 }
-                if (!kco && lane == src) kcp[st] = *(const uint4 *)(kb + (int64_t)r * k.nb[1] + st * 16);
+                if (!kco && lane == src)
+                    kcp[st] = a.nrow ? nrow_sh[0][st] : *(const uint4 *)(kb + (int64_t)r * k.nb[1] + st * 16);
             }
         }
     };
@@ -170,13 +186,33 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
      * loads, 7B q4_0 query loaded 1.39 -> 3.10 us after the release.) */
     uint4 kbuf[KB], vbuf[VB];
     bool have = false; /* kbuf / vbuf hold the settled rows of the warp's first chunk */
+    auto have_row = [&]() { /* one of the block's early chunks holds the new row (uniform) */
+        const int cp = (pos - lo) / W;
+        return pos >= lo && pos < hi && cp >= c0 && cp < c1 && cp < c0 + S && (a.early == 1 || blockIdx.y == 0);
+    };
+    bool shortp = false; /* the short path: the row's keys spread over all warps of block 0 */
     if (EARLY && a.early) {
         if (!range()) {
             gpu_trace_mark(a.trace, 3);
             return; /* uniform over the block */
         }
+        shortp = a.sshort && hb <= SH && hi - lo <= NW * KS;
+        if (shortp) {
+            if (blockIdx.y != 0) {
+                gpu_trace_mark(a.trace, 3);
+                return; /* block 0 takes the row */
+            }
+            /* warp wid: keys lo + wid KS + st KPW + kk, piece c, below the position */
+#pragma unroll
+            for (int st = 0; st < SNST; st++) {
+                const int j = lo + wid * KS + st * KPW + kk;
+                const bool in = j < pos && j < hi;
+                kbuf[st] = in ? *(const uint4 *)(kb + (int64_t)j * k.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
+                vbuf[st] = in ? *(const uint4 *)(vb + (int64_t)j * v.nb[1] + c * 16) : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
         const int ch = c0 + sub;
-        if (wlive && ch < c1 && (a.early == 1 || blockIdx.y == 0)) {
+        if (!shortp && wlive && ch < c1 && (a.early == 1 || blockIdx.y == 0)) {
             const int j0 = lo + ch * W;
             load_chunk(kbuf, vbuf, j0, hi - j0 < W ? hi - j0 : W, use_kco(), pos);
             have = true;
@@ -184,6 +220,17 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     }
     rb_grid_dep_wait(); /* launched with gpu_pdl_small */
     gpu_trace_mark(a.trace, 1);
+    /* The new row (at the position), where a warp's early chunk holds it:
+     * requested now, beside the query, by the block's first 2 CH threads
+     * and put in shared memory with the query (load_row reads it there), so
+     * it is not a second round trip after the query's (7B q4_0: the warp
+     * with the new row had ended the block ~1.7 us after the others). */
+    const bool nrow = EARLY && a.early && (shortp || (a.nrow && have_row()));
+    uint4 nrv = make_uint4(0u, 0u, 0u, 0u);
+    if (nrow && threadIdx.x < 2 * CH) {
+        const char *rb = threadIdx.x < CH ? kb + (int64_t)pos * k.nb[1] : vb + (int64_t)pos * v.nb[1];
+        nrv = *(const uint4 *)(rb + (threadIdx.x % CH) * 16);
+    }
 
     /* the block's queries, requested before the position they do not need */
     constexpr int QPT = (D + W - 1) / W; /* hb D <= (blockDim.x / W) D elements */
@@ -203,8 +250,110 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         const int e = threadIdx.x + r * blockDim.x;
         if (e < hb * D) qs_all[e / D][e % D] = qreg[r] * a.scale;
     }
+    if (nrow && threadIdx.x < 2 * CH) nrow_sh[threadIdx.x / CH][threadIdx.x % CH] = nrv;
     __syncthreads();
     gpu_trace_mark(a.trace, 4);
+    if constexpr (EARLY) {
+        if (shortp) { /* a row of at most NW KS keys: each warp scores its KS against the block's heads */
+#pragma unroll
+            for (int st = 0; st < SNST; st++)
+                if (lo + wid * KS + st * KPW + kk == pos) { /* the new row, from shared memory */
+                    kbuf[st] = nrow_sh[0][c];
+                    vbuf[st] = nrow_sh[1][c];
+                }
+            float sc[SNST][SH];
+#pragma unroll
+            for (int st = 0; st < SNST; st++) { /* piece c of key kk's row: its part of each score */
+                const float2 f0 = unpack2<BF>(kbuf[st].x), f1 = unpack2<BF>(kbuf[st].y), f2 = unpack2<BF>(kbuf[st].z),
+                             f3 = unpack2<BF>(kbuf[st].w);
+                const bool in = lo + wid * KS + st * KPW + kk < hi;
+#pragma unroll
+                for (int hh = 0; hh < SH; hh++) { /* the query piece from shared memory (registers are short) */
+                    const float4 qa = *(const float4 *)&qs_all[hh < hb ? hh : 0][c * 8],
+                                 qb = *(const float4 *)&qs_all[hh < hb ? hh : 0][c * 8 + 4];
+                    float s0 = qa.x * f0.x, s1 = qa.y * f0.y;
+                    s0 = fmaf(qa.z, f1.x, s0);
+                    s1 = fmaf(qa.w, f1.y, s1);
+                    s0 = fmaf(qb.x, f2.x, s0);
+                    s1 = fmaf(qb.y, f2.y, s1);
+                    s0 = fmaf(qb.z, f3.x, s0);
+                    s1 = fmaf(qb.w, f3.y, s1);
+                    float t = s0 + s1;
+#pragma unroll
+                    for (int o = CH / 2; o > 0; o >>= 1) t += RB_SHFL_XOR(t, o); /* the CH lanes of the row */
+                    if (a.softcap > 0.0f) t = a.softcap * tanhf(t / a.softcap);
+                    sc[st][hh] = in ? t : -INFINITY;
+                }
+            }
+            float mh[SH], lh[SH], ac[SH][8];
+#pragma unroll
+            for (int hh = 0; hh < SH; hh++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int st = 0; st < SNST; st++) mx = fmaxf(mx, sc[st][hh]);
+#pragma unroll
+                for (int o = CH; o < W; o <<= 1) mx = fmaxf(mx, RB_SHFL_XOR(mx, o)); /* over the warp's keys */
+                mh[hh] = mx;
+                lh[hh] = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) ac[hh][e] = 0.0f;
+            }
+#pragma unroll
+            for (int st = 0; st < SNST; st++) { /* piece c of key kk's value row, weighted */
+                const float2 f0 = unpack2<BF>(vbuf[st].x), f1 = unpack2<BF>(vbuf[st].y), f2 = unpack2<BF>(vbuf[st].z),
+                             f3 = unpack2<BF>(vbuf[st].w);
+#pragma unroll
+                for (int hh = 0; hh < SH; hh++) {
+                    const float pj = sc[st][hh] == -INFINITY ? 0.0f : expf(sc[st][hh] - mh[hh]);
+                    lh[hh] += pj;
+                    ac[hh][0] = fmaf(pj, f0.x, ac[hh][0]);
+                    ac[hh][1] = fmaf(pj, f0.y, ac[hh][1]);
+                    ac[hh][2] = fmaf(pj, f1.x, ac[hh][2]);
+                    ac[hh][3] = fmaf(pj, f1.y, ac[hh][3]);
+                    ac[hh][4] = fmaf(pj, f2.x, ac[hh][4]);
+                    ac[hh][5] = fmaf(pj, f2.y, ac[hh][5]);
+                    ac[hh][6] = fmaf(pj, f3.x, ac[hh][6]);
+                    ac[hh][7] = fmaf(pj, f3.y, ac[hh][7]);
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < SH; hh++) {
+#pragma unroll
+                for (int o = CH; o < W; o <<= 1) { /* over the keys kk: lanes c hold columns c 8 .. c 8 + 7 */
+                    lh[hh] += RB_SHFL_XOR(lh[hh], o);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) ac[hh][e] += RB_SHFL_XOR(ac[hh][e], o);
+                }
+                if (hh < hb && kk == 0) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) sacc_sh[wid][hh][c * 8 + e] = ac[hh][e];
+                    if (c == 0) {
+                        sml_sh[wid][hh][0] = mh[hh];
+                        sml_sh[wid][hh][1] = lh[hh];
+                    }
+                }
+            }
+            gpu_trace_mark_after(a.trace, 2, ac[0][0]);
+            __syncthreads();
+            for (int e = threadIdx.x; e < hb * D; e += blockDim.x) { /* the warps' partials of head hh */
+                const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
+                float mt = -INFINITY, lt = 0.0f, at = 0.0f;
+#pragma unroll
+                for (int w2 = 0; w2 < NW; w2++) mt = fmaxf(mt, sml_sh[w2][hh][0]);
+#pragma unroll
+                for (int w2 = 0; w2 < NW; w2++) {
+                    const float ms = sml_sh[w2][hh][0];
+                    const float cs = ms == -INFINITY ? 0.0f : expf(ms - mt);
+                    lt = fmaf(cs, sml_sh[w2][hh][1], lt);
+                    at = fmaf(cs, sacc_sh[w2][hh][d], at);
+                }
+                const float o = lt > 0.0f ? at / lt : 0.0f;
+                *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
+                if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
+            }
+            return;
+        }
+    }
 
     const float *qs = qs_all[hw];
     float m = -INFINITY, l = 0.0f, acc[8];
@@ -326,7 +475,6 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         }
         chunk(ch, kbuf, vc, false);
     }
-    gpu_trace_mark(a.trace, 2); /* thread 0's keys are done */
     /* sum the KPW lanes that hold the same 8 columns, then merge the block's
      * sub-splits of each head in shared memory */
 #pragma unroll
@@ -336,6 +484,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         for (int k2 = 0; k2 < KPW; k2++) tot += RB_SHFL(acc[e], k2 * CH + c);
         acc[e] = tot;
     }
+    gpu_trace_mark_after(a.trace, 2, acc[0]); /* thread 0's keys and values are done */
     if (lane < CH)
 #pragma unroll
         for (int e = 0; e < 8; e++) acc_sh[wid][c * 8 + e] = acc[e];
@@ -358,8 +507,9 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             at += cs * acc_sh[s2 * hb + hh][d];
         }
         if (nbe == 1) {
-            *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-                lt > 0.0f ? at / lt : 0.0f;
+            const float o = lt > 0.0f ? at / lt : 0.0f;
+            *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
+            if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
             float *pp = a.part + ((grow + hh) * a.nsplit + blockIdx.y) * (D + 2);
             if (d == 0) {
@@ -369,10 +519,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             pp[2 + d] = at;
         }
     }
-    if (nbe == 1) {
-        gpu_trace_mark(a.trace, 3);
-        return;
-    }
+    if (nbe == 1) return; /* thread 0 marked its output (3) */
     /* publish the partial: the barrier orders the block's writes before
      * thread 0's fence (cumulative) and count; the last block to count merges */
     __syncthreads();

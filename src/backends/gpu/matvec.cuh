@@ -533,6 +533,8 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
         rb_status s = mvd_quant_fits<F, NT>(be, p.M, p.a.ne[0], true, &fits);
         if (s != RB_OK) return s;
         q.nwc = fits;
+        const char *np = getenv("RBEE_GPU_MV_NWPRE");
+        q.nwpre = !(np && strcmp(np, "0") == 0);
     }
     const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
     unsigned G = 1;

@@ -107,6 +107,7 @@ namespace RB_GPU_NS {
 #define MVD_THREADS 256   /* float weights */
 #define MVD_Q_THREADS 512 /* quantized weights: fewer blocks read and quantize the activations */
 #define MVD_MAX_M 4
+#define MVD_NW_REGS 2 /* float4 of a staged norm weight a thread requests before the first span (K <= 8 NT) */
 #define MVD_ROPE_FREQS 64 /* rope frequencies passed with the launch (head dims up to 128) */
 
 /* What the product reads instead of the plain activations (rb_matmul_fused,
@@ -141,6 +142,7 @@ struct mvd_args {
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
     int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
+    int nwpre;                /* and requested ahead of the first span where it fits (RBEE_GPU_MV_NWPRE=0: after) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
 };
 
@@ -484,12 +486,33 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         }
     };
     const int rowb = (int)F::row_bytes(K), ns = (int)nsp;
-    if (slo < shv) load_to(v, wrow(slo), 0);
     int8_t *xqs = (int8_t *)(slot + (NG - gi) * SLOT_U);
     int2 *xrs = (int2 *)(xqs + p.M * mvd_xrow(K));
     float *xws = (float *)(xrs + p.M * (K / 32)); /* the norm weight, when staged */
+    /* a staged norm weight of up to MVD_NW_REGS float4 a thread is requested
+     * ahead of the first span, so its loads do not queue behind the span's
+     * (the trace: the norm-fused products' blocks had passed their wait ~1.4
+     * us after the release, waiting for the norm weight) */
+    float4 nwr[MVD_NW_REGS];
+    const bool nwpre = F::QUANT && p.nwc && p.nwpre && K / 4 <= MVD_NW_REGS * NT;
+    if (nwpre)
+#pragma unroll
+        for (int j = 0; j < MVD_NW_REGS; j++) {
+            const int i = (int)threadIdx.x + j * NT;
+            if (i < (int)(K / 4)) nwr[j] = ((const float4 *)p.nw)[i];
+        }
+    if (slo < shv) load_to(v, wrow(slo), 0);
     if constexpr (F::QUANT) {
-        if (p.nwc) mvd_stage_nw<NT>(p, K, xws);
+        if (nwpre) {
+#pragma unroll
+            for (int j = 0; j < MVD_NW_REGS; j++) {
+                const int i = (int)threadIdx.x + j * NT;
+                if (i < (int)(K / 4)) ((float4 *)xws)[i] = nwr[j];
+            }
+            __syncthreads();
+        } else if (p.nwc) {
+            mvd_stage_nw<NT>(p, K, xws);
+        }
     }
     rb_grid_dep_wait(); /* activations come from the kernel before */
     gpu_trace_mark(p.trace, 1);
