@@ -87,6 +87,9 @@ done
 BIN=/tmp/rbee-bin
 mkdir -p $BIN
 for a in .cache/dev/*.tar.xz; do tar -C $BIN -xJf "$a" || exit 1; done
+# RBEE_ALT=FILE.xz: another build's rbee (xz) in place of the packed one, for
+# an A/B of two builds in one call (run the script once with it, once without)
+if [[ -n ${RBEE_ALT:-} ]]; then xz -dc "$RBEE_ALT" >$BIN/cuda/rbee && chmod +x $BIN/cuda/rbee || exit 1; fi
 export RBEE_TEST_DATA_DIR=$PWD/tests/data TMPDIR=/tmp
 declare -a SUMMARY=()
 result() { SUMMARY+=("$(printf '%-40s %s' "$1" "$2")"); }

@@ -59,8 +59,9 @@ def stats(L):
     q = [t[2] - t[1] for t in ts if t[2] and t[1]]
     ends = sorted(t[3] for t in ts)
     # attention's marks 4 (query and position loaded) and 5 (first keys scored), when the file has them
-    qp = [t[4] - t[1] for t in ts if len(t) > 5 and t[4] and t[1]]
-    k1 = [t[5] - t[4] for t in ts if len(t) > 5 and t[5] and t[4]]
+    att = L["kind"] == 2  # products use marks 4 and 5 for other points (gpu_trace.h)
+    qp = [t[4] - t[1] for t in ts if att and len(t) > 5 and t[4] and t[1]]
+    k1 = [t[5] - t[4] for t in ts if att and len(t) > 5 and t[5] and t[4]]
     return {"s0": s0, "rel_min": rel[0] if rel else s0, "rel_med": statistics.median(rel) if rel else s0,
             "quant": statistics.median(q) if q else 0.0, "end": ends[-1], "end_med": statistics.median(ends),
             "blocks": len(ts), "qpos": statistics.median(qp) if qp else None,

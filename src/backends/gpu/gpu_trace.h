@@ -12,7 +12,8 @@
  * 0 block start, 1 past the dependency wait, 2 products: activations
  * quantized, attention: thread 0's keys and values done, 3 block end
  * (attention: thread 0's output, where the block writes it), and for
- * attention 4 query and position loaded, 5 thread 0's first keys scored;
+ * attention 4 query and position loaded, 5 thread 0's first keys scored,
+ * for products 4 a fused norm's weight staged, 5 at the dependency wait;
  * 0 = not reached), and tools/bench/gpu_trace_summary.py summarises it. Off
  * (a NULL slot, no extra work in the kernels but a test) unless the variable
  * is set. */

@@ -129,7 +129,6 @@ struct mvd_args {
     int rrows, rhd, rnrot;    /* rows rotated (heads x head dim), head dim, rotated dims of a head */
     int rsplit;               /* rows >= rrows one at a time, not in pairs (RBEE_GPU_MV_RSPLIT=0: off) */
     double rbase, rfscale, rattn;
-    double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
     const char *rpos;         /* i32 position of activation row m at rpos + m rpos_nb */
     int64_t rpos_nb;
     const char *rff;          /* f32 frequency factors (rff_nb apart) or NULL */
@@ -144,6 +143,9 @@ struct mvd_args {
     int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
     int nwpre;                /* and requested ahead of the first span where it fits (RBEE_GPU_MV_NWPRE=0: after) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
+    /* last: read only by rope's epilogue, so the fields read before the
+     * dependency wait share fewer constant-cache lines */
+    double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
 };
 
 /* The activations of the MT rows of one slice, as the formats read them. */
@@ -440,39 +442,56 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     constexpr int SLOT_U = F::SPAN_BYTES / 16;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
     uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U; /* shared memory: [slots, NG] [activations] */
-    const int64_t G = (int64_t)gridDim.x * NG, g = (int64_t)blockIdx.x * NG + gi;
+    const int64_t G = (int64_t)gridDim.x * NG;
     const int64_t N = p.a.ne[1], K = p.a.ne[0], NH = N / 2;
     const int64_t nsp = (F::row_bytes(K) + F::SPAN_BYTES - 1) / F::SPAN_BYTES; /* spans per row */
-    const int64_t sl = blockIdx.y, i2 = sl % p.d.ne[2], i3 = sl / p.d.ne[2];
-    const char *ab = p.a.p + (i2 / p.r2) * p.a.nb[2] + (i3 / p.r3) * p.a.nb[3];
-    /* the group's output rows; with gluo each is a pair of weight rows, the
-     * gate's r then the up projection's r + N/2 ("steps" 2 r and 2 r + 1) */
-    int64_t lo, hi, hv, s0 = 0; /* 64-bit to compute; the walk below is in 32-bit steps (rows < 2^31) */
+    int64_t i2 = 0, i3 = 0; /* the slice (one in decode: no divisions) */
+    const char *ab = p.a.p;
+    if (gridDim.y > 1) {
+        const int64_t sl = blockIdx.y;
+        i2 = sl % p.d.ne[2];
+        i3 = sl / p.d.ne[2];
+        ab += (i2 / p.r2) * p.a.nb[2] + (i3 / p.r3) * p.a.nb[3];
+    }
+    /* The groups' output rows, computed once a block by its first NG lanes
+     * (a lane a group) and shared: every warp computing its own range (64-bit
+     * divisions) had made the blocks' start, before the dependency wait, ~2
+     * us of issue across the multiprocessor's 32 warps (the trace, 7B q4_0).
+     * With gluo each is a pair of weight rows, the gate's r then the up
+     * projection's r + N/2 ("steps" 2 r and 2 r + 1). */
+    __shared__ int4 mvd_rng[NG];
     const bool pairs = p.gluo || p.rope; /* rope: rows 2 i and 2 i + 1 rotate together */
-    if (p.rope && p.rsplit && p.rrows < N && NH > G) {
-        /* more pairs than groups: the rows past the rotated ones (the values
-         * of a qkv product) one at a time, and a share of each kind a group
-         * (7B qkv, 4096 pairs and 4096 rows for 4224 groups: at most a pair
-         * and a row, 6 spans, where 6144 pairs gave half the groups two, 8
-         * spans; 7B q4_0 tg128 +1%) */
-        const int64_t np = p.rrows / 2, nr = N - p.rrows;
-        int64_t a, b;
-        mvd_rows(np, g, G, &lo, &hi);
-        lo *= 2;
-        hi *= 2;
-        mvd_rows(nr, g, G, &a, &b);
-        s0 = p.rrows + a - hi; /* step st >= hi is row st + s0 */
-        hv = hi + (b - a);
-    } else {
-        mvd_rows(pairs ? NH : N, g, G, &lo, &hi);
-        if (pairs) {
+    if (threadIdx.x < NG) {
+        const int64_t gq = (int64_t)blockIdx.x * NG + threadIdx.x;
+        int64_t lo, hi, hv, s0 = 0; /* 64-bit to compute; the walk below is in 32-bit steps (rows < 2^31) */
+        if (p.rope && p.rsplit && p.rrows < N && NH > G) {
+            /* more pairs than groups: the rows past the rotated ones (the values
+             * of a qkv product) one at a time, and a share of each kind a group
+             * (7B qkv, 4096 pairs and 4096 rows for 4224 groups: at most a pair
+             * and a row, 6 spans, where 6144 pairs gave half the groups two, 8
+             * spans; 7B q4_0 tg128 +1%) */
+            const int64_t np = p.rrows / 2, nr = N - p.rrows;
+            int64_t a, b;
+            mvd_rows(np, gq, G, &lo, &hi);
             lo *= 2;
             hi *= 2;
+            mvd_rows(nr, gq, G, &a, &b);
+            s0 = p.rrows + a - hi; /* step st >= hi is row st + s0 */
+            hv = hi + (b - a);
+        } else {
+            mvd_rows(pairs ? NH : N, gq, G, &lo, &hi);
+            if (pairs) {
+                lo *= 2;
+                hi *= 2;
+            }
+            hv = hi;
         }
-        hv = hi;
+        mvd_rng[threadIdx.x] = make_int4((int)lo, (int)hi, (int)hv, (int)s0);
     }
+    __syncthreads();
     /* steps [lo, hv): paired below hi (gluo: gate r then up r + N/2) */
-    const int slo = (int)lo, shi = (int)hi, shv = (int)hv, ss0 = (int)s0, snh = (int)NH;
+    const int4 rg = mvd_rng[gi];
+    const int slo = rg.x, shi = rg.y, shv = rg.z, ss0 = rg.w, snh = (int)NH;
     auto wrow = [&](int st) { return p.gluo ? (st >> 1) + (st & 1) * snh : st < shi ? st : st + ss0; };
 
     uint4 v[UL], w[UL];
@@ -513,7 +532,9 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         } else if (p.nwc) {
             mvd_stage_nw<NT>(p, K, xws);
         }
+        if (p.nwc) gpu_trace_mark(p.trace, 4); /* the norm weight staged */
     }
+    gpu_trace_mark(p.trace, 5); /* at the dependency wait */
     rb_grid_dep_wait(); /* activations come from the kernel before */
     gpu_trace_mark(p.trace, 1);
 
