@@ -93,7 +93,16 @@
  * groups' remaining spans ahead before its wait, while attention leaves the
  * memory idle (477.4-477.9 against 485.5-487.2: the copies delay
  * attention's own loads), and the qkv product's groups prefetching the
- * cache rows attention reads next into L2 as they end (474 against 477). */
+ * cache rows attention reads next into L2 as they end (474 against 477).
+ * Run 18: the phases before and after the dependency wait are issue-bound
+ * (32 warps a multiprocessor, each running the same scalar code), so a
+ * block's row ranges are computed once, by its first NG lanes (7B q4_0
+ * tg128 +3.0%, 1B +3.7%). Dropped in run 18: the norm weight with an L2
+ * evict_last hint (no change), in registers instead of staged (spills at
+ * 64 registers: 508-514 against 518-522), not staged at all (no change),
+ * and 1024-thread q4_0 blocks (quantization 0.4-1 us shorter, but a block
+ * starts only once both blocks ahead on its multiprocessor have ended: 515
+ * against 522). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
