@@ -76,6 +76,34 @@ template <int H, int N> __device__ __forceinline__ void att_lanes_add(float (&pr
     if constexpr (H > 1) att_lanes_add<H / 2>(pr, c);
 }
 
+/* The 8 elements of a 16-byte piece u of a 16-bit K row dotted with qa
+ * (elements 0-3) and qb (4-7), added to two partial sums (even and odd
+ * elements). */
+template <bool BF> __device__ __forceinline__ void att_dot8(uint4 u, float4 qa, float4 qb, float &s0, float &s1) {
+    const float2 f0 = unpack2<BF>(u.x), f1 = unpack2<BF>(u.y), f2 = unpack2<BF>(u.z), f3 = unpack2<BF>(u.w);
+    s0 = fmaf(qa.x, f0.x, s0);
+    s1 = fmaf(qa.y, f0.y, s1);
+    s0 = fmaf(qa.z, f1.x, s0);
+    s1 = fmaf(qa.w, f1.y, s1);
+    s0 = fmaf(qb.x, f2.x, s0);
+    s1 = fmaf(qb.y, f2.y, s1);
+    s0 = fmaf(qb.z, f3.x, s0);
+    s1 = fmaf(qb.w, f3.y, s1);
+}
+
+/* acc += w times the 8 elements of a 16-byte piece u of a 16-bit V row. */
+template <bool BF> __device__ __forceinline__ void att_axpy8(float w, uint4 u, float (&acc)[8]) {
+    const float2 f0 = unpack2<BF>(u.x), f1 = unpack2<BF>(u.y), f2 = unpack2<BF>(u.z), f3 = unpack2<BF>(u.w);
+    acc[0] = fmaf(w, f0.x, acc[0]);
+    acc[1] = fmaf(w, f0.y, acc[1]);
+    acc[2] = fmaf(w, f1.x, acc[2]);
+    acc[3] = fmaf(w, f1.y, acc[3]);
+    acc[4] = fmaf(w, f2.x, acc[4]);
+    acc[5] = fmaf(w, f2.y, acc[5]);
+    acc[6] = fmaf(w, f3.x, acc[6]);
+    acc[7] = fmaf(w, f3.y, acc[7]);
+}
+
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
  * Warp w: head hc hb + w % hb of the group, sub-split w / hb (< nsub). */
 template <bool BF, int D>
@@ -264,20 +292,13 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             float sc[SNST][SH];
 #pragma unroll
             for (int st = 0; st < SNST; st++) { /* piece c of key kk's row: its part of each score */
-                const float2 f0 = unpack2<BF>(kbuf[st].x), f1 = unpack2<BF>(kbuf[st].y), f2 = unpack2<BF>(kbuf[st].z),
-                             f3 = unpack2<BF>(kbuf[st].w);
                 const bool in = lo + wid * KS + st * KPW + kk < hi;
 #pragma unroll
                 for (int hh = 0; hh < SH; hh++) { /* the query piece from shared memory (registers are short) */
                     const float4 qa = *(const float4 *)&qs_all[hh < hb ? hh : 0][c * 8],
                                  qb = *(const float4 *)&qs_all[hh < hb ? hh : 0][c * 8 + 4];
-                    float s0 = qa.x * f0.x, s1 = qa.y * f0.y;
-                    s0 = fmaf(qa.z, f1.x, s0);
-                    s1 = fmaf(qa.w, f1.y, s1);
-                    s0 = fmaf(qb.x, f2.x, s0);
-                    s1 = fmaf(qb.y, f2.y, s1);
-                    s0 = fmaf(qb.z, f3.x, s0);
-                    s1 = fmaf(qb.w, f3.y, s1);
+                    float s0 = 0.0f, s1 = 0.0f;
+                    att_dot8<BF>(kbuf[st], qa, qb, s0, s1);
                     float t = s0 + s1;
 #pragma unroll
                     for (int o = CH / 2; o > 0; o >>= 1) t += RB_SHFL_XOR(t, o); /* the CH lanes of the row */
@@ -299,23 +320,13 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
                 for (int e = 0; e < 8; e++) ac[hh][e] = 0.0f;
             }
 #pragma unroll
-            for (int st = 0; st < SNST; st++) { /* piece c of key kk's value row, weighted */
-                const float2 f0 = unpack2<BF>(vbuf[st].x), f1 = unpack2<BF>(vbuf[st].y), f2 = unpack2<BF>(vbuf[st].z),
-                             f3 = unpack2<BF>(vbuf[st].w);
+            for (int st = 0; st < SNST; st++) /* piece c of key kk's value row, weighted */
 #pragma unroll
                 for (int hh = 0; hh < SH; hh++) {
                     const float pj = sc[st][hh] == -INFINITY ? 0.0f : expf(sc[st][hh] - mh[hh]);
                     lh[hh] += pj;
-                    ac[hh][0] = fmaf(pj, f0.x, ac[hh][0]);
-                    ac[hh][1] = fmaf(pj, f0.y, ac[hh][1]);
-                    ac[hh][2] = fmaf(pj, f1.x, ac[hh][2]);
-                    ac[hh][3] = fmaf(pj, f1.y, ac[hh][3]);
-                    ac[hh][4] = fmaf(pj, f2.x, ac[hh][4]);
-                    ac[hh][5] = fmaf(pj, f2.y, ac[hh][5]);
-                    ac[hh][6] = fmaf(pj, f3.x, ac[hh][6]);
-                    ac[hh][7] = fmaf(pj, f3.y, ac[hh][7]);
+                    att_axpy8<BF>(pj, vbuf[st], ac[hh]);
                 }
-            }
 #pragma unroll
             for (int hh = 0; hh < SH; hh++) {
 #pragma unroll
@@ -381,15 +392,9 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             }
 #pragma unroll
             for (int st = 0; st < (KCO ? NSTEP : 1); st++) {
-                const float2 f0 = unpack2<BF>(ku[st].x), f1 = unpack2<BF>(ku[st].y), f2 = unpack2<BF>(ku[st].z),
-                             f3 = unpack2<BF>(ku[st].w);
-                float s0 = qc[0] * f0.x, s1 = qc[1] * f0.y;
-                s0 = fmaf(qc[2], f1.x, s0);
-                s1 = fmaf(qc[3], f1.y, s1);
-                s0 = fmaf(qc[4], f2.x, s0);
-                s1 = fmaf(qc[5], f2.y, s1);
-                s0 = fmaf(qc[6], f3.x, s0);
-                s1 = fmaf(qc[7], f3.y, s1);
+                float s0 = 0.0f, s1 = 0.0f;
+                att_dot8<BF>(ku[st], make_float4(qc[0], qc[1], qc[2], qc[3]), make_float4(qc[4], qc[5], qc[6], qc[7]), s0,
+                             s1);
                 pr[st] = s0 + s1;
             }
             /* the CH lanes of a row add their parts: lane c ends with row st = c */
@@ -410,19 +415,9 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
 #pragma unroll
                 for (int cc = 0; cc < KG; cc++) u[cc] = EARLY && kin ? kc[EARLY ? cc : 0] : kr[cb + cc]; /* EARLY: CH == KG */
 #pragma unroll
-                for (int cc = 0; cc < KG; cc++) {
-                    const float4 qa = *(const float4 *)(qs + (cb + cc) * 8), qb = *(const float4 *)(qs + (cb + cc) * 8 + 4);
-                    const float2 f0 = unpack2<BF>(u[cc].x), f1 = unpack2<BF>(u[cc].y), f2 = unpack2<BF>(u[cc].z),
-                                 f3 = unpack2<BF>(u[cc].w);
-                    s0 = fmaf(qa.x, f0.x, s0);
-                    s1 = fmaf(qa.y, f0.y, s1);
-                    s0 = fmaf(qa.z, f1.x, s0);
-                    s1 = fmaf(qa.w, f1.y, s1);
-                    s0 = fmaf(qb.x, f2.x, s0);
-                    s1 = fmaf(qb.y, f2.y, s1);
-                    s0 = fmaf(qb.z, f3.x, s0);
-                    s1 = fmaf(qb.w, f3.y, s1);
-                }
+                for (int cc = 0; cc < KG; cc++)
+                    att_dot8<BF>(u[cc], *(const float4 *)(qs + (cb + cc) * 8), *(const float4 *)(qs + (cb + cc) * 8 + 4), s0,
+                                 s1);
             }
             s = s0 + s1;
             if (ch == c0 + sub) gpu_trace_mark_after(a.trace, 5, s);
@@ -445,15 +440,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (VPRE) u = vc[VPRE ? st : 0];
             else if (kk < KPW && src < nk) u = *(const uint4 *)(vb + (int64_t)(j0 + src) * v.nb[1] + c * 16);
-            const float2 f0 = unpack2<BF>(u.x), f1 = unpack2<BF>(u.y), f2 = unpack2<BF>(u.z), f3 = unpack2<BF>(u.w);
-            acc[0] = fmaf(wgt, f0.x, acc[0]);
-            acc[1] = fmaf(wgt, f0.y, acc[1]);
-            acc[2] = fmaf(wgt, f1.x, acc[2]);
-            acc[3] = fmaf(wgt, f1.y, acc[3]);
-            acc[4] = fmaf(wgt, f2.x, acc[4]);
-            acc[5] = fmaf(wgt, f2.y, acc[5]);
-            acc[6] = fmaf(wgt, f3.x, acc[6]);
-            acc[7] = fmaf(wgt, f3.y, acc[7]);
+            att_axpy8<BF>(wgt, u, acc);
         }
     };
     int ch = c0 + sub;
