@@ -28,8 +28,6 @@ struct att_args {
     int early;     /* one query over settled rows (rb_attn_params.keys_settled): its position and first
                     * chunk's rows below it read before the dependency wait, 1 by every block, 2 by the
                     * first block of each row (RBEE_GPU_ATT_EARLY=0: off) */
-    int nrow;      /* early: the new row requested beside the query, through shared memory
-                    * (RBEE_GPU_ATT_NROW=0: after the query, from global memory) */
     int sshort;    /* early, at most 64 keys: block 0 of a row spreads them over all its warps
                     * (RBEE_GPU_ATT_SHORT=0: off) */
     unsigned long long *trace; /* decode kernel: RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */

@@ -32,7 +32,7 @@
  * each row reads early: a.early == 2).
  * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. The new row is
  * requested beside the query and passed through shared memory (not loaded
- * after the query: a second round trip; RBEE_GPU_ATT_NROW=0).
+ * after the query: a second round trip; 7B q4_0 tg128 +0.7%).
  * Short path (early reads, at most NW KS = 64 keys, RBEE_GPU_ATT_SHORT=0
  * turns it off): a warp-per-32-keys chunk is a chain of ~1100 instructions
  * a warp, issued at 5-8 cycles each by a lone warp (ncu: barrier, wait and
@@ -196,11 +196,10 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
 #pragma unroll
             for (int st = 0; st < NSTEP; st++) {
                 if (vin && st == st0) {
-                    vp[st] = a.nrow ? nrow_sh[1][c] : *(const uint4 *)(vb + (int64_t)r * v.nb[1] + c * 16);
-                    if (kco) kcp[st] = a.nrow ? nrow_sh[0][c] : *(const uint4 *)(kb + (int64_t)r * k.nb[1] + c * 16);
+                    vp[st] = nrow_sh[1][c];
+                    if (kco) kcp[st] = nrow_sh[0][c];
                 }
-                if (!kco && lane == src)
-                    kcp[st] = a.nrow ? nrow_sh[0][st] : *(const uint4 *)(kb + (int64_t)r * k.nb[1] + st * 16);
+                if (!kco && lane == src) kcp[st] = nrow_sh[0][st];
             }
         }
     };
@@ -253,7 +252,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
      * and put in shared memory with the query (load_row reads it there), so
      * it is not a second round trip after the query's (7B q4_0: the warp
      * with the new row had ended the block ~1.7 us after the others). */
-    const bool nrow = EARLY && a.early && (shortp || (a.nrow && have_row()));
+    const bool nrow = EARLY && a.early && (shortp || have_row());
     uint4 nrv = make_uint4(0u, 0u, 0u, 0u);
     if (nrow && threadIdx.x < 2 * CH) {
         const char *rb = threadIdx.x < CH ? kb + (int64_t)pos * k.nb[1] : vb + (int64_t)pos * v.nb[1];

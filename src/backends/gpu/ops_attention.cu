@@ -313,8 +313,6 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.early = Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask && !(early && strcmp(early, "0") == 0)
                   ? (ebytes <= ATT_EARLY_BYTES ? 1 : 2)
                   : 0;
-    const char *nrow = getenv("RBEE_GPU_ATT_NROW");
-    a.nrow = !(nrow && strcmp(nrow, "0") == 0);
     const char *sshort = getenv("RBEE_GPU_ATT_SHORT");
     a.sshort = !(sshort && strcmp(sshort, "0") == 0);
     if (ns > 1) {
