@@ -1,8 +1,9 @@
 /* Memory front-ends of include/rbee/backend.h: they check every argument
  * (NULLs, ranges, ownership) and then call the backend's vtable, so backend
  * implementations only ever see valid requests. Also the small accessors
- * (name, kind, last error), rb_backend_fail, the error recorder, and the
- * graph capture front-ends (which refuse host copies during a capture). */
+ * (name, kind, last error), rb_backend_fail, the error recorder, the host
+ * memory a backend copies fastest (rb_backend_host_alloc), and the graph
+ * capture front-ends (which refuse host copies during a capture). */
 #include "core/backend_impl.h"
 
 #include <stdio.h>
@@ -48,6 +49,49 @@ rb_status rb_backend_sync(rb_backend *be) {
     rb_status s = not_capturing(be, "rb_backend_sync");
     if (s != RB_OK) return s;
     return be->vt->sync(be);
+}
+
+/* ---- host memory ---- */
+
+/* rb_backend_host_alloc's blocks start with this header, one alignment unit
+ * long, saying who frees them. */
+#define HOST_ALIGN 64
+#define HOST_MAGIC 0x72626565686f7374ull /* "rbeehost" */
+typedef struct host_hdr {
+    uint64_t magic;
+    uint64_t pinned; /* from the backend's host_alloc: its host_free frees it */
+} host_hdr;
+
+void *rb_backend_host_alloc(rb_backend *be, size_t size) {
+    if (!be || size > SIZE_MAX - 2 * HOST_ALIGN) return NULL;
+    const size_t n = (size + 2 * HOST_ALIGN - 1) & ~(size_t)(HOST_ALIGN - 1); /* header + size, whole units */
+    char *raw = NULL;
+    bool pinned = false;
+    /* page-locked allocation is not a stream operation, but it may
+     * synchronize the device: not while capturing */
+    if (be->vt->host_alloc && be->vt->host_free && !be->capturing) {
+        raw = be->vt->host_alloc(be, n);
+        pinned = raw != NULL;
+    }
+    if (!raw) raw = aligned_alloc(HOST_ALIGN, n);
+    if (!raw) return NULL;
+    host_hdr *h = (host_hdr *)raw;
+    h->magic = HOST_MAGIC;
+    h->pinned = pinned;
+    return raw + HOST_ALIGN;
+}
+
+void rb_backend_host_free(rb_backend *be, void *p) {
+    if (!p) return;
+    char *raw = (char *)p - HOST_ALIGN;
+    host_hdr *h = (host_hdr *)raw;
+    if (h->magic != HOST_MAGIC) { /* not ours: leaking is safer than freeing it */
+        fprintf(stderr, "rbee: rb_backend_host_free: %p was not allocated by rb_backend_host_alloc\n", p);
+        return;
+    }
+    h->magic = 0;
+    if (h->pinned && be && be->vt->host_free) be->vt->host_free(be, raw);
+    else if (!h->pinned) free(raw);
 }
 
 /* ---- graphs ---- */

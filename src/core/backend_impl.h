@@ -68,6 +68,11 @@ typedef struct rb_backend_vtable {
      * separate ops. */
     rb_status (*matmul_fused)(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                               const rb_matmul_fusion *f);
+    /* optional: host memory the backend copies to and from fastest
+     * (page-locked on GPUs), or NULL when there is none to give; freed by
+     * host_free. NULL entries: rb_backend_host_alloc uses plain memory. */
+    void *(*host_alloc)(rb_backend *be, size_t size);
+    void (*host_free)(rb_backend *be, void *p);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves

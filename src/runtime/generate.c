@@ -85,7 +85,8 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
         rb_sampler_free(smp);
         return s;
     }
-    float *logits = malloc(sizeof(float) * (size_t)V);
+    rb_backend *be = rb_model_backend(m);
+    float *logits = rb_backend_host_alloc(be, sizeof(float) * (size_t)V); /* read back every step */
     size_t hist_cap = n_prompt + (size_t)(gp->max_tokens < room ? gp->max_tokens : room) + 1;
     int32_t *hist = malloc(sizeof(int32_t) * hist_cap);
     gen_state g;
@@ -154,7 +155,7 @@ out:
     rb_stop_matcher_free(&g.sm);
     rb_tokenizer_stream_free(ts);
     rb_sampler_free(smp);
-    free(logits);
+    rb_backend_host_free(be, logits);
     free(hist);
     return s;
 }

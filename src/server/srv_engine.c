@@ -72,7 +72,8 @@ rb_status srv_engine_create(rb_model *m, const rb_tokenizer *tok, const srv_engi
     const int P = o->parallel;
     e->queue = calloc((size_t)e->q_cap, sizeof *e->queue);
     e->slots = calloc((size_t)P, sizeof *e->slots);
-    e->logits = malloc(sizeof(float) * (size_t)P * (size_t)e->n_vocab);
+    /* read back every step: page-locked on a GPU (rb_backend_host_alloc) */
+    e->logits = rb_backend_host_alloc(rb_model_backend(m), sizeof(float) * (size_t)P * (size_t)e->n_vocab);
     e->step_kvs = calloc((size_t)P, sizeof *e->step_kvs);
     e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
     e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
@@ -368,7 +369,7 @@ void srv_engine_destroy(srv_engine *e) {
     }
     free(e->slots);
     free(e->queue);
-    free(e->logits);
+    rb_backend_host_free(rb_model_backend(e->m), e->logits);
     free(e->step_kvs);
     free(e->step_tokens);
     free(e->step_slot);

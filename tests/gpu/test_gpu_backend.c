@@ -1,6 +1,7 @@
 /* GPU backend object: device listing (real memory figures), creation errors,
  * buffer upload/download/copy exactness for small and staged (> 16 MiB)
- * transfers, rb_buffer_from_host, an out-of-memory allocation that fails with
+ * transfers (also into and from rb_backend_host_alloc's page-locked
+ * memory), rb_buffer_from_host, an out-of-memory allocation that fails with
  * RB_E_NOMEM and a message while the backend keeps working, ops without
  * a GPU kernel refusing with RB_E_UNSUPPORTED, and the RBEE_GPU_TRACE
  * diagnostic (gpu_trace.h) writing every block's readings in order. Skips
@@ -80,6 +81,21 @@ static void test_buffers(void **state) {
         TU_OK(rb_buffer_get(b, 2, src, n));
         assert_memory_equal(src, back, n);
         assert_int_equal(rb_buffer_get(a, n, back, 8), RB_E_RANGE);
+        /* through the backend's page-locked host memory (rb_backend_host_alloc):
+         * the same bytes both ways, at any offset */
+        unsigned char *pin = rb_backend_host_alloc(g, n + 64);
+        assert_non_null(pin);
+        assert_int_equal((uintptr_t)pin % 64, 0);
+        memset(pin, 0, n + 64);
+        TU_OK(rb_buffer_get(b, 2, pin + 3, n));
+        assert_memory_equal(pin + 3, back, n);
+        for (size_t i = 0; i < n; i++) pin[i + 3] ^= 0x5A;
+        TU_OK(rb_buffer_set(a, 1, pin + 3, n));
+        memset(pin, 0, n + 64);
+        TU_OK(rb_buffer_get(a, 1, pin, n));
+        for (size_t i = 0; i < n; i++)
+            if (pin[i] != (unsigned char)(back[i] ^ 0x5A)) fail_msg("host_alloc round trip: byte %zu of %zu", i, n);
+        rb_backend_host_free(g, pin);
         rb_buffer_free(a);
         rb_buffer_free(b);
         rb_buffer_free(h);

@@ -1,5 +1,5 @@
 /* Tests of the backend registry, the CPU backend object (device info, ISA
- * selection, buffers, tensors) and the thread pool. */
+ * selection, buffers, host memory, tensors) and the thread pool. */
 #include "ref_ops.h"
 
 #include "backends/cpu/cpu_internal.h"
@@ -143,6 +143,23 @@ static void test_buffers(void **state) {
     assert_memory_equal(dst, src, 64);
     rb_buffer_free(b2);
     rb_backend_destroy(be2);
+
+    /* host memory for per-step copies: plain aligned memory on the CPU,
+     * NULL (not a crash) for sizes that cannot be allocated */
+    unsigned char *hm = rb_backend_host_alloc(be, 1000);
+    assert_non_null(hm);
+    assert_int_equal((uintptr_t)hm % 64, 0);
+    TU_OK(rb_buffer_get(b, 0, hm, 1000));
+    TU_OK(rb_buffer_get(b, 0, dst, 1000));
+    assert_memory_equal(hm, dst, 1000);
+    rb_backend_host_free(be, hm);
+    unsigned char *one = rb_backend_host_alloc(be, 0); /* an empty request still gives a freeable block */
+    assert_non_null(one);
+    rb_backend_host_free(be, one);
+    assert_null(rb_backend_host_alloc(be, SIZE_MAX));
+    assert_null(rb_backend_host_alloc(be, SIZE_MAX - 100));
+    assert_null(rb_backend_host_alloc(NULL, 64));
+    rb_backend_host_free(be, NULL);
 
     rb_buffer_free(b);
     rb_buffer_free(NULL);

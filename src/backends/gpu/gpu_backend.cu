@@ -422,6 +422,23 @@ static rb_status g_upsample(rb_backend *be, rb_tensor *, const rb_tensor *, rb_u
     return unsupported(be, "rb_upsample");
 }
 
+/* Page-locked host memory (rb_backend_host_alloc): copies into it run as
+ * one DMA at the bus's rate; NULL when the driver has none to give (the
+ * front-end then uses plain memory). */
+static void *g_host_alloc(rb_backend *be, size_t size) {
+    void *p = NULL;
+    if (cudaSetDevice(gb(be)->device) != cudaSuccess || cudaMallocHost(&p, size) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it */
+        return NULL;
+    }
+    return p;
+}
+
+static void g_host_free(rb_backend *be, void *p) {
+    (void)be;
+    (void)cudaFreeHost(p);
+}
+
 static const rb_backend_vtable k_gpu_vtable = {
     g_destroy,         g_device_info,  g_sync,         g_buffer_alloc, g_buffer_from_host, g_buffer_free,
     g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
@@ -429,7 +446,7 @@ static const rb_backend_vtable k_gpu_vtable = {
     gpu_rms_norm,      gpu_add_rms_norm,
     gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
-    g_upsample,        gpu_matmul_fused,
+    g_upsample,        gpu_matmul_fused, g_host_alloc,   g_host_free,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

@@ -342,20 +342,20 @@ template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p
  * With the fused norm (p.pre == MVD_PRE_NORM, one slice) the block quantizes
  * x * w (w: nw, staged in shared memory or read from global memory) in the
  * same pass that sums x^2 (per lane in double, as k_rms_rows; then over the
- * lanes of each group, and over the groups as a tree in group 0, a fixed
- * order, so every block gets the same scale), and applies the row's 1/rms k
- * to the block scales afterwards: q8_0 quantization is scale-invariant, so
- * the int8 values are those of quantizing the normed row (x k) w itself, up
- * to float rounding of the product, and each scale is rounded to f16 after
- * scaling, as the CPU's quantizer of the normed row rounds it. No second
- * pass over x. */
+ * lanes of each group) and leaves the row's 1/rms k to the product: q8_0
+ * quantization is scale-invariant, so the int8 values are those of
+ * quantizing the normed row (x k) w, up to float rounding of the product,
+ * and the row sums are multiplied by k (mvd_rms_k) instead of every block
+ * scale. The scales stay f32 (the CPU's quantizer of the normed row rounds
+ * them to f16: ~2^-12 relative a block). That takes the chain the scales
+ * had waited on (a barrier, the groups' sums added by one group, a barrier,
+ * the rescale of every scale, a barrier) off the path to the first
+ * product: one barrier, as without the norm. No second pass over x. */
 #define MVD_XQ_DEPTH 2 /* chunks a group loads before it quantizes them */
 template <int NT, bool OFF8, int MT>
 __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_t i2, int64_t i3, int8_t *xq,
-                                            int2 *xr, const float *nw) {
+                                            int2 *xr, const float *nw, double (&part)[NT / 32][MT]) {
     constexpr int NG = NT / 32;
-    __shared__ double part[NG][MT];
-    __shared__ float rk[MT];
     const bool norm = p.pre == MVD_PRE_NORM;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
     const int KB = (int)(K / 256), NC = p.M * KB; /* 256-element chunks (int: M K < 2^28) */
@@ -406,7 +406,7 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
             if ((lane & 3) == 0) xr[(m * K + e) >> 5] = rec;
         }
     }
-    if (norm) {
+    if (norm) /* each group's sum, added over the groups by mvd_rms_k after the barrier */
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             double t = ss[m];
@@ -414,23 +414,20 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
             if (lane == 0) part[gi][m] = t;
         }
-        __syncthreads();
-        if (gi == 0) { /* the groups' sums: a tree over the lanes of group 0 */
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                double t = lane < NG ? part[lane][m] : 0.0;
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
-                if (lane == 0 && m < p.M) rk[m] = (float)(1.0 / sqrt(t / (double)K + (double)p.eps));
-            }
-        }
-        __syncthreads();
-        for (int r = threadIdx.x; r < p.M * (int)(K / 32); r += NT) { /* scales: d k, rounded to f16 */
-            const float d = mv_xd(xr[r]) * rk[r / (K / 32)];
-            xr[r].x = __float_as_int(f16_bits_to_f32(f32_to_f16_bits(d)));
-        }
-    }
     __syncthreads();
+}
+
+/* The fused norm's 1/rms of activation row m (< MT), from the groups' sums
+ * mvd_quant_x left in part: every group adds them itself, in the same tree
+ * (so all get the same value) after the barrier that ends the
+ * quantization, where one group adding them had cost two more barriers. */
+template <int NG, int MT>
+__device__ __forceinline__ float mvd_rms_k(const double (&part)[NG][MT], int m, int64_t K, float eps) {
+    const int lane = threadIdx.x & 31;
+    double t = lane < NG ? part[lane][m] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
+    return (float)(1.0 / sqrt(t / (double)K + (double)eps));
 }
 
 /* One kernel for every format: a group's work is its rows, each walked in
@@ -548,7 +545,16 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     gpu_trace_mark(p.trace, 1);
 
     mvd_x<MT> X;
-    if constexpr (F::QUANT) mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nwc ? xws : p.nw);
+    float rk[MT]; /* the fused norm's 1/rms of each row, applied to the row sums */
+#pragma unroll
+    for (int m = 0; m < MT; m++) rk[m] = 1.0f;
+    if constexpr (F::QUANT) {
+        __shared__ double part[NG][MT];
+        mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nwc ? xws : p.nw, part);
+        if (p.pre == MVD_PRE_NORM)
+#pragma unroll
+            for (int m = 0; m < MT; m++) rk[m] = mvd_rms_k<NG, MT>(part, m, K, p.eps);
+    }
     gpu_trace_mark(p.trace, 2);
 #pragma unroll
     for (int m = 0; m < MT; m++) {
@@ -578,6 +584,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             float t = acc[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
+            t *= rk[m];
             const bool paired = pairs && st < shi;
             if (paired && !(st & 1)) { /* the gate, or a pair's first row: kept for the row that follows */
                 gate[m] = t;
