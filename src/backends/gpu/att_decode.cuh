@@ -40,7 +40,9 @@
  * the keys over all its warps instead, KS = 16 keys a 32-lane warp (32 a
  * wavefront), a lane per 16-byte piece of a key row as the values are read, for
  * every head of the block; the warps merge in shared memory. 7B q4_0 at 33
- * keys: attention 4.9 -> 3.7 us a layer, tg128 +2-3%. */
+ * keys: attention 4.9 -> 3.7 us a layer, tg128 +2-3%. The same path for up
+ * to 128 keys (two halves of 16 keys a warp) spilled 80-104 bytes at D =
+ * 128 and made 7B q4_0 ~1% slower at every length (run 19). */
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
 

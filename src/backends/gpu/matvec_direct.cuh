@@ -102,7 +102,12 @@
  * 64 registers: 508-514 against 518-522), not staged at all (no change),
  * and 1024-thread q4_0 blocks (quantization 0.4-1 us shorter, but a block
  * starts only once both blocks ahead on its multiprocessor have ended: 515
- * against 522). */
+ * against 522). Run 19: the fused norm's 1/rms scales the row sums, not
+ * the block scales (7B q4_0 +1%, 1B +2.6%). Dropped in run 19: rope's
+ * positions and the store's slots staged in shared memory and the residual
+ * add as a global red.add (no dependent load in the epilogues: no change);
+ * upper bounds: rope's sincos in float changes nothing, skipping the
+ * activations' loads gains 7B nothing and 1B 4-5%. */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
