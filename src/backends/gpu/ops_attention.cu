@@ -293,10 +293,13 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.minch = (int)minch;
     const char *kco = getenv("RBEE_GPU_ATT_KCO");
     a.kco = !(kco && strcmp(kco, "0") == 0);
-    /* blocks for ~12 warps a multiprocessor, each block at least S minch chunks */
+    /* blocks for ~12 warps a multiprocessor, each block at least S minch
+     * chunks; rounded down, so that no block waits for a second wave (D =
+     * 128 fits three blocks a multiprocessor: 7B's 32 rows x 13 splits had
+     * been 416 blocks for 396 places) */
     const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
-    const int64_t maxch = (maxkeys + g->warp - 1) / g->warp, want = (12 * (int64_t)g->n_sm + nw - 1) / nw;
-    int64_t ns = (want + ngrp - 1) / ngrp, nsmax = (maxch + S * minch - 1) / (S * minch);
+    const int64_t maxch = (maxkeys + g->warp - 1) / g->warp, want = 12 * (int64_t)g->n_sm / nw;
+    int64_t ns = want / ngrp, nsmax = (maxch + S * minch - 1) / (S * minch);
     if (ns > nsmax) ns = nsmax;
     if (ns > 65535) ns = 65535;
     if (ns < 1) ns = 1;
