@@ -107,7 +107,13 @@
  * positions and the store's slots staged in shared memory and the residual
  * add as a global red.add (no dependent load in the epilogues: no change);
  * upper bounds: rope's sincos in float changes nothing, skipping the
- * activations' loads gains 7B nothing and 1B 4-5%. */
+ * activations' loads gains 7B nothing and 1B 4-5%. Dropped in run 20: the
+ * products between two attentions chained in one persistent launch with a
+ * grid barrier between them, each block issuing the next product's first
+ * span before it waits (7B q4_0 419.8 against 525.3, 1B 1371 against 1807:
+ * the barrier releases 1.3-1.7 us after the last block, programmatic
+ * dependent launch 0.5 us, and the loop over run-time indexed products
+ * spilled 146-170 bytes at 64 registers). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
