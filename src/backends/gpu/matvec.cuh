@@ -538,8 +538,18 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
     }
     const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
     unsigned G = 1;
-    rb_status s = mvd_grid(be, fn, NT, smem, p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1], slices, &G);
+    const int64_t units = p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1]; /* what one group takes at a time */
+    rb_status s = mvd_grid(be, fn, NT, smem, units, slices, &G);
     if (s != RB_OK) return s;
+    /* quantized weights: spans past each group's first requested into L2
+     * ahead of the dependency wait, about RBEE_GPU_MV_L2PRE_KB over the
+     * launch's busy groups (0: off; float weights: off, measured no gain) */
+    static const int l2kb = mv_env_int("RBEE_GPU_MV_L2PRE_KB", 5120);
+    if (F::QUANT && l2kb > 0) {
+        const int64_t groups = (int64_t)G * (NT / 32), busy = units < groups ? units : groups;
+        const int64_t sp = ((int64_t)l2kb * 1024 + busy * F::SPAN_BYTES / 2) / (busy * F::SPAN_BYTES);
+        q.l2pre = (int)(sp > 8 ? 8 : sp);
+    }
     q.trace = gpu_trace_slot(gb(be), GPU_TRACE_PRODUCT, p.a.dt,
                              (p.pre ? 1 : 0) | (p.acc ? 2 : 0) | (p.gluo ? 4 : 0) | (p.rope ? 8 : 0) | (p.sp ? 16 : 0),
                              p.a.ne[1], p.a.ne[0], G * (unsigned)slices);

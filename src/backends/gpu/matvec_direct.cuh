@@ -113,7 +113,22 @@
  * span before it waits (7B q4_0 419.8 against 525.3, 1B 1371 against 1807:
  * the barrier releases 1.3-1.7 us after the last block, programmatic
  * dependent launch 0.5 us, and the loop over run-time indexed products
- * spilled 146-170 bytes at 64 registers). */
+ * spilled 146-170 bytes at 64 registers). Run 21: the quantized products
+ * request their next spans into L2 before the dependency wait (p.l2pre,
+ * ~5 MB a launch over its busy groups: 7B q4_0 tg128 535.3 -> 547.4, 1B
+ * 1832.7 -> 1875-1892, 7B q8_0 331.1 -> 337.4; float weights measured
+ * 195.5 -> 194.8 and stay without). Dropped in run 21: a ring of 2-4
+ * shared-memory slots a group filled by cp.async instead of registers (7B
+ * q4_0 511-514 against 529-530: more bytes in flight did not stream
+ * faster), half of a block's groups quantizing while the other half
+ * requested their second span into registers and shared memory before the
+ * wait (the quantization grew 1.67 -> 2.11 us; 524 against 525.5), a
+ * one-block kernel for the decode step's 68-byte upload of ids and
+ * positions instead of a copy, and the ids check's flag written by the
+ * kernels into mapped host memory instead of copied back each step (both
+ * within the spread). Upper bound: products that skip the quantization
+ * (no activation loads, no arithmetic; wrong results) 7B 575.8, 1B 2046.8
+ * against 533.3, 1823.9. */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
@@ -162,6 +177,7 @@ struct mvd_args {
     float eps;
     int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
     int nwpre;                /* and requested ahead of the first span where it fits (RBEE_GPU_MV_NWPRE=0: after) */
+    int l2pre;                /* quantized: spans of the first row requested into L2 before the wait (RBEE_GPU_MV_L2PRE) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
     /* last: read only by rope's epilogue, so the fields read before the
      * dependency wait share fewer constant-cache lines */
@@ -352,8 +368,9 @@ template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p
  * round trips a group, not three).
  * With the fused norm (p.pre == MVD_PRE_NORM, one slice) the block quantizes
  * x * w (w: nw, staged in shared memory or read from global memory) in the
- * same pass that sums x^2 (per lane in double, as k_rms_rows; then over the
- * lanes of each group) and leaves the row's 1/rms k to the product: q8_0
+ * same pass that sums x^2 (in float per lane and group, in double over the
+ * groups: a conversion to double a value had run at a quarter of the rate)
+ * and leaves the row's 1/rms k to the product: q8_0
  * quantization is scale-invariant, so the int8 values are those of
  * quantizing the normed row (x k) w, up to float rounding of the product,
  * and the row sums are multiplied by k (mvd_rms_k) instead of every block
@@ -371,9 +388,9 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
     const int KB = (int)(K / 256), NC = p.M * KB; /* 256-element chunks (int: M K < 2^28) */
     const char *x0 = p.bp + i2 * p.bnb2 + i3 * p.bnb3;
-    double ss[MT];
+    float ss[MT]; /* this lane's sums of squares (a few chunks: float holds them to ~1e-7) */
 #pragma unroll
-    for (int m = 0; m < MT; m++) ss[m] = 0.0;
+    for (int m = 0; m < MT; m++) ss[m] = 0.0f;
     auto chunk_of = [&](int c, int *m, int *e) {
         *m = MT == 1 ? 0 : c / KB;
         *e = (c - *m * KB) * 256 + lane * 8;
@@ -397,9 +414,11 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
             chunk_of(c + h * NG, &m, &e);
             float v[8] = {f[h][0].x, f[h][0].y, f[h][0].z, f[h][0].w, f[h][1].x, f[h][1].y, f[h][1].z, f[h][1].w};
             if (norm) {
-                double t = 0.0;
+                /* in float (a conversion to double, 8 a chunk, had run at a
+                 * quarter of the rate) */
+                float t = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 8; i++) t += (double)v[i] * v[i];
+                for (int i = 0; i < 8; i++) t = fmaf(v[i], v[i], t);
 #pragma unroll
                 for (int mm = 0; mm < MT; mm++) /* constant indices: ss stays in registers */
                     if (mm == m) ss[mm] += t;
@@ -420,10 +439,10 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
     if (norm) /* each group's sum, added over the groups by mvd_rms_k after the barrier */
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            double t = ss[m];
+            float t = ss[m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
-            if (lane == 0) part[gi][m] = t;
+            if (lane == 0) part[gi][m] = (double)t;
         }
     __syncthreads();
 }
@@ -438,7 +457,9 @@ __device__ __forceinline__ float mvd_rms_k(const double (&part)[NG][MT], int m, 
     double t = lane < NG ? part[lane][m] : 0.0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
-    return (float)(1.0 / sqrt(t / (double)K + (double)eps));
+    /* in float: 1/rms to ~2 ulp, where double's square root and division
+     * had been some 40 dependent instructions on every thread */
+    return rsqrtf((float)t / (float)K + eps);
 }
 
 /* One kernel for every format: a group's work is its rows, each walked in
@@ -550,6 +571,27 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             mvd_stage_nw<NT>(p, K, xws);
         }
         if (p.nwc) gpu_trace_mark(p.trace, 4); /* the norm weight staged */
+    }
+    /* p.l2pre: the next spans of the group's walk (the rest of its first
+     * row, then the start of the second) are requested into L2 with one bulk
+     * prefetch, which brings no data back to the multiprocessor: the memory
+     * streams them while the block waits and quantizes its activations, and
+     * the activations' loads do not queue behind them (loads into shared
+     * memory or registers there had lengthened the quantization by their
+     * transfer time, runs 16 and 21). sm_90 only. */
+    if (p.l2pre && lane == 0 && slo < shv) {
+#if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* the rest of the first row, then the start of the next one */
+        int left = p.l2pre;
+        for (int r = 0; r < 2 && left > 0 && slo + r < shv; r++) {
+            const int s0 = r == 0 ? 1 : 0, n = ns - s0 < left ? ns - s0 : left;
+            if (n <= 0) continue;
+            const int b = (int)(F::span_bytes(K, s0 + n - 1) + (int64_t)(n - 1) * F::SPAN_BYTES);
+            const char *a0 = ab + (int64_t)wrow(slo + r) * p.a.nb[1] + (int64_t)s0 * F::SPAN_BYTES;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a0), "r"(b) : "memory");
+            left -= n;
+        }
+#endif
     }
     gpu_trace_mark(p.trace, 5); /* at the dependency wait */
     rb_grid_dep_wait(); /* activations come from the kernel before */

@@ -99,11 +99,18 @@ __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *q
         for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
         amax = fmaxf(amax, MV_XOR32(amax, 1));
         amax = fmaxf(amax, MV_XOR32(amax, 2));
-        /* as the CPU backend's SIMD quantizer: x * (127 / amax), nearest-even */
+        /* as the CPU backend's SIMD quantizer: x * (127 / amax), nearest-even.
+         * The rounding adds 1.5 x 2^23 (the sum's unit is 1, so the float add
+         * rounds x to the nearest integer, ties to even, as rintf; |x| <= 127)
+         * and takes the integer from the low bits: two full-rate operations
+         * for a conversion that runs at a quarter of the rate, where all of
+         * a decode block's threads quantize at once before its product can
+         * start (k_mvd; with the norm's sums in float, the 7B q4_0 trace's
+         * quantization 1.96 -> 1.67 us, tg128 +0.5%). */
         d = amax / 127.0f;
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = (int)rintf(v[i] * id);
+        for (int i = 0; i < 8; i++) q[i] = __float_as_int(__fadd_rn(__fmul_rn(v[i], id), 12582912.0f)) - 0x4B400000;
         if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else the caller rounds it (fused norm) */
     } else {
         /* CPU q8_K: the first element of largest magnitude sets the scale */
