@@ -126,7 +126,10 @@
  * one-block kernel for the decode step's 68-byte upload of ids and
  * positions instead of a copy, and the ids check's flag written by the
  * kernels into mapped host memory instead of copied back each step (both
- * within the spread). Upper bound: products that skip the quantization
+ * within the spread), and the activation chunks of the quantization's
+ * second round (K = 11008) prefetched into L1 with its first (spilled 36
+ * bytes; 7B q4_0 540.9 against 545.5 / 546.0, the down product's
+ * quantization 2.47 -> 2.69 us). Upper bound: products that skip the quantization
  * (no activation loads, no arithmetic; wrong results) 7B 575.8, 1B 2046.8
  * against 533.3, 1823.9. */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
