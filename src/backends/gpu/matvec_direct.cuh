@@ -180,7 +180,7 @@ struct mvd_args {
     float eps;
     int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
     int nwpre;                /* and requested ahead of the first span where it fits (RBEE_GPU_MV_NWPRE=0: after) */
-    int l2pre;                /* quantized: spans of the first row requested into L2 before the wait (RBEE_GPU_MV_L2PRE) */
+    int l2pre;                /* quantized: spans past the first requested into L2 before the wait (RBEE_GPU_MV_L2PRE_KB) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
     /* last: read only by rope's epilogue, so the fields read before the
      * dependency wait share fewer constant-cache lines */
