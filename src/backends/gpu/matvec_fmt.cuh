@@ -88,7 +88,8 @@ __device__ __forceinline__ int mv_xs_hi(int2 r) { return r.y >> 16; }
  * elements; in q8_0 mode each 4 lanes are one block). Every lane of the group
  * must call. Returns the 8 int8 values packed and, meaningful on lanes with
  * lane % 4 == 0, the record of its 32-element unit. q8_0 mode with f16d
- * false leaves the scale unrounded, for a caller that scales it first. */
+ * false leaves the scale in f32 (k_mvd's fused norm, whose row sums take the
+ * 1/rms instead of the scales). */
 template <bool KQ>
 __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *qv, int2 *rec, bool f16d = true) {
     int q[8];
@@ -111,7 +112,7 @@ __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *q
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = __float_as_int(__fadd_rn(__fmul_rn(v[i], id), 12582912.0f)) - 0x4B400000;
-        if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else the caller rounds it (fused norm) */
+        if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else kept in f32 (fused norm) */
     } else {
         /* CPU q8_K: the first element of largest magnitude sets the scale */
         float am = 0.0f, mx = 0.0f;
