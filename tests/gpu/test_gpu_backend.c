@@ -160,7 +160,8 @@ static void test_unsupported(void **state) {
  * into the file named when the backend is created; destroying the backend
  * writes it: one launch line that says what ran, and a line per block whose
  * readings are all set and in order (start <= past the wait <= activations
- * quantized <= end, within a second). Without the variable no file. */
+ * quantized <= end, within a second), then the block's multiprocessor + 1.
+ * Without the variable no file. */
 static void test_trace(void **state) {
     (void)state;
     char dir[512], path[600];
@@ -204,15 +205,17 @@ static void test_trace(void **state) {
     assert_true(blocks >= 1 && blocks <= 4096);
     const char *q = text + used;
     for (unsigned i = 0; i < blocks; i++) {
-        unsigned long long t[6];
+        unsigned long long t[7];
         int u = 0;
-        assert_int_equal(sscanf(q, "%llu %llu %llu %llu %llu %llu%n", &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &u), 6);
+        assert_int_equal(
+            sscanf(q, "%llu %llu %llu %llu %llu %llu %llu%n", &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &u), 7);
         q += u;
         assert_true(t[0] > 0);
         assert_true(t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3]);
         assert_true(t[4] == 0);                  /* a staged norm weight: none here */
         assert_true(t[0] <= t[5] && t[5] <= t[1]); /* at the dependency wait */
         assert_true(t[3] - t[0] < 1000000000ull);
+        assert_true(t[6] >= 1 && t[6] <= 4096); /* the multiprocessor + 1 (an id below 4096) */
     }
     while (*q == '\n') q++;
     assert_int_equal(*q, '\0'); /* one launch, nothing after its blocks */

@@ -12,6 +12,11 @@ launch's time goes:
   work     last block ended, after the median release
   tail     last block ended, after the median block ended
   step     this launch's end after the previous launch's end: its share of the step
+  smlag    on a multiprocessor that ran two or more of its blocks, how much later
+           the block that started there last ended than the one that started
+           first (median over those multiprocessors; traces that record where
+           each block ran): the second block a multiprocessor takes starts
+           only when a block ahead of it there ends
 and, for attention, the median block's time from its release to the query and
 position loaded (mark 4) and from there to its first keys scored (mark 5).
 
@@ -62,7 +67,14 @@ def stats(L):
     att = L["kind"] == 2  # products use marks 4 and 5 for other points (gpu_trace.h)
     qp = [t[4] - t[1] for t in ts if att and len(t) > 5 and t[4] and t[1]]
     k1 = [t[5] - t[4] for t in ts if att and len(t) > 5 and t[5] and t[4]]
-    return {"s0": s0, "rel_min": rel[0] if rel else s0, "rel_med": statistics.median(rel) if rel else s0,
+    # the last reading, where the trace has it: the block's multiprocessor + 1
+    by_sm = {}
+    for t in ts:
+        if len(t) > 6 and t[6]:
+            by_sm.setdefault(t[6], []).append(t)
+    lags = [max(b, key=lambda t: t[0])[3] - min(b, key=lambda t: t[0])[3] for b in by_sm.values() if len(b) > 1]
+    return {"smlag": statistics.median(lags) if lags else None,
+            "s0": s0, "rel_min": rel[0] if rel else s0, "rel_med": statistics.median(rel) if rel else s0,
             "quant": statistics.median(q) if q else 0.0, "end": ends[-1], "end_med": statistics.median(ends),
             "blocks": len(ts), "qpos": statistics.median(qp) if qp else None,
             "keys1": statistics.median(k1) if k1 else None}
@@ -101,9 +113,10 @@ def main():
         r["tail"] = (s["end"] - s["end_med"]) / 1000
         r["step"] = (s["end"] - pe) / 1000
         r["qpos"], r["keys1"] = s["qpos"], s["keys1"]
+        r["smlag"] = s["smlag"] / 1000 if s["smlag"] is not None else float("nan")
         prev_end = s["end"]
         rows.append(r)
-    cols = ("start", "release", "quant", "work", "tail", "step")
+    cols = ("start", "release", "quant", "work", "tail", "step", "smlag")
     if a.launches:
         print("%-44s %6s " % ("launch", "blocks") + " ".join("%8s" % c for c in cols))
         for r in rows:
@@ -128,7 +141,7 @@ def main():
             base = pe if pe is not None else s["s0"]
             pe = s["end"]
             ts = [t for t in L["ts"] if t[0] and t[3]]
-            for mk in range(len(ts[0]) if ts else 0):
+            for mk in range(min(len(ts[0]), 6) if ts else 0):  # the 7th reading is no time
                 v = sorted((t[mk] - base) / 1000 for t in ts if len(t) > mk and t[mk])
                 if not v:
                     continue

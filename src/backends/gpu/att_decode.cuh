@@ -111,7 +111,7 @@ template <bool BF> __device__ __forceinline__ void att_axpy8(float w, uint4 u, f
 template <bool BF, int D>
 __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, att_args a) {
     rb_grid_dep_trigger();
-    gpu_trace_mark(a.trace, 0);
+    gpu_trace_start(a.trace);
     constexpr int W = RB_WARP, NW = ATT_DEC_THREADS / W, CH = D / 8, KPW = W / CH, NSTEP = (W + KPW - 1) / KPW;
     constexpr int KG = CH <= 16 ? CH : 16; /* key pieces loaded before use */
     constexpr bool VPRE = NSTEP <= 16;     /* value pieces prefetched with the keys */

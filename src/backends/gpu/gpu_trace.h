@@ -14,7 +14,9 @@
  * (attention: thread 0's output, where the block writes it), and for
  * attention 4 query and position loaded, 5 thread 0's first keys scored,
  * for products 4 a fused norm's weight staged, 5 at the dependency wait;
- * 0 = not reached), and tools/bench/gpu_trace_summary.py summarises it. Off
+ * 0 = not reached; then the block's multiprocessor + 1, 0 where unknown:
+ * which blocks shared one, the second of which had started late), and
+ * tools/bench/gpu_trace_summary.py summarises it. Off
  * (a NULL slot, no extra work in the kernels but a test) unless the variable
  * is set. */
 #ifndef RBEE_GPU_TRACE_H
@@ -26,7 +28,7 @@ namespace RB_GPU_NS {
 
 #define GPU_TRACE_LAUNCHES 2048 /* ring of launches */
 #define GPU_TRACE_BLOCKS 2048   /* blocks traced per launch (more: the rest unrecorded) */
-#define GPU_TRACE_MARKS 6       /* readings a block */
+#define GPU_TRACE_MARKS 7       /* readings a block (the last: its multiprocessor + 1) */
 
 /* what a traced launch was */
 struct gpu_trace_launch {
@@ -67,6 +69,21 @@ __device__ __forceinline__ unsigned long long gpu_clock_now() {
 #endif
 }
 
+/* The multiprocessor (AMD: compute unit) the block runs on. */
+__device__ __forceinline__ unsigned gpu_sm_id() {
+#if defined(RBEE_GPU_HIP) && !defined(RBEE_HIP_NVIDIA)
+#if !defined(__HIP_DEVICE_COMPILE__)
+    return 0; /* host pass */
+#else
+    return __smid();
+#endif
+#else
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+#endif
+}
+
 /* Reading t as `mark` of this block in a launch's slot. */
 __device__ __forceinline__ void gpu_trace_put(unsigned long long *slot, int mark, unsigned long long t) {
     const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -75,6 +92,13 @@ __device__ __forceinline__ void gpu_trace_put(unsigned long long *slot, int mark
 /* The clock now as `mark` of this block (thread 0; no-op for a NULL slot). */
 __device__ __forceinline__ void gpu_trace_mark(unsigned long long *slot, int mark) {
     if (slot && threadIdx.x == 0) gpu_trace_put(slot, mark, gpu_clock_now());
+}
+/* Mark 0 (the block's start) and the block's multiprocessor + 1. */
+__device__ __forceinline__ void gpu_trace_start(unsigned long long *slot) {
+    if (slot && threadIdx.x == 0) {
+        gpu_trace_put(slot, 0, gpu_clock_now());
+        gpu_trace_put(slot, GPU_TRACE_MARKS - 1, (unsigned long long)gpu_sm_id() + 1);
+    }
 }
 /* The same, read once `dep` has been computed (NVIDIA: the clock read takes
  * it as an operand, so the compiler cannot move it ahead of the loads that
