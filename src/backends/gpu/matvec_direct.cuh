@@ -131,7 +131,17 @@
  * bytes; 7B q4_0 540.9 against 545.5 / 546.0, the down product's
  * quantization 2.47 -> 2.69 us). Upper bound: products that skip the quantization
  * (no activation loads, no arithmetic; wrong results) 7B 575.8, 1B 2046.8
- * against 533.3, 1823.9. */
+ * against 533.3, 1823.9. Run 22 (the trace's multiprocessor ids): on each
+ * multiprocessor the block that started second ends 1.1-2.5 us after the
+ * first (it starts only when a block ahead of it there ends, then runs its
+ * prologue against a busy memory), and the products end with those blocks.
+ * Dropped in run 22: one block a multiprocessor, so the next launch's block
+ * is resident early (16 warps stream slower: 7B q4_0 401 against 545),
+ * prefetch.global.L2 of the span 1-4 ahead of the one loaded (517-531
+ * against 540-542), fewer rows for the blocks past the first wave (a whole
+ * row more for some groups, and the block index does not tell which block
+ * is late: 463-489 against 538), 32-bit row-range arithmetic (no change),
+ * and q8_0 at two blocks a multiprocessor (7B +3.7%, 1B -2%). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
@@ -476,7 +486,7 @@ __device__ __forceinline__ float mvd_rms_k(const double (&part)[NG][MT], int m, 
 template <class F, int MT, int NT, int MINB = 1>
 __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     rb_grid_dep_trigger();
-    gpu_trace_mark(p.trace, 0);
+    gpu_trace_start(p.trace);
     extern __shared__ int4 mvd_slot_mem[];
     constexpr int NG = NT / 32; /* 32-lane groups per block */
     constexpr int UL = (F::SPAN_BYTES + 511) / 512; /* uint4 per lane per full span */
