@@ -141,7 +141,9 @@
  * against 540-542), fewer rows for the blocks past the first wave (a whole
  * row more for some groups, and the block index does not tell which block
  * is late: 463-489 against 538), 32-bit row-range arithmetic (no change),
- * and q8_0 at two blocks a multiprocessor (7B +3.7%, 1B -2%). */
+ * q8_0 at two blocks a multiprocessor (7B +3.7%, 1B -2%), four 256-thread
+ * q4_0 blocks a multiprocessor (454 against 545), and the norm weight read
+ * with the activations or staged by cp.async behind them (no gain). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
