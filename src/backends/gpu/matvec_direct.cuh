@@ -143,7 +143,13 @@
  * is late: 463-489 against 538), 32-bit row-range arithmetic (no change),
  * q8_0 at two blocks a multiprocessor (7B +3.7%, 1B -2%), four 256-thread
  * q4_0 blocks a multiprocessor (454 against 545), and the norm weight read
- * with the activations or staged by cp.async behind them (no gain). */
+ * with the activations or staged by cp.async behind them (no gain).
+ * Dropped in run 23: 4 q4_0 (2 q8_0) spans in flight a group at 128
+ * registers, at one 512-thread or two 256-thread blocks a multiprocessor
+ * (1B down 8.04 -> 6.2-7.0 us, but the launches after it start only when it
+ * ends: 1B q4_0 1620-1727 against 1870-1880), and L2 prefetch hints for the
+ * next op's weights from decode attention or the output head (attention
+ * 3.8 -> 6.2 us: its loads queue behind the prefetch). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
