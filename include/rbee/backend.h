@@ -86,6 +86,15 @@ rb_backend *rb_buffer_backend(const rb_buffer *buf);
 void *rb_buffer_host_ptr(const rb_buffer *buf);
 rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n);
 rb_status rb_buffer_get(const rb_buffer *buf, size_t offs, void *dst, size_t n);
+/* Queues a copy of n bytes from src, memory of rb_backend_host_alloc, into
+ * buf that reads src when it runs, not when called; allowed while capturing
+ * a graph, whose every replay then reads src again (a decode step's token id
+ * and position written there before each replay: no separate upload before
+ * the launch). src must not change until the queued work has run. GPU
+ * backends read page-locked memory from a kernel; where rb_backend_host_alloc
+ * had to give plain memory a capture refuses it (RB_E_UNSUPPORTED) and an
+ * eager call copies at once. */
+rb_status rb_buffer_set_queued(rb_buffer *buf, size_t offs, const void *src, size_t n);
 rb_status rb_buffer_copy(rb_buffer *dst, size_t dst_offs, const rb_buffer *src, size_t src_offs, size_t n);
 /* Marks a buffer immutable (model weights, once uploaded): from then on ops
  * refuse outputs in it and rb_buffer_set / rb_buffer_copy refuse to write

@@ -238,6 +238,21 @@ rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n) 
     return be->vt->buffer_set(be, buf, offs, src, n);
 }
 
+rb_status rb_buffer_set_queued(rb_buffer *buf, size_t offs, const void *src, size_t n) {
+    if (!buf) return RB_E_INVALID;
+    rb_backend *be = buf->backend;
+    if (!src && n > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set_queued: src is NULL");
+    if (!range_ok(buf->size, offs, n))
+        return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_set_queued: bytes [%zu, +%zu) outside buffer of %zu bytes",
+                               offs, n, buf->size);
+    if (buf->constant) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set_queued: the buffer is constant");
+    if (n == 0) return RB_OK;
+    if (be->vt->buffer_set_queued) return be->vt->buffer_set_queued(be, buf, offs, src, n);
+    rb_status s = not_capturing(be, "rb_buffer_set_queued");
+    if (s != RB_OK) return s;
+    return be->vt->buffer_set(be, buf, offs, src, n);
+}
+
 rb_status rb_buffer_set_constant(rb_buffer *buf) {
     if (!buf) return RB_E_INVALID;
     buf->constant = true;

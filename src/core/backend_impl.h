@@ -73,6 +73,8 @@ typedef struct rb_backend_vtable {
      * host_free. NULL entries: rb_backend_host_alloc uses plain memory. */
     void *(*host_alloc)(rb_backend *be, size_t size);
     void (*host_free)(rb_backend *be, void *p);
+    /* optional (NULL: buffer_set, refused while capturing): rb_buffer_set_queued */
+    rb_status (*buffer_set_queued)(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves

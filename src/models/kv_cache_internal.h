@@ -43,6 +43,12 @@ struct rb_kv_cache {
     size_t arena_size;
     int64_t arena_tokens;
     uint64_t arena_gen; /* bumped whenever the arena is reallocated */
+    /* host memory (rb_backend_host_alloc) for the token ids and positions of
+     * a position-independent step, sized like the arena's: the step's ops
+     * read it from a queued copy (rb_buffer_set_queued), so a captured step
+     * fetches its inputs itself */
+    void *in_host;
+    size_t in_host_size;
     uint64_t serial;    /* unique among the caches of this process */
     /* captured decode steps (see transformer.c): this cache's one-token step,
      * and a batched step (rb_model_forward_batch) whose first cache it is */

@@ -14,7 +14,9 @@
  * with q_pos), so every step queues the same ops on the same memory. The
  * first such step runs eagerly (it also sizes the backend's scratch), the
  * second is captured into a graph kept in the KV cache, and later steps only
- * upload token and position, replay the graph and read the logits. The
+ * write token and position into host memory of the backend's (kv->in_host),
+ * replay the graph, which fetches them itself (rb_buffer_set_queued: no
+ * separate upload before the launch; 1B q4_0 tg128 +2%), and read the logits. The
  * graph is rebuilt when the arena is reallocated and freed with the cache.
  * Longrope models (factors chosen by position) stay eager; RBEE_NO_GRAPH=1
  * keeps the per-step shapes of before, for comparison. */
@@ -34,6 +36,9 @@
 /* q and k are rotated in place in qkv (no separate roped copies). */
 typedef struct fwd_bufs {
     rb_tensor ids, pos, x, h, qkv, att, o, g, u, logits;
+    /* non-NULL: ids and pos are written here (host memory of
+     * rb_backend_host_alloc) and run_ops queues their copy as its first op */
+    void *in_host;
 } fwd_bufs;
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -46,6 +51,7 @@ static size_t layout(const rb_model_config *c, int64_t T, bool all_logits, rb_bu
     size_t off = 0;
     fwd_bufs tmp;
     if (!fb) fb = &tmp;
+    fb->in_host = NULL;
 #define PLACE(t, dt, a, b, cc)                                                                                   \
     do {                                                                                                       \
         rb_tensor_init4(&fb->t, dt, a, b, cc, 1, buf, off);                                                    \
@@ -72,6 +78,8 @@ static rb_status ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err) {
     rb_kv_cache_drop_graph(kv); /* it addresses the old arena */
     if (kv->arena) rb_buffer_free(kv->arena);
     kv->arena = NULL;
+    rb_backend_host_free(kv->m->be, kv->in_host);
+    kv->in_host = NULL;
     kv->arena_gen++;
     rb_status s = rb_buffer_alloc(kv->m->be, need, &kv->arena);
     if (s != RB_OK)
@@ -79,6 +87,10 @@ static rb_status ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err) {
                             rb_backend_last_error(kv->m->be));
     kv->arena_size = need;
     kv->arena_tokens = T;
+    fwd_bufs b;
+    layout(c, T, true, kv->arena, &b);
+    kv->in_host_size = b.pos.offs + rb_tensor_nbytes_contig(&b.pos) - b.ids.offs;
+    kv->in_host = rb_backend_host_alloc(kv->m->be, kv->in_host_size); /* NULL: uploaded before each step */
     return RB_OK;
 }
 
@@ -112,11 +124,12 @@ typedef struct seq_group {
     int64_t row0, n, p0;
 } seq_group;
 
-/* Token ids and positions of the micro-batch into the arena, in one copy. */
+/* Token ids and positions of the micro-batch into the arena, in one copy
+ * (with b->in_host: written there, for run_ops to queue the copy). */
 static rb_status upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err) {
     const size_t lo = b->ids.offs, pos_at = b->pos.offs - lo, n = pos_at + sizeof(int32_t) * (size_t)T;
-    char *tmp = calloc(1, n);
+    char *tmp = b->in_host ? memset(b->in_host, 0, n) : calloc(1, n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     memcpy(tmp, tokens, sizeof(int32_t) * (size_t)T);
     for (int64_t gi = 0; gi < n_grp; gi++)
@@ -124,6 +137,7 @@ static rb_status upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t 
             const int32_t p = (int32_t)(grp[gi].p0 + i);
             memcpy(tmp + pos_at + sizeof(int32_t) * (size_t)(grp[gi].row0 + i), &p, sizeof p);
         }
+    if (b->in_host) return RB_OK;
     rb_status s = rb_buffer_set(b->ids.buf, lo, tmp, n);
     free(tmp);
     if (s != RB_OK) return rb_error_set(err, s, "cannot upload token ids and positions: %s", rb_backend_last_error(be));
@@ -142,6 +156,10 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
     int il = -1;
     fwd_bufs b = *bufs;
 
+    if (b.in_host) {
+        const size_t n = b.pos.offs + rb_tensor_nbytes_contig(&b.pos) - b.ids.offs;
+        CK(rb_buffer_set_queued(b.ids.buf, b.ids.offs, b.in_host, n));
+    }
     CK(rb_get_rows(be, &b.x, &m->tok_embd, &b.ids));
     if (c->embd_scale) CK(rb_affine(be, &b.x, &b.x, (float)sqrt((double)E), 0.0f));
 
@@ -476,6 +494,7 @@ static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float 
     rb_backend *be = m->be;
     fwd_bufs b;
     layout(&m->cfg, 1, true, kv->arena, &b);
+    b.in_host = kv->in_host;
     seq_group g = {.kv = kv, .row0 = 0, .n = 1, .p0 = kv->used};
     rb_status s = upload_inputs(be, &b, &token, 1, &g, 1, err);
     if (s == RB_OK)
@@ -506,6 +525,7 @@ static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_
     }
     fwd_bufs b;
     layout(&m->cfg, n, true, lead->arena, &b);
+    b.in_host = lead->in_host;
     s = upload_inputs(be, &b, tokens, n, grp, n, err);
     if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, want, false, &b, n, grp, n, err);
     free(key);

@@ -95,6 +95,31 @@ static void test_buffers(void **state) {
         TU_OK(rb_buffer_get(a, 1, pin, n));
         for (size_t i = 0; i < n; i++)
             if (pin[i] != (unsigned char)(back[i] ^ 0x5A)) fail_msg("host_alloc round trip: byte %zu of %zu", i, n);
+        /* whole 16-byte units into 16-byte aligned page-locked memory: a
+         * kernel writes it (not the copy engine); the same bytes */
+        const size_t n16 = n & ~(size_t)15;
+        for (size_t at = 0; n16 && at <= 48; at += 48) {
+            memset(pin, 0xEE, n + 64);
+            TU_OK(rb_buffer_get(b, 2, pin + at, n16));
+            assert_memory_equal(pin + at, back, n16);
+            for (size_t i = 0; i < at; i++) assert_int_equal(pin[i], 0xEE); /* nothing outside it written */
+            for (size_t i = at + n16; i < n + 64; i++) assert_int_equal(pin[i], 0xEE);
+        }
+        /* queued uploads: from page-locked memory (a kernel reads it when it
+         * runs; by DMA where not 4-byte aligned) and from plain memory (at once) */
+        for (size_t i = 0; i < n + 64; i++) pin[i] = (unsigned char)(i * 13 + 1);
+        for (size_t at = 0; at < 8; at += 3) { /* 0: kernel; 3, 6: DMA */
+            TU_OK(rb_buffer_set_queued(a, 4, pin + at, n));
+            memset(back, 0, n);
+            TU_OK(rb_buffer_get(a, 4, back, n));
+            assert_memory_equal(back, pin + at, n);
+        }
+        for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 5 + 2);
+        TU_OK(rb_buffer_set_queued(a, 0, src, n));
+        memset(src, 0x11, n); /* plain memory was copied at the call */
+        TU_OK(rb_buffer_get(a, 0, back, n));
+        for (size_t i = 0; i < n; i++)
+            if (back[i] != (unsigned char)(i * 5 + 2)) fail_msg("queued upload from plain memory: byte %zu", i);
         rb_backend_host_free(g, pin);
         rb_buffer_free(a);
         rb_buffer_free(b);

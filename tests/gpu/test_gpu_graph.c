@@ -22,7 +22,9 @@
  * back to eager decode with the same results; backend-level graphs: ids
  * checked on the device (get_rows clamps, set_rows skips the row), host
  * copies refused while capturing, a graph keeps working after the scratch
- * it captured has been replaced. */
+ * it captured has been replaced; a graph that fetches its inputs from
+ * page-locked host memory (rb_buffer_set_queued) and results read back into
+ * it by a kernel, with the ids check's report. */
 #include "testutil.h"
 
 #include "core/backend_impl.h"
@@ -658,6 +660,85 @@ static void test_gpu_graph_ids(void **state) {
     rb_backend_destroy(be);
 }
 
+/* A graph that fetches its own inputs: rb_buffer_set_queued from
+ * page-locked host memory (a kernel reads it, or with RBEE_GPU_ULK=0 the
+ * copy engine) captured with get_rows reads the ids written there before
+ * each replay; results read back into page-locked memory (a kernel writes
+ * them, with the ids check's flag: a bad id reports RB_E_RANGE from that
+ * read); a queued copy from plain memory is refused while capturing. */
+static void queued_replays(rb_backend *be) {
+    enum { D = 8, V = 10, T = 4 };
+    float tab[V * D];
+    for (int i = 0; i < V * D; i++) tab[i] = (float)(i / D) + 0.01f * (float)(i % D);
+    rb_tensor ttab = tensor(be, RB_F32, D, V), tids = tensor(be, RB_I32, T, 1), trows = tensor(be, RB_F32, D, T);
+    TU_OK(rb_tensor_set(&ttab, tab, sizeof tab));
+    int32_t *hin = rb_backend_host_alloc(be, sizeof(int32_t) * T);
+    float *hout = rb_backend_host_alloc(be, sizeof(float) * T * D);
+    assert_non_null(hin);
+    assert_non_null(hout);
+    for (int t = 0; t < T; t++) hin[t] = t;
+    TU_OK(rb_buffer_set_queued(tids.buf, tids.offs, hin, sizeof(int32_t) * T)); /* eager first */
+    TU_OK(rb_get_rows(be, &trows, &ttab, &tids));
+    TU_OK(rb_backend_capture_begin(be));
+    TU_OK(rb_buffer_set_queued(tids.buf, tids.offs, hin, sizeof(int32_t) * T));
+    TU_OK(rb_get_rows(be, &trows, &ttab, &tids));
+    rb_graph *g = NULL;
+    TU_OK(rb_backend_capture_end(be, &g));
+    const int32_t idv[4][T] = {{9, 0, 4, 4}, {1, 2, 3, 5}, {7, V + 3, 2, 0}, {8, 8, 1, 6}};
+    for (int step = 0; step < 4; step++) {
+        memcpy(hin, idv[step], sizeof idv[step]);
+        TU_OK(rb_graph_launch(g));
+        memset(hout, 0, sizeof(float) * T * D);
+        rb_status s = rb_tensor_get(&trows, hout, sizeof(float) * T * D);
+        if (step == 2) { /* the replay's bad id, reported by the read-back */
+            assert_int_equal(s, RB_E_RANGE);
+            assert_non_null(strstr(rb_backend_last_error(be), "rb_get_rows"));
+        } else {
+            TU_OK(s);
+        }
+        for (int t = 0; t < T; t++) {
+            int32_t id = idv[step][t];
+            id = id < 0 ? 0 : id >= V ? V - 1 : id; /* clamped */
+            for (int e = 0; e < D; e++)
+                if (hout[t * D + e] != tab[id * D + e])
+                    fail_msg("replay %d row %d elem %d: %g, want %g", step, t, e, (double)hout[t * D + e],
+                             (double)tab[id * D + e]);
+        }
+    }
+    TU_OK(rb_backend_sync(be)); /* the flag was reported once */
+    /* plain memory cannot be read by a replay: refused, capture discarded */
+    int32_t plain[T] = {0, 1, 2, 3};
+    TU_OK(rb_backend_capture_begin(be));
+    assert_int_equal(rb_buffer_set_queued(tids.buf, tids.offs, plain, sizeof plain), RB_E_UNSUPPORTED);
+    rb_graph *g2 = NULL;
+    assert_int_not_equal(rb_backend_capture_end(be, &g2), RB_OK);
+    assert_null(g2);
+    TU_OK(rb_buffer_set_queued(tids.buf, tids.offs, plain, sizeof plain)); /* eager: copied at once */
+    TU_OK(rb_get_rows(be, &trows, &ttab, &tids));
+    TU_OK(rb_tensor_get(&trows, hout, sizeof(float) * T * D));
+    for (int i = 0; i < T * D; i++) assert_true(hout[i] == tab[i]);
+    rb_graph_free(g);
+    rb_backend_host_free(be, hin);
+    rb_backend_host_free(be, hout);
+    rb_tensor_free(&ttab);
+    rb_tensor_free(&tids);
+    rb_tensor_free(&trows);
+}
+
+static void test_gpu_graph_queued(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    queued_replays(be);
+    rb_backend_destroy(be);
+    setenv("RBEE_GPU_ULK", "0", 1); /* the copy-engine form of the queued copy */
+    be = gpu_backend();
+    unsetenv("RBEE_GPU_ULK");
+    assert_non_null(be);
+    queued_replays(be);
+    rb_backend_destroy(be);
+}
+
 /* Host copies are refused while capturing, the capture is discarded, the
  * backend works eagerly afterwards; a graph keeps working after the scratch
  * it captured was replaced by a larger one. */
@@ -736,6 +817,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cpu_graph_frontend),
         cmocka_unit_test(test_cpu_graph_capture_refused),
         cmocka_unit_test(test_gpu_graph_ids),
+        cmocka_unit_test(test_gpu_graph_queued),
         cmocka_unit_test(test_gpu_graph_rules),
         cmocka_unit_test(test_gpu_graph_decode),
         cmocka_unit_test(test_gpu_graph_batch),

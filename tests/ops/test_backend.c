@@ -152,6 +152,20 @@ static void test_buffers(void **state) {
     TU_OK(rb_buffer_get(b, 0, hm, 1000));
     TU_OK(rb_buffer_get(b, 0, dst, 1000));
     assert_memory_equal(hm, dst, 1000);
+    /* a queued copy from it: on the CPU it runs at once */
+    for (int i = 0; i < 1000; i++) hm[i] = (unsigned char)(i * 7 + 3);
+    TU_OK(rb_buffer_set_queued(b, 24, hm + 10, 500));
+    TU_OK(rb_buffer_get(b, 24, dst, 500));
+    assert_memory_equal(dst, hm + 10, 500);
+    assert_int_equal(rb_buffer_set_queued(b, 1000, hm, 1000), RB_E_RANGE);
+    assert_int_equal(rb_buffer_set_queued(b, 0, NULL, 4), RB_E_INVALID);
+    TU_OK(rb_buffer_set_queued(b, 0, NULL, 0));
+    assert_int_equal(rb_buffer_set_queued(NULL, 0, hm, 4), RB_E_INVALID);
+    rb_buffer *cb = NULL;
+    TU_OK(rb_buffer_alloc(be, 64, &cb));
+    TU_OK(rb_buffer_set_constant(cb));
+    assert_int_equal(rb_buffer_set_queued(cb, 0, hm, 4), RB_E_INVALID); /* weights stay as uploaded */
+    rb_buffer_free(cb);
     rb_backend_host_free(be, hm);
     unsigned char *one = rb_backend_host_alloc(be, 0); /* an empty request still gives a freeable block */
     assert_non_null(one);

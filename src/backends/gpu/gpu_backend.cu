@@ -5,8 +5,12 @@
  * buffers, so a large model copy overlaps memcpy into pinned memory with the
  * DMA), device scratch, error recording, the vtable that wires the op
  * launchers of ops_*.cu, and graph capture/replay of the stream (CUDA/HIP
- * graphs). An out-of-memory allocation fails with RB_E_NOMEM and a message
- * naming the free memory; the backend stays usable. */
+ * graphs). Page-locked host blocks (rb_backend_host_alloc) are read and
+ * written by kernels through their device view where that beats the copy
+ * engine: queued uploads a graph replays (a decode step's token and
+ * position) and read-backs of whole 16-byte units (its logits). An
+ * out-of-memory allocation fails with RB_E_NOMEM and a message naming the
+ * free memory; the backend stays usable. */
 #include "backends/gpu/gpu_internal.h"
 #include "backends/gpu/gpu_trace.h"
 
@@ -288,10 +292,80 @@ static rb_status g_buffer_set(rb_backend *be, rb_buffer *buf, size_t offs, const
     return s;
 }
 
+/* The page-locked block of g_host_alloc holding [p, p + n), or NULL. */
+static const gpu_backend::gpu_pinned *pinned_find(const gpu_backend *g, const void *p, size_t n) {
+    for (int i = 0; i < g->n_pinned; i++)
+        if ((const char *)p >= g->pinned[i].host && n <= g->pinned[i].size &&
+            (size_t)((const char *)p - g->pinned[i].host) <= g->pinned[i].size - n)
+            return &g->pinned[i];
+    return NULL;
+}
+
+/* rb_buffer_set_queued from a page-locked block: a one-block kernel reads it
+ * through its device view when it runs (in a graph: at every replay), so a
+ * decode step's token id and position reach the device inside the step's
+ * graph, without a copy queued before its launch. */
+__global__ void k_upload(unsigned *__restrict__ dst, const unsigned *__restrict__ src, unsigned n4) {
+    for (unsigned i = threadIdx.x; i < n4; i += blockDim.x) dst[i] = src[i];
+}
+
+static rb_status g_buffer_set_queued(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n) {
+    gpu_backend *g = gb(be);
+    char *d = (char *)buf->impl + offs;
+    const gpu_backend::gpu_pinned *b = pinned_find(g, src, n);
+    if (b && g->ul_kernel && n % 4 == 0 && n / 4 <= 0xffffffffu && (uintptr_t)src % 4 == 0 && (uintptr_t)d % 4 == 0) {
+        k_upload<<<1, 256, 0, g->stream>>>((unsigned *)d, (const unsigned *)(b->dev + ((const char *)src - b->host)),
+                                           (unsigned)(n / 4));
+        cudaError_t e = cudaGetLastError();
+        return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
+    }
+    if (b) { /* page-locked: the DMA reads it when it runs, and a capture records it */
+        cudaError_t e = cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, g->stream);
+        return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
+    }
+    if (be->capturing)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED,
+                               "rb_buffer_set_queued: %zu bytes at %p are not page-locked memory of this backend; a "
+                               "graph cannot read them",
+                               n, src);
+    return upload(be, d, (const char *)src, n);
+}
+
+/* A read-back into a page-locked block of g_host_alloc (a decode step's
+ * logits) as a kernel that writes the host memory through its device view,
+ * with the ids check's flag in the same launch: the copy engine's DMA costs
+ * ~7 us a copy before its first byte on an H100 (and the flag a second
+ * copy), the kernel only its launch, queued behind the step. 16-byte units;
+ * false: not such a block or not aligned (the caller copies by DMA). */
+__global__ void k_download(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16, int *flag_dst,
+                           const int *flag_src) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
+    if (flag_dst && blockIdx.x == 0 && threadIdx.x < 4) flag_dst[threadIdx.x] = flag_src[threadIdx.x];
+}
+
+static bool download_kernel(gpu_backend *g, const char *src, void *dst, size_t n, cudaError_t *e) {
+    if (!g->dl_kernel || n == 0 || n % 16 || (uintptr_t)dst % 16 || (uintptr_t)src % 16) return false;
+    const gpu_backend::gpu_pinned *b = pinned_find(g, dst, n);
+    if (!b) return false;
+    const bool flag = g->ids_err_live && g->ids_err_host_dev;
+    const size_t n16 = n / 16;
+    unsigned blocks = gpu_blocks((int64_t)n16, 256);
+    if (blocks > 2u * (unsigned)g->n_sm) blocks = 2u * (unsigned)g->n_sm;
+    k_download<<<blocks, 256, 0, g->stream>>>((uint4 *)(b->dev + ((const char *)dst - b->host)), (const uint4 *)src,
+                                              n16, flag ? g->ids_err_host_dev : NULL, g->ids_err);
+    *e = cudaGetLastError();
+    if (*e == cudaSuccess && g->ids_err_live && !flag) *e = ids_err_fetch(g);
+    return true;
+}
+
 static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs, void *dst, size_t n) {
     gpu_backend *g = gb(be);
-    cudaError_t e = cudaMemcpyAsync(dst, (const char *)buf->impl + offs, n, cudaMemcpyDeviceToHost, g->stream);
-    if (e == cudaSuccess) e = ids_err_fetch(g);
+    cudaError_t e = cudaSuccess;
+    if (!download_kernel(g, (const char *)buf->impl + offs, dst, n, &e)) {
+        e = cudaMemcpyAsync(dst, (const char *)buf->impl + offs, n, cudaMemcpyDeviceToHost, g->stream);
+        if (e == cudaSuccess) e = ids_err_fetch(g);
+    }
     if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
     return e == cudaSuccess ? ids_err_report(be) : gpu_fail(be, e, "download");
 }
@@ -331,6 +405,9 @@ static rb_status g_capture_begin(rb_backend *be) {
             return gpu_fail(be, e, "graph capture: pinned flag for the ids check");
         }
         memset(g->ids_err_host, 0, 4 * sizeof(int));
+        void *d = NULL;
+        g->ids_err_host_dev = cudaHostGetDevicePointer(&d, g->ids_err_host, 0) == cudaSuccess ? (int *)d : NULL;
+        (void)cudaGetLastError();
     }
     /* thread-local: a call from this thread that cannot be captured (a
      * synchronize, an allocation) fails instead of silently running */
@@ -426,16 +503,26 @@ static rb_status g_upsample(rb_backend *be, rb_tensor *, const rb_tensor *, rb_u
  * one DMA at the bus's rate; NULL when the driver has none to give (the
  * front-end then uses plain memory). */
 static void *g_host_alloc(rb_backend *be, size_t size) {
+    gpu_backend *g = gb(be);
     void *p = NULL;
-    if (cudaSetDevice(gb(be)->device) != cudaSuccess || cudaMallocHost(&p, size) != cudaSuccess) {
+    if (cudaSetDevice(g->device) != cudaSuccess || cudaMallocHost(&p, size) != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: clear it */
         return NULL;
     }
+    void *d = NULL;
+    if (g->n_pinned < GPU_PINNED_MAX && cudaHostGetDevicePointer(&d, p, 0) == cudaSuccess && d)
+        g->pinned[g->n_pinned++] = {(char *)p, (char *)d, size};
+    (void)cudaGetLastError(); /* a block without a device view is still pinned */
     return p;
 }
 
 static void g_host_free(rb_backend *be, void *p) {
-    (void)be;
+    gpu_backend *g = gb(be);
+    for (int i = 0; i < g->n_pinned; i++)
+        if (g->pinned[i].host == (char *)p) {
+            g->pinned[i] = g->pinned[--g->n_pinned];
+            break;
+        }
     (void)cudaFreeHost(p);
 }
 
@@ -446,7 +533,7 @@ static const rb_backend_vtable k_gpu_vtable = {
     gpu_rms_norm,      gpu_add_rms_norm,
     gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
-    g_upsample,        gpu_matmul_fused, g_host_alloc,   g_host_free,
+    g_upsample,        gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {
@@ -477,6 +564,10 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
     const char *pdl = getenv("RBEE_GPU_PDL");
     g->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
 #endif
+    const char *dlk = getenv("RBEE_GPU_DLK");
+    g->dl_kernel = !(dlk && strcmp(dlk, "0") == 0);
+    const char *ulk = getenv("RBEE_GPU_ULK");
+    g->ul_kernel = !(ulk && strcmp(ulk, "0") == 0);
     rb_status s = RB_OK;
     const char *what = "stream";
     e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);

@@ -25,6 +25,8 @@ namespace RB_GPU_NS {
  * kernel's counters cover; more fall back to the generic kernel */
 #define ATT_DEC_COUNTERS 65536
 
+#define GPU_PINNED_MAX 32
+
 struct gpu_backend {
     rb_backend base; /* must be first */
     int device;
@@ -39,11 +41,22 @@ struct gpu_backend {
     struct gpu_scratch_blk *scratch_blk; /* owns scratch; captured graphs hold a reference too */
     int *ids_err;      /* graphs: device i32[4] {bad, op, id, limit} of the first out-of-range id */
     int *ids_err_host; /* pinned mirror read back after a replay */
+    int *ids_err_host_dev; /* its device view (NULL: copied back by DMA) */
     bool ids_err_live; /* a graph ran since ids_err was last read */
     unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
     bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
     bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
     struct gpu_trace *trace; /* RBEE_GPU_TRACE: decode-kernel timestamps (gpu_trace.h), else NULL */
+    /* page-locked blocks of g_host_alloc the kernels can address (their
+     * device view), so a read-back into one can be a kernel that writes it
+     * directly (gpu_backend.cu: download) */
+    struct gpu_pinned {
+        char *host, *dev;
+        size_t size;
+    } pinned[GPU_PINNED_MAX];
+    int n_pinned;
+    bool dl_kernel; /* read-backs into those blocks by a kernel (not RBEE_GPU_DLK=0) */
+    bool ul_kernel; /* queued uploads from them by a kernel (not RBEE_GPU_ULK=0: by DMA) */
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif

@@ -30,6 +30,7 @@
 #define cudaFree hipFree
 #define cudaMallocHost hipHostMalloc
 #define cudaFreeHost hipHostFree
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemsetAsync hipMemsetAsync

@@ -144,6 +144,9 @@ template <class T> inline hipError_t hipHostMalloc(T **p, size_t n, unsigned fla
     return cudaHostAlloc((void **)p, n, flags);
 }
 inline hipError_t hipHostFree(void *p) { return cudaFreeHost(p); }
+inline hipError_t hipHostGetDevicePointer(void **d, void *h, unsigned flags) {
+    return cudaHostGetDevicePointer(d, h, flags);
+}
 inline hipError_t hipMemcpy(void *d, const void *s, size_t n, hipMemcpyKind k) { return cudaMemcpy(d, s, n, k); }
 inline hipError_t hipMemcpyAsync(void *d, const void *s, size_t n, hipMemcpyKind k, hipStream_t st = 0) {
     return cudaMemcpyAsync(d, s, n, k, st);
