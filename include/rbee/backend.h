@@ -79,6 +79,14 @@ rb_status rb_buffer_alloc(rb_backend *be, size_t size, rb_buffer **out);
  * where the backend can address it (CPU); other backends copy it to device
  * memory. The memory must outlive the buffer. */
 rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out);
+/* Wraps host memory of rb_backend_host_alloc (ptr .. ptr + size inside one
+ * such block) as a buffer that ops write and read in place: the CPU's
+ * memory, or page-locked memory a GPU addresses over the bus (a decode
+ * step's logits written by the output head where the caller reads them,
+ * with no copy after the step; reading such a buffer from a GPU kernel
+ * crosses the bus, so it suits outputs). RB_E_UNSUPPORTED where the device
+ * cannot address it. The memory must outlive the buffer. */
+rb_status rb_buffer_wrap_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out);
 void rb_buffer_free(rb_buffer *buf);
 size_t rb_buffer_size(const rb_buffer *buf);
 rb_backend *rb_buffer_backend(const rb_buffer *buf);

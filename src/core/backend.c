@@ -211,6 +211,28 @@ rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer 
     return RB_OK;
 }
 
+rb_status rb_buffer_wrap_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out) {
+    if (!be) return RB_E_INVALID;
+    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_wrap_host: out is NULL");
+    *out = NULL;
+    if (!ptr) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_wrap_host: ptr is NULL");
+    if (!be->vt->buffer_wrap_host)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_buffer_wrap_host: %s cannot address host memory", be->name);
+    rb_status s = not_capturing(be, "rb_buffer_wrap_host");
+    if (s != RB_OK) return s;
+    rb_buffer *buf = NULL;
+    s = new_buffer(be, size, &buf);
+    if (s != RB_OK) return s;
+    s = be->vt->buffer_wrap_host(be, buf, ptr, size);
+    if (s != RB_OK) {
+        free(buf);
+        return s;
+    }
+    buf->owned = false;
+    *out = buf;
+    return RB_OK;
+}
+
 void rb_buffer_free(rb_buffer *buf) {
     if (!buf) return;
     buf->backend->vt->buffer_free(buf->backend, buf);

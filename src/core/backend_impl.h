@@ -75,6 +75,9 @@ typedef struct rb_backend_vtable {
     void (*host_free)(rb_backend *be, void *p);
     /* optional (NULL: buffer_set, refused while capturing): rb_buffer_set_queued */
     rb_status (*buffer_set_queued)(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n);
+    /* optional (NULL: RB_E_UNSUPPORTED): rb_buffer_wrap_host, filling buf
+     * like buffer_from_host (buf->owned false) */
+    rb_status (*buffer_wrap_host)(rb_backend *be, rb_buffer *buf, void *ptr, size_t size);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves
@@ -111,7 +114,7 @@ struct rb_buffer {
     size_t size;
     void *host_ptr; /* host-addressable memory or NULL */
     void *impl;     /* backend-private (device pointer, ...) */
-    bool owned;     /* false for rb_buffer_from_host wrappers on the CPU */
+    bool owned;     /* false for rb_buffer_from_host wrappers on the CPU and rb_buffer_wrap_host */
     bool constant;  /* rb_buffer_set_constant: no op or copy writes it any more */
 };
 

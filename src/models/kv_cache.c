@@ -81,6 +81,7 @@ void rb_kv_cache_free(rb_kv_cache *kv) {
     if (kv->buf) rb_buffer_free(kv->buf);
     if (kv->arena) rb_buffer_free(kv->arena);
     rb_backend_host_free(kv->m->be, kv->in_host);
+    rb_buffer_free(kv->out_wrap);
     free(kv->k);
     free(kv->v);
     free(kv);

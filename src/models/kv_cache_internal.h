@@ -49,6 +49,14 @@ struct rb_kv_cache {
      * fetches its inputs itself */
     void *in_host;
     size_t in_host_size;
+    /* the caller's logits memory of the last position-independent step,
+     * wrapped (rb_buffer_wrap_host) so the output head writes it in place;
+     * out_wrap NULL with out_ptr set: that memory cannot be wrapped */
+    rb_buffer *out_wrap;
+    void *out_ptr;
+    size_t out_size;
+    void *out_seen; /* the previous step's logits memory (wrapped once it comes twice in a row) */
+    size_t out_seen_size;
     uint64_t serial;    /* unique among the caches of this process */
     /* captured decode steps (see transformer.c): this cache's one-token step,
      * and a batched step (rb_model_forward_batch) whose first cache it is */

@@ -490,11 +490,48 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
     return s;
 }
 
+/* The logits of a position-independent step of T rows written by the output
+ * head straight into the caller's memory, where the backend can write it in
+ * place (rb_backend_host_alloc's page-locked memory on a GPU: no read-back
+ * queued after the step; 1B tg128 +1%, 7B +0.3%): points b->logits at kv's
+ * wrapper of it. The graphs then write that memory, so it is wrapped only
+ * once the same memory comes a second step in a row (a caller that moves
+ * its buffer every step keeps the read-back and its graphs); another
+ * pointer later, or more rows, wraps again and drops the graphs that wrote
+ * the old one (through arena_gen). Memory that cannot be wrapped is
+ * remembered and read back as before. Not with a final soft-cap (its ops
+ * would read the logits back over the bus) nor for more rows than the
+ * matrix-vector products take. */
+static bool direct_logits(rb_kv_cache *kv, float *logits, int64_t T, fwd_bufs *b) {
+    const rb_model_config *c = &kv->m->cfg;
+    if (c->final_softcap > 0 || T > RB_FUSE_ROWS) return false;
+    const size_t n = sizeof(float) * (size_t)(c->n_vocab * T);
+    const bool again = kv->out_seen == logits && kv->out_seen_size >= n;
+    kv->out_seen = logits;
+    kv->out_seen_size = n;
+    if (kv->out_ptr != logits || kv->out_size < n) {
+        if (!again) return false;
+        if (kv->out_wrap) {
+            rb_kv_cache_drop_graph(kv); /* they write the old memory */
+            kv->arena_gen++;
+            rb_buffer_free(kv->out_wrap);
+            kv->out_wrap = NULL;
+        }
+        kv->out_ptr = logits;
+        kv->out_size = n;
+        if (rb_buffer_wrap_host(kv->m->be, logits, n, &kv->out_wrap) != RB_OK) kv->out_wrap = NULL;
+    }
+    if (!kv->out_wrap) return false;
+    rb_tensor_init4(&b->logits, RB_F32, c->n_vocab, T, 1, 1, kv->out_wrap, 0);
+    return true;
+}
+
 static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err) {
     rb_backend *be = m->be;
     fwd_bufs b;
     layout(&m->cfg, 1, true, kv->arena, &b);
     b.in_host = kv->in_host;
+    const bool direct = direct_logits(kv, logits, 1, &b);
     seq_group g = {.kv = kv, .row0 = 0, .n = 1, .p0 = kv->used};
     rb_status s = upload_inputs(be, &b, &token, 1, &g, 1, err);
     if (s == RB_OK)
@@ -502,7 +539,7 @@ static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float 
                        kv->decode_mode == RB_DECODE_GRAPH_NOWARM, &b, 1, &g, 1, err);
     if (s != RB_OK) return s;
     /* a replay's device-side id checks report here */
-    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)m->cfg.n_vocab);
+    s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)m->cfg.n_vocab);
     if (s != RB_OK) return rb_error_set(err, s, "decode step: %s", rb_backend_last_error(be));
     kv->used = g.p0 + 1;
     return RB_OK;
@@ -526,11 +563,12 @@ static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_
     fwd_bufs b;
     layout(&m->cfg, n, true, lead->arena, &b);
     b.in_host = lead->in_host;
+    const bool direct = direct_logits(lead, logits, n, &b);
     s = upload_inputs(be, &b, tokens, n, grp, n, err);
     if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, want, false, &b, n, grp, n, err);
     free(key);
     if (s != RB_OK) return s;
-    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));
+    s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));
     if (s != RB_OK) return rb_error_set(err, s, "batched decode step: %s", rb_backend_last_error(be));
     for (int64_t i = 0; i < n; i++) kvs[i]->used = grp[i].p0 + 1;
     return RB_OK;

@@ -1,7 +1,10 @@
 /* GPU backend object: device listing (real memory figures), creation errors,
  * buffer upload/download/copy exactness for small and staged (> 16 MiB)
  * transfers (also into and from rb_backend_host_alloc's page-locked
- * memory), rb_buffer_from_host, an out-of-memory allocation that fails with
+ * memory: read-backs of whole 16-byte units there by a kernel, nothing
+ * outside them written; queued uploads read when they run; that memory
+ * wrapped as a buffer written in place, memory past the block or plain
+ * memory refused), rb_buffer_from_host, an out-of-memory allocation that fails with
  * RB_E_NOMEM and a message while the backend keeps working, ops without
  * a GPU kernel refusing with RB_E_UNSUPPORTED, and the RBEE_GPU_TRACE
  * diagnostic (gpu_trace.h) writing every block's readings in order. Skips
@@ -115,6 +118,21 @@ static void test_buffers(void **state) {
             assert_memory_equal(back, pin + at, n);
         }
         for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 5 + 2);
+        /* page-locked memory wrapped as a buffer: copies and ops write it in place */
+        rb_buffer *wb = NULL;
+        TU_OK(rb_buffer_wrap_host(g, pin + 8, n, &wb));
+        assert_int_equal(rb_buffer_size(wb), n);
+        TU_OK(rb_buffer_copy(wb, 0, b, 2, n));
+        TU_OK(rb_buffer_get(b, 2, back, n)); /* (synchronizes) */
+        assert_memory_equal(pin + 8, back, n);
+        memset(back, 0, n);
+        TU_OK(rb_buffer_get(wb, 0, back, n)); /* and read through it */
+        assert_memory_equal(back, pin + 8, n);
+        rb_buffer_free(wb);
+        assert_int_equal(rb_buffer_wrap_host(g, pin + 8, n + 1024, &wb), RB_E_UNSUPPORTED); /* past the block */
+        assert_null(wb);
+        assert_int_equal(rb_buffer_wrap_host(g, src, n, &wb), RB_E_UNSUPPORTED); /* plain memory */
+        assert_int_equal(rb_buffer_wrap_host(g, NULL, n, &wb), RB_E_INVALID);
         TU_OK(rb_buffer_set_queued(a, 0, src, n));
         memset(src, 0x11, n); /* plain memory was copied at the call */
         TU_OK(rb_buffer_get(a, 0, back, n));

@@ -24,7 +24,9 @@
  * copies refused while capturing, a graph keeps working after the scratch
  * it captured has been replaced; a graph that fetches its inputs from
  * page-locked host memory (rb_buffer_set_queued) and results read back into
- * it by a kernel, with the ids check's report. */
+ * it by a kernel, with the ids check's report; a decode whose logits go to
+ * one page-locked buffer has them written there by the output head (not
+ * with gemma2's final soft-cap) with the bits of the read-back. */
 #include "testutil.h"
 
 #include "core/backend_impl.h"
@@ -108,13 +110,16 @@ typedef struct run {
     float *logits; /* (N_GEN + 1) * V */
     int32_t tok[N_GEN];
     rb_graph_state state; /* the cache's graph state at the end */
+    bool direct;          /* the output head wrote the caller's memory in place at the end (kv->out_wrap) */
     char gerr[RB_ERROR_MSG_MAX]; /* why its capture failed, if it did */
 } run;
 
 /* Prefills the prompt (one batch, or token by token when step_prompt), then
- * decodes N_GEN greedy tokens one at a time in the given decode mode. */
-static run greedy_ctx(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
-                      int64_t n_ctx) {
+ * decodes N_GEN greedy tokens one at a time in the given decode mode; with
+ * out, every step's logits go there (one place, as a server's buffer) and
+ * are copied into the run. */
+static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
+                      int64_t n_ctx, float *out) {
     char dir[1200];
     model_dir(dir, sizeof dir, name);
     size_t np = 0;
@@ -135,15 +140,23 @@ static run greedy_ctx(rb_model *m, const char *name, rb_decode_mode mode, rb_dty
     }
     for (int i = 0; i < N_GEN; i++) {
         r.tok[i] = argmax(r.logits + (size_t)(i * V), V);
-        if (rb_model_forward(m, kv, &r.tok[i], 1, false, r.logits + (size_t)((i + 1) * V), &err) != RB_OK)
+        float *dst = r.logits + (size_t)((i + 1) * V);
+        if (rb_model_forward(m, kv, &r.tok[i], 1, false, out ? out : dst, &err) != RB_OK)
             fail_msg("%s step %d (mode %d): %s", name, i, (int)mode, err.msg);
+        if (out) memcpy(dst, out, sizeof(float) * (size_t)V);
     }
     assert_int_equal(rb_kv_cache_used(kv), (int64_t)np + N_GEN);
+    r.direct = kv->out_wrap != NULL && kv->out_ptr == out;
     r.state = rb_kv_cache_graph_state(kv);
     snprintf(r.gerr, sizeof r.gerr, "%s", rb_kv_cache_graph_error(kv));
     rb_kv_cache_free(kv);
     free(prompt);
     return r;
+}
+
+static run greedy_ctx(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
+                      int64_t n_ctx) {
+    return greedy_out(m, name, mode, kvdt, step_prompt, n_ctx, NULL);
 }
 
 static run greedy(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt) {
@@ -447,6 +460,14 @@ static void test_gpu_graph_decode(void **state) {
         run g = greedy(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false);
         run f = greedy(m, MODELS[i], RB_DECODE_FIXED, RB_F16, false);
         run l = greedy(m, MODELS[i], RB_DECODE_LEGACY, RB_F16, false);
+        /* the logits into one page-locked buffer: written there by the output
+         * head (no read-back) once the same memory comes twice, except for a
+         * final soft-cap (gemma2) */
+        float *pin = rb_backend_host_alloc(be, sizeof(float) * (size_t)V);
+        assert_non_null(pin);
+        run p = greedy_out(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false, N_CTX, pin);
+        rb_backend_host_free(be, pin);
+        const bool want_direct = rb_model_get_config(m)->final_softcap == 0;
         const size_t n = (size_t)(V * (N_GEN + 1));
         const double egf = max_rel(g.logits, f.logits, n), egl = max_rel(g.logits, l.logits, n);
         const double l2 = tu_rel_l2_f(g.logits, l.logits, n);
@@ -457,6 +478,11 @@ static void test_gpu_graph_decode(void **state) {
                       "%.3g, rel L2 %.3g, %d tokens differ\n",
                       MODELS[i], (int)g.state, same_bits ? "identical" : "DIFFERENT", egf, egl, l2, tok_diff);
         if (g.state != RB_GRAPH_READY || !same_bits || tok_diff || egl > 1e-4) bad++;
+        const bool pin_bits = memcmp(g.logits, p.logits, n * sizeof(float)) == 0;
+        print_message("gpu %-14s logits in place: %s, graph state %d, %s the graph's read-back\n", MODELS[i],
+                      p.direct ? "yes" : "no", (int)p.state, pin_bits ? "identical to" : "DIFFERENT from");
+        if (p.state != RB_GRAPH_READY || !pin_bits || p.direct != want_direct) bad++;
+        free(p.logits);
         free(g.logits);
         free(f.logits);
         free(l.logits);

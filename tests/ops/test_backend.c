@@ -161,6 +161,13 @@ static void test_buffers(void **state) {
     assert_int_equal(rb_buffer_set_queued(b, 0, NULL, 4), RB_E_INVALID);
     TU_OK(rb_buffer_set_queued(b, 0, NULL, 0));
     assert_int_equal(rb_buffer_set_queued(NULL, 0, hm, 4), RB_E_INVALID);
+    rb_buffer *wb = NULL; /* wrapped in place: ops write the caller's memory */
+    TU_OK(rb_buffer_wrap_host(be, hm + 64, 256, &wb));
+    TU_OK(rb_buffer_copy(wb, 0, b, 24, 256));
+    assert_memory_equal(hm + 64, dst, 256);
+    rb_buffer_free(wb);
+    assert_int_equal(rb_buffer_wrap_host(be, NULL, 4, &wb), RB_E_INVALID);
+    assert_int_equal(rb_buffer_wrap_host(be, hm, 4, NULL), RB_E_INVALID);
     rb_buffer *cb = NULL;
     TU_OK(rb_buffer_alloc(be, 64, &cb));
     TU_OK(rb_buffer_set_constant(cb));

@@ -192,6 +192,7 @@ static const rb_backend_vtable k_cpu_vtable = {
     .sync = cpu_sync,
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_from_host = cpu_buffer_from_host,
+    .buffer_wrap_host = cpu_buffer_from_host, /* plain memory: wrapped in place either way */
     .buffer_free = cpu_buffer_free,
     .buffer_set = cpu_buffer_set,
     .buffer_get = cpu_buffer_get,

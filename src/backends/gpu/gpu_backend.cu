@@ -196,7 +196,7 @@ static rb_status g_device_info(rb_backend *be, rb_device_info *info) {
 /* Graph replays check ids on the device: queue the read-back of the flag
  * (before the caller's synchronize) ... */
 static cudaError_t ids_err_fetch(gpu_backend *g) {
-    if (!g->ids_err_live) return cudaSuccess;
+    if (!g->ids_err_live || g->ids_err_exported) return cudaSuccess;
     return cudaMemcpyAsync(g->ids_err_host, g->ids_err, 4 * sizeof(int), cudaMemcpyDeviceToHost, g->stream);
 }
 
@@ -280,6 +280,11 @@ static rb_status g_buffer_from_host(rb_backend *be, rb_buffer *buf, void *ptr, s
 
 static void g_buffer_free(rb_backend *be, rb_buffer *buf) {
     if (!buf->impl) return;
+    if (!buf->owned) { /* rb_buffer_wrap_host: the caller's page-locked memory */
+        (void)cudaStreamSynchronize(gb(be)->stream); /* queued work may still write it */
+        buf->impl = NULL;
+        return;
+    }
     (void)cudaStreamSynchronize(gb(be)->stream); /* queued work may still use it */
     (void)cudaFree(buf->impl);
     buf->impl = NULL;
@@ -331,31 +336,41 @@ static rb_status g_buffer_set_queued(rb_backend *be, rb_buffer *buf, size_t offs
     return upload(be, d, (const char *)src, n);
 }
 
+/* rb_buffer_wrap_host: a page-locked block of g_host_alloc, which kernels
+ * address through its device view. */
+static rb_status g_buffer_wrap_host(rb_backend *be, rb_buffer *buf, void *ptr, size_t size) {
+    const gpu_backend::gpu_pinned *b = pinned_find(gb(be), ptr, size);
+    if (!b)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED,
+                               "rb_buffer_wrap_host: %zu bytes at %p are not page-locked memory %s can address", size,
+                               ptr, be->name);
+    buf->impl = b->dev + ((char *)ptr - b->host);
+    buf->host_ptr = NULL; /* ops treat it as device memory: queued kernels write it */
+    buf->owned = false;
+    return RB_OK;
+}
+
 /* A read-back into a page-locked block of g_host_alloc (a decode step's
- * logits) as a kernel that writes the host memory through its device view,
- * with the ids check's flag in the same launch: the copy engine's DMA costs
- * ~7 us a copy before its first byte on an H100 (and the flag a second
- * copy), the kernel only its launch, queued behind the step. 16-byte units;
+ * logits) as a kernel that writes the host memory through its device view:
+ * the copy engine's DMA costs ~7 us a copy before its first byte on an
+ * H100, the kernel only its launch, queued behind the step. 16-byte units;
  * false: not such a block or not aligned (the caller copies by DMA). */
-__global__ void k_download(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16, int *flag_dst,
-                           const int *flag_src) {
+__global__ void k_download(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
-    if (flag_dst && blockIdx.x == 0 && threadIdx.x < 4) flag_dst[threadIdx.x] = flag_src[threadIdx.x];
 }
 
 static bool download_kernel(gpu_backend *g, const char *src, void *dst, size_t n, cudaError_t *e) {
     if (!g->dl_kernel || n == 0 || n % 16 || (uintptr_t)dst % 16 || (uintptr_t)src % 16) return false;
     const gpu_backend::gpu_pinned *b = pinned_find(g, dst, n);
     if (!b) return false;
-    const bool flag = g->ids_err_live && g->ids_err_host_dev;
     const size_t n16 = n / 16;
     unsigned blocks = gpu_blocks((int64_t)n16, 256);
     if (blocks > 2u * (unsigned)g->n_sm) blocks = 2u * (unsigned)g->n_sm;
     k_download<<<blocks, 256, 0, g->stream>>>((uint4 *)(b->dev + ((const char *)dst - b->host)), (const uint4 *)src,
-                                              n16, flag ? g->ids_err_host_dev : NULL, g->ids_err);
+                                              n16);
     *e = cudaGetLastError();
-    if (*e == cudaSuccess && g->ids_err_live && !flag) *e = ids_err_fetch(g);
+    if (*e == cudaSuccess) *e = ids_err_fetch(g);
     return true;
 }
 
@@ -372,8 +387,11 @@ static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs,
 
 static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, const rb_buffer *src,
                                size_t src_offs, size_t n) {
-    cudaError_t e = cudaMemcpyAsync((char *)dst->impl + dst_offs, (const char *)src->impl + src_offs, n,
-                                    cudaMemcpyDeviceToDevice, gb(be)->stream);
+    /* a wrapped host block (rb_buffer_wrap_host) on either side: the runtime
+     * tells the memory kinds apart by address */
+    const cudaMemcpyKind kind = dst->owned && src->owned ? cudaMemcpyDeviceToDevice : cudaMemcpyDefault;
+    cudaError_t e = cudaMemcpyAsync((char *)dst->impl + dst_offs, (const char *)src->impl + src_offs, n, kind,
+                                    gb(be)->stream);
     return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "device copy");
 }
 
@@ -382,7 +400,17 @@ static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, 
 struct gpu_graph {
     cudaGraphExec_t exec;
     gpu_scratch_blk *blk; /* the scratch its kernels address (referenced) */
+    bool exports;         /* its last kernel writes the ids check's flag into ids_err_host */
 };
+
+/* A graph's last kernel: the ids check's flag, written by the replay's
+ * kernels (device memory: they set it with an atomic), copied into its
+ * page-locked mirror, so that after a replay nothing is left to copy back
+ * before the host can look at it (a DMA costs ~1.3 us after the step,
+ * queued behind it). */
+__global__ void k_flag_export(int *dst, const int *src) {
+    if (threadIdx.x < 4) dst[threadIdx.x] = src[threadIdx.x];
+}
 
 static rb_status g_capture_begin(rb_backend *be) {
     gpu_backend *g = gb(be);
@@ -422,6 +450,8 @@ static rb_status g_capture_begin(rb_backend *be) {
 static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
     gpu_backend *g = gb(be);
     cudaGraph_t graph = NULL;
+    const bool exports = out && g->ids_err_host_dev;
+    if (exports) k_flag_export<<<1, 32, 0, g->stream>>>(g->ids_err_host_dev, g->ids_err);
     cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
     if (e != cudaSuccess || !out) { /* invalidated by a failed call, or discarded by the caller */
         (void)cudaGetLastError();
@@ -442,6 +472,7 @@ static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
         return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a graph");
     }
     gg->exec = x;
+    gg->exports = exports;
     gg->blk = g->scratch_blk;
     if (gg->blk) gg->blk->refs++;
     out->impl = gg;
@@ -450,9 +481,11 @@ static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
 
 static rb_status g_graph_launch(rb_backend *be, rb_graph *graph) {
     gpu_backend *g = gb(be);
-    cudaError_t e = cudaGraphLaunch(((gpu_graph *)graph->impl)->exec, g->stream);
+    const gpu_graph *gg = (const gpu_graph *)graph->impl;
+    cudaError_t e = cudaGraphLaunch(gg->exec, g->stream);
     if (e != cudaSuccess) return gpu_fail(be, e, "graph launch");
     g->ids_err_live = true; /* its kernels may have flagged an id */
+    g->ids_err_exported = gg->exports; /* and the flag reaches the host with it */
     return RB_OK;
 }
 
@@ -534,6 +567,7 @@ static const rb_backend_vtable k_gpu_vtable = {
     gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
     g_upsample,        gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
+    g_buffer_wrap_host,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

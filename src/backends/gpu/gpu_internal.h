@@ -43,6 +43,7 @@ struct gpu_backend {
     int *ids_err_host; /* pinned mirror read back after a replay */
     int *ids_err_host_dev; /* its device view (NULL: copied back by DMA) */
     bool ids_err_live; /* a graph ran since ids_err was last read */
+    bool ids_err_exported; /* and its last kernel copies the flag to ids_err_host (no DMA to queue) */
     unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
     bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
     bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
@@ -69,6 +70,7 @@ static inline gpu_backend *gb(rb_backend *be) { return (gpu_backend *)be; }
 struct gt {
     char *p;
     int dt;
+    int host; /* p is host memory (rb_buffer_wrap_host), written across the bus */
     int64_t ne[4];
     int64_t nb[4];
 };
@@ -77,6 +79,7 @@ static inline gt gview(const rb_tensor *t) {
     gt v;
     v.p = (char *)t->buf->impl + t->offs;
     v.dt = (int)t->dtype;
+    v.host = !t->buf->owned;
     for (int i = 0; i < 4; i++) {
         v.ne[i] = t->ne[i];
         v.nb[i] = (int64_t)t->nb[i];

@@ -53,6 +53,7 @@ static constexpr hipError_t hipErrorInvalidValue = cudaErrorInvalidValue;
 static constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 static constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 static constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
+static constexpr hipMemcpyKind hipMemcpyDefault = cudaMemcpyDefault;
 static constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
 static constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
 static constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;

@@ -536,11 +536,22 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
         const char *np = getenv("RBEE_GPU_MV_NWPRE");
         q.nwpre = !(np && strcmp(np, "0") == 0);
     }
-    const size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
+    size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
+    if (q.d.host) { /* a destination in host memory: room to stage a block's row results */
+        size_t lim = 0;
+        const size_t off = (smem + 15) & ~(size_t)15;
+        if (slices == 1 && mv_smem_limit(be, &lim) == RB_OK && off + MVD_HOST_ROWS * 4 + 1024 <= lim) {
+            q.hoff = (int)off;
+            smem = off + MVD_HOST_ROWS * 4;
+        } else {
+            q.d.host = 0; /* a store a row: right, but slow across the bus */
+        }
+    }
     unsigned G = 1;
     const int64_t units = p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1]; /* what one group takes at a time */
     rb_status s = mvd_grid(be, fn, NT, smem, units, slices, &G);
     if (s != RB_OK) return s;
+    if (q.d.host && !mvd_host_rows(q, G, NT / 32)) q.d.host = 0;
     /* quantized weights: spans past each group's first requested into L2
      * ahead of the dependency wait, about RBEE_GPU_MV_L2PRE_KB over the
      * launch's busy groups (0: off; float weights: off, measured no gain) */

@@ -269,6 +269,7 @@ gt gpu_contig_view(void *p, rb_dtype dt, int64_t ne0, int64_t ne1, int64_t ne2, 
     gt v;
     v.p = (char *)p;
     v.dt = (int)dt;
+    v.host = 0;
     v.ne[0] = ne0;
     v.ne[1] = ne1;
     v.ne[2] = ne2;
