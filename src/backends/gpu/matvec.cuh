@@ -551,7 +551,7 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
     const int64_t units = p.gluo || p.rope ? p.a.ne[1] / 2 : p.a.ne[1]; /* what one group takes at a time */
     rb_status s = mvd_grid(be, fn, NT, smem, units, slices, &G);
     if (s != RB_OK) return s;
-    if (q.d.host && !mvd_host_rows(q, G, NT / 32)) q.d.host = 0;
+    if (q.d.host && !mvd_host_rows<MT>(q, G, NT / 32)) q.d.host = 0;
     /* quantized weights: spans past each group's first requested into L2
      * ahead of the dependency wait, about RBEE_GPU_MV_L2PRE_KB over the
      * launch's busy groups (0: off; float weights: off, measured no gain) */

@@ -163,7 +163,7 @@ namespace RB_GPU_NS {
 #define MVD_THREADS 256   /* float weights */
 #define MVD_Q_THREADS 512 /* quantized weights: fewer blocks read and quantize the activations */
 #define MVD_MAX_M 4
-#define MVD_HOST_ROWS 1024 /* a block's row results staged for a destination in host memory (gt.host) */
+#define MVD_HOST_ROWS 4096 /* row results (x M) a block stages for a destination in host memory (gt.host) */
 #define MVD_NW_REGS 2 /* float4 of a staged norm weight a thread requests before the first span (K <= 8 NT) */
 #define MVD_ROPE_FREQS 64 /* rope frequencies passed with the launch (head dims up to 128) */
 
@@ -650,7 +650,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
      * block's row results are kept in shared memory and written at its end
      * in whole stores, since a 4-byte write a row across the bus made 1B
      * q4_0 decode 16% slower (tg128 1880 -> 1575); the host side keeps host
-     * only where M = 1 and a block's rows fit (mvd_host_rows), at p.hoff */
+     * only where a block's rows fit (mvd_host_rows), at p.hoff */
     float *held = (float *)((char *)mvd_slot_mem + p.hoff);
     auto put = [&](char *o, int64_t row, int m, float v) { /* dst, and the store (rb_matmul_fused store) */
         stf(p.d.dt, o, v);
@@ -668,7 +668,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             for (int o = 16; o > 0; o >>= 1) t += MV_XOR32(t, o);
             t *= rk[m];
             if (p.d.host) {
-                if (lane == 0) held[st - mvd_rng[0].x] = t;
+                if (lane == 0 && m < p.M) held[m * (MVD_HOST_ROWS / MT) + st - mvd_rng[0].x] = t;
                 continue;
             }
             const bool paired = pairs && st < shi;
@@ -737,7 +737,9 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     if (p.d.host) { /* the block's rows, contiguous: whole stores across the bus */
         __syncthreads();
         const int r0 = mvd_rng[0].x, nr = mvd_rng[NG - 1].z - r0;
-        for (int i = threadIdx.x; i < nr; i += NT) ((float *)p.d.p)[r0 + i] = held[i];
+        for (int m = 0; m < p.M; m++)
+            for (int i = threadIdx.x; i < nr; i += NT)
+                *(float *)(p.d.p + m * p.d.nb[1] + (int64_t)(r0 + i) * 4) = held[m * (MVD_HOST_ROWS / MT) + i];
     }
     if (p.trace) { /* the block's last group is done */
         __syncthreads();
@@ -746,12 +748,12 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
 }
 
 /* Whether k_mvd can write dst in host memory (gt.host) through its staging
- * of a block's rows: one f32 row of results (M = 1, contiguous), no
- * epilogue, at most MVD_HOST_ROWS rows a block. */
-static inline bool mvd_host_rows(const mvd_args &p, int64_t blocks, int ng) {
+ * of a block's rows: contiguous f32 rows of results, no epilogue, at most
+ * MVD_HOST_ROWS / MT rows a block. */
+template <int MT> static inline bool mvd_host_rows(const mvd_args &p, int64_t blocks, int ng) {
     const int64_t N = p.a.ne[1];
-    return p.M == 1 && !p.acc && !p.gluo && !p.rope && !p.sp && p.d.dt == RB_F32 && p.d.nb[0] == 4 &&
-           (N + blocks * ng - 1) / (blocks * ng) * ng <= MVD_HOST_ROWS;
+    return !p.acc && !p.gluo && !p.rope && !p.sp && p.d.dt == RB_F32 && p.d.nb[0] == 4 &&
+           (N + blocks * ng - 1) / (blocks * ng) * ng <= MVD_HOST_ROWS / MT;
 }
 
 /* Shared memory of k_mvd: the groups' slots, the quantized activations and
