@@ -192,45 +192,37 @@ rb_status rb_buffer_alloc(rb_backend *be, size_t size, rb_buffer **out) {
     return RB_OK;
 }
 
-rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out) {
+/* A buffer over caller memory ptr: fill is the backend's buffer_from_host
+ * (a copy on GPUs) or buffer_wrap_host (in place; ptr required). */
+typedef rb_status (*host_fill_fn)(rb_backend *be, rb_buffer *buf, void *ptr, size_t size);
+static rb_status host_buffer(rb_backend *be, void *ptr, size_t size, rb_buffer **out, host_fill_fn fill, bool wrap,
+                             const char *what) {
     if (!be) return RB_E_INVALID;
-    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: out is NULL");
+    if (!out) return rb_backend_fail(be, RB_E_INVALID, "%s: out is NULL", what);
     *out = NULL;
-    if (!ptr && size > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_from_host: ptr is NULL");
-    rb_status s = not_capturing(be, "rb_buffer_from_host");
+    if (!ptr && (wrap || size > 0)) return rb_backend_fail(be, RB_E_INVALID, "%s: ptr is NULL", what);
+    if (!fill) return rb_backend_fail(be, RB_E_UNSUPPORTED, "%s: %s cannot address host memory", what, be->name);
+    rb_status s = not_capturing(be, what);
     if (s != RB_OK) return s;
     rb_buffer *buf = NULL;
     s = new_buffer(be, size, &buf);
     if (s != RB_OK) return s;
-    s = be->vt->buffer_from_host(be, buf, ptr, size);
+    s = fill(be, buf, ptr, size);
     if (s != RB_OK) {
         free(buf);
         return s;
     }
+    if (wrap) buf->owned = false;
     *out = buf;
     return RB_OK;
 }
 
+rb_status rb_buffer_from_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out) {
+    return host_buffer(be, ptr, size, out, be ? be->vt->buffer_from_host : NULL, false, "rb_buffer_from_host");
+}
+
 rb_status rb_buffer_wrap_host(rb_backend *be, void *ptr, size_t size, rb_buffer **out) {
-    if (!be) return RB_E_INVALID;
-    if (!out) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_wrap_host: out is NULL");
-    *out = NULL;
-    if (!ptr) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_wrap_host: ptr is NULL");
-    if (!be->vt->buffer_wrap_host)
-        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_buffer_wrap_host: %s cannot address host memory", be->name);
-    rb_status s = not_capturing(be, "rb_buffer_wrap_host");
-    if (s != RB_OK) return s;
-    rb_buffer *buf = NULL;
-    s = new_buffer(be, size, &buf);
-    if (s != RB_OK) return s;
-    s = be->vt->buffer_wrap_host(be, buf, ptr, size);
-    if (s != RB_OK) {
-        free(buf);
-        return s;
-    }
-    buf->owned = false;
-    *out = buf;
-    return RB_OK;
+    return host_buffer(be, ptr, size, out, be ? be->vt->buffer_wrap_host : NULL, true, "rb_buffer_wrap_host");
 }
 
 void rb_buffer_free(rb_buffer *buf) {
@@ -246,16 +238,23 @@ void *rb_buffer_host_ptr(const rb_buffer *buf) { return buf ? buf->host_ptr : NU
 /* offs + n within size, without overflow. */
 static bool range_ok(size_t size, size_t offs, size_t n) { return offs <= size && n <= size - offs; }
 
+/* The checks of a write of n bytes from src into buf at offs. */
+static rb_status set_ok(const rb_buffer *buf, size_t offs, const void *src, size_t n, const char *what) {
+    rb_backend *be = buf->backend;
+    if (!src && n > 0) return rb_backend_fail(be, RB_E_INVALID, "%s: src is NULL", what);
+    if (!range_ok(buf->size, offs, n))
+        return rb_backend_fail(be, RB_E_RANGE, "%s: bytes [%zu, +%zu) outside buffer of %zu bytes", what, offs, n,
+                               buf->size);
+    if (buf->constant) return rb_backend_fail(be, RB_E_INVALID, "%s: the buffer is constant", what);
+    return RB_OK;
+}
+
 rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n) {
     if (!buf) return RB_E_INVALID;
     rb_backend *be = buf->backend;
-    if (!src && n > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set: src is NULL");
-    if (!range_ok(buf->size, offs, n))
-        return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_set: bytes [%zu, +%zu) outside buffer of %zu bytes",
-                               offs, n, buf->size);
-    if (buf->constant) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set: the buffer is constant");
-    if (n == 0) return RB_OK;
-    rb_status s = not_capturing(be, "rb_buffer_set");
+    rb_status s = set_ok(buf, offs, src, n, "rb_buffer_set");
+    if (s != RB_OK || n == 0) return s;
+    s = not_capturing(be, "rb_buffer_set");
     if (s != RB_OK) return s;
     return be->vt->buffer_set(be, buf, offs, src, n);
 }
@@ -263,14 +262,10 @@ rb_status rb_buffer_set(rb_buffer *buf, size_t offs, const void *src, size_t n) 
 rb_status rb_buffer_set_queued(rb_buffer *buf, size_t offs, const void *src, size_t n) {
     if (!buf) return RB_E_INVALID;
     rb_backend *be = buf->backend;
-    if (!src && n > 0) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set_queued: src is NULL");
-    if (!range_ok(buf->size, offs, n))
-        return rb_backend_fail(be, RB_E_RANGE, "rb_buffer_set_queued: bytes [%zu, +%zu) outside buffer of %zu bytes",
-                               offs, n, buf->size);
-    if (buf->constant) return rb_backend_fail(be, RB_E_INVALID, "rb_buffer_set_queued: the buffer is constant");
-    if (n == 0) return RB_OK;
+    rb_status s = set_ok(buf, offs, src, n, "rb_buffer_set_queued");
+    if (s != RB_OK || n == 0) return s;
     if (be->vt->buffer_set_queued) return be->vt->buffer_set_queued(be, buf, offs, src, n);
-    rb_status s = not_capturing(be, "rb_buffer_set_queued");
+    s = not_capturing(be, "rb_buffer_set_queued");
     if (s != RB_OK) return s;
     return be->vt->buffer_set(be, buf, offs, src, n);
 }
