@@ -26,6 +26,7 @@ typedef struct rb_decode_graph {
     uint64_t gen;  /* the owner's arena_gen that state refers to */
     uint64_t *key; /* serials of the caches of the step (one, or a batch's) */
     int64_t n_key;
+    const void *out; /* the caller's logits memory its ops write in place (transformer.c direct_logits), NULL: the arena */
     rb_graph *graph;
     char error[RB_ERROR_MSG_MAX];
 } rb_decode_graph;

@@ -428,7 +428,8 @@ static bool decode_graphs(const rb_model *m, const rb_kv_cache *kv) {
 
 /* Records what a slot's state refers to: the caches of the step and the
  * owner's arena. false: no memory for the key (the slot stays as it was). */
-static bool slot_mark(rb_decode_graph *dg, rb_graph_state state, const uint64_t *key, int64_t n_key, uint64_t gen) {
+static bool slot_mark(rb_decode_graph *dg, rb_graph_state state, const uint64_t *key, int64_t n_key, uint64_t gen,
+                      const void *out) {
     if (!dg->key || dg->n_key != n_key) {
         uint64_t *k = malloc(sizeof(uint64_t) * (size_t)n_key);
         if (!k) return false;
@@ -438,6 +439,7 @@ static bool slot_mark(rb_decode_graph *dg, rb_graph_state state, const uint64_t 
     }
     memcpy(dg->key, key, sizeof(uint64_t) * (size_t)n_key);
     dg->gen = gen;
+    dg->out = out;
     dg->state = state;
     return true;
 }
@@ -454,11 +456,11 @@ static rb_status launch(rb_backend *be, rb_graph *g, rb_error *err) {
  * captures them into dg first. A capture that fails leaves the slot eager
  * until its key or the arena changes. */
 static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg, const uint64_t *key, int64_t n_key,
-                            bool want, bool nowarm, const fwd_bufs *b, int64_t T, const seq_group *grp,
-                            int64_t n_grp, rb_error *err) {
+                            const void *out, bool want, bool nowarm, const fwd_bufs *b, int64_t T,
+                            const seq_group *grp, int64_t n_grp, rb_error *err) {
     rb_backend *be = m->be;
     const bool same = dg->state != RB_GRAPH_NONE && dg->gen == owner->arena_gen && dg->n_key == n_key &&
-                      memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
+                      dg->out == out && memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
     if (!same && dg->state != RB_GRAPH_NONE) rb_decode_graph_drop(dg);
     if (dg->graph) return launch(be, dg->graph, err);
     if (want && (dg->state == RB_GRAPH_WARM || (dg->state == RB_GRAPH_NONE && nowarm))) {
@@ -480,13 +482,13 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
         }
         /* eager from now on, until the key or the arena changes (without
          * memory for the key: retried after the next warm-up) */
-        if (!slot_mark(dg, RB_GRAPH_FAILED, key, n_key, owner->arena_gen)) dg->state = RB_GRAPH_NONE;
+        if (!slot_mark(dg, RB_GRAPH_FAILED, key, n_key, owner->arena_gen, out)) dg->state = RB_GRAPH_NONE;
         snprintf(dg->error, sizeof dg->error, "%s", cerr.msg);
     }
     rb_status s = run_ops(m, b, T, grp, n_grp, true, true, true, err);
     /* warmed up (the backend's scratch is sized): the next such step captures */
     if (s == RB_OK && want && dg->state == RB_GRAPH_NONE)
-        (void)slot_mark(dg, RB_GRAPH_WARM, key, n_key, owner->arena_gen);
+        (void)slot_mark(dg, RB_GRAPH_WARM, key, n_key, owner->arena_gen, out);
     return s;
 }
 
@@ -494,14 +496,15 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
  * head straight into the caller's memory, where the backend can write it in
  * place (rb_backend_host_alloc's page-locked memory on a GPU: no read-back
  * queued after the step; 1B tg128 +1%, 7B +0.3%): points b->logits at kv's
- * wrapper of it. The graphs then write that memory, so it is wrapped only
- * once the same memory comes a second step in a row (a caller that moves
- * its buffer every step keeps the read-back and its graphs); another
- * pointer later, or more rows, wraps again and drops the graphs that wrote
- * the old one (through arena_gen). Memory that cannot be wrapped is
- * remembered and read back as before. Not with a final soft-cap (its ops
- * would read the logits back over the bus) nor for more rows than the
- * matrix-vector products take. */
+ * wrapper of it. A graph's ops then write that memory, so where the logits
+ * go is part of what a graph was captured for (graph_step's out: the
+ * caller's pointer, or NULL for the arena), and the memory is wrapped only
+ * once it comes a second step in a row (a caller that moves its buffer
+ * every step keeps the read-back and its graphs). Another pointer, or more
+ * rows, wraps again and drops the cache's graphs that wrote through the old
+ * wrapper. Memory that cannot be wrapped is remembered and read back as
+ * before. Not with a final soft-cap (its ops would read the logits back
+ * over the bus) nor for more rows than the matrix-vector products take. */
 static bool direct_logits(rb_kv_cache *kv, float *logits, int64_t T, fwd_bufs *b) {
     const rb_model_config *c = &kv->m->cfg;
     if (c->final_softcap > 0 || T > RB_FUSE_ROWS) return false;
@@ -509,11 +512,11 @@ static bool direct_logits(rb_kv_cache *kv, float *logits, int64_t T, fwd_bufs *b
     const bool again = kv->out_seen == logits && kv->out_seen_size >= n;
     kv->out_seen = logits;
     kv->out_seen_size = n;
-    if (kv->out_ptr != logits || kv->out_size < n) {
+    const bool known = kv->out_ptr == logits && kv->out_size >= n; /* wrapped, or found not wrappable */
+    if (!known) {
         if (!again) return false;
         if (kv->out_wrap) {
-            rb_kv_cache_drop_graph(kv); /* they write the old memory */
-            kv->arena_gen++;
+            rb_kv_cache_drop_graph(kv); /* they write through the old wrapper */
             rb_buffer_free(kv->out_wrap);
             kv->out_wrap = NULL;
         }
@@ -535,7 +538,7 @@ static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float 
     seq_group g = {.kv = kv, .row0 = 0, .n = 1, .p0 = kv->used};
     rb_status s = upload_inputs(be, &b, &token, 1, &g, 1, err);
     if (s == RB_OK)
-        s = graph_step(m, kv, &kv->dec, &kv->serial, 1, decode_graphs(m, kv),
+        s = graph_step(m, kv, &kv->dec, &kv->serial, 1, direct ? logits : NULL, decode_graphs(m, kv),
                        kv->decode_mode == RB_DECODE_GRAPH_NOWARM, &b, 1, &g, 1, err);
     if (s != RB_OK) return s;
     /* a replay's device-side id checks report here */
@@ -565,7 +568,7 @@ static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_
     b.in_host = lead->in_host;
     const bool direct = direct_logits(lead, logits, n, &b);
     s = upload_inputs(be, &b, tokens, n, grp, n, err);
-    if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, want, false, &b, n, grp, n, err);
+    if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, direct ? logits : NULL, want, false, &b, n, grp, n, err);
     free(key);
     if (s != RB_OK) return s;
     s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));

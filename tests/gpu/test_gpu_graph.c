@@ -116,10 +116,10 @@ typedef struct run {
 
 /* Prefills the prompt (one batch, or token by token when step_prompt), then
  * decodes N_GEN greedy tokens one at a time in the given decode mode; with
- * out, every step's logits go there (one place, as a server's buffer) and
- * are copied into the run. */
+ * outs, step i's logits go to outs[i] where that is not NULL (a server's
+ * buffer) and are copied into the run. */
 static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
-                      int64_t n_ctx, float *out) {
+                      int64_t n_ctx, float *const *outs) {
     char dir[1200];
     model_dir(dir, sizeof dir, name);
     size_t np = 0;
@@ -140,13 +140,13 @@ static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dty
     }
     for (int i = 0; i < N_GEN; i++) {
         r.tok[i] = argmax(r.logits + (size_t)(i * V), V);
-        float *dst = r.logits + (size_t)((i + 1) * V);
+        float *dst = r.logits + (size_t)((i + 1) * V), *out = outs ? outs[i] : NULL;
         if (rb_model_forward(m, kv, &r.tok[i], 1, false, out ? out : dst, &err) != RB_OK)
             fail_msg("%s step %d (mode %d): %s", name, i, (int)mode, err.msg);
         if (out) memcpy(dst, out, sizeof(float) * (size_t)V);
     }
     assert_int_equal(rb_kv_cache_used(kv), (int64_t)np + N_GEN);
-    r.direct = kv->out_wrap != NULL && kv->out_ptr == out;
+    r.direct = outs && kv->out_wrap != NULL && kv->out_ptr == outs[N_GEN - 1];
     r.state = rb_kv_cache_graph_state(kv);
     snprintf(r.gerr, sizeof r.gerr, "%s", rb_kv_cache_graph_error(kv));
     rb_kv_cache_free(kv);
@@ -465,8 +465,19 @@ static void test_gpu_graph_decode(void **state) {
          * final soft-cap (gemma2) */
         float *pin = rb_backend_host_alloc(be, sizeof(float) * (size_t)V);
         assert_non_null(pin);
-        run p = greedy_out(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false, N_CTX, pin);
+        float *outs[N_GEN];
+        for (int j = 0; j < N_GEN; j++) outs[j] = pin;
+        run p = greedy_out(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false, N_CTX, outs);
+        /* the logits' memory changing under captured graphs: page-locked A,
+         * the run's own (read back), A again, page-locked B, A every other
+         * step: every step's logits still right */
+        float *pin2 = rb_backend_host_alloc(be, sizeof(float) * (size_t)V);
+        assert_non_null(pin2);
+        for (int j = 0; j < N_GEN; j++)
+            outs[j] = j < 6 ? pin : j < 9 ? NULL : j < 12 ? pin : j < 16 ? pin2 : (j & 1) ? pin : NULL;
+        run q = greedy_out(m, MODELS[i], RB_DECODE_AUTO, RB_F16, false, N_CTX, outs);
         rb_backend_host_free(be, pin);
+        rb_backend_host_free(be, pin2);
         const bool want_direct = rb_model_get_config(m)->final_softcap == 0;
         const size_t n = (size_t)(V * (N_GEN + 1));
         const double egf = max_rel(g.logits, f.logits, n), egl = max_rel(g.logits, l.logits, n);
@@ -482,6 +493,11 @@ static void test_gpu_graph_decode(void **state) {
         print_message("gpu %-14s logits in place: %s, graph state %d, %s the graph's read-back\n", MODELS[i],
                       p.direct ? "yes" : "no", (int)p.state, pin_bits ? "identical to" : "DIFFERENT from");
         if (p.state != RB_GRAPH_READY || !pin_bits || p.direct != want_direct) bad++;
+        if (memcmp(g.logits, q.logits, n * sizeof(float)) != 0) {
+            print_message("gpu %-14s logits memory changing between steps: DIFFERENT logits\n", MODELS[i]);
+            bad++;
+        }
+        free(q.logits);
         free(p.logits);
         free(g.logits);
         free(f.logits);
