@@ -189,9 +189,11 @@ static void expect_same_bits(const run *a, const run *b, int64_t V, const char *
 typedef struct brun {
     float *logits; /* N_GEN steps of NB rows of V */
     rb_graph_state state;
+    bool direct; /* the first cache's steps wrote the logits in place at the end */
 } brun;
 
-static brun greedy_batch(rb_model *m, const char *name, rb_decode_mode mode) {
+/* (pin: every step's logits into that one NB x V buffer, then copied) */
+static brun greedy_batch_to(rb_model *m, const char *name, rb_decode_mode mode, float *pin) {
     char dir[1200];
     model_dir(dir, sizeof dir, name);
     size_t np = 0;
@@ -214,16 +216,22 @@ static brun greedy_batch(rb_model *m, const char *name, rb_decode_mode mode) {
     }
     for (int st = 0; st < N_GEN; st++) {
         float *out = r.logits + (size_t)(st * NB * V);
-        if (rb_model_forward_batch(m, kv, tok, NB, out, &err) != RB_OK)
+        if (rb_model_forward_batch(m, kv, tok, NB, pin ? pin : out, &err) != RB_OK)
             fail_msg("%s batch step %d (mode %d): %s", name, st, (int)mode, err.msg);
+        if (pin) memcpy(out, pin, sizeof(float) * (size_t)(NB * V));
         for (int i = 0; i < NB; i++) tok[i] = argmax(out + (size_t)(i * V), V);
     }
     for (int i = 0; i < NB; i++) assert_int_equal(rb_kv_cache_used(kv[i]), (int64_t)np - i + N_GEN);
     r.state = rb_kv_cache_batch_graph_state(kv[0]);
+    r.direct = pin && kv[0]->out_wrap && kv[0]->out_ptr == pin;
     for (int i = 0; i < NB; i++) rb_kv_cache_free(kv[i]);
     free(lg);
     free(prompt);
     return r;
+}
+
+static brun greedy_batch(rb_model *m, const char *name, rb_decode_mode mode) {
+    return greedy_batch_to(m, name, mode, NULL);
 }
 
 /* ---- CPU ---- */
@@ -521,6 +529,15 @@ static void test_gpu_graph_batch(void **state) {
         const size_t n = (size_t)(V * NB * N_GEN);
         brun g = greedy_batch(m, MODELS[i], RB_DECODE_AUTO), f = greedy_batch(m, MODELS[i], RB_DECODE_FIXED);
         brun l = greedy_batch(m, MODELS[i], RB_DECODE_LEGACY);
+        float *pin = rb_backend_host_alloc(be, sizeof(float) * (size_t)(V * NB));
+        assert_non_null(pin);
+        brun p = greedy_batch_to(m, MODELS[i], RB_DECODE_AUTO, pin); /* logits in place: the same bits */
+        rb_backend_host_free(be, pin);
+        const bool pin_same = memcmp(g.logits, p.logits, n * sizeof(float)) == 0;
+        print_message("gpu %-14s batch x%d logits in place: %s, %s the read-back\n", MODELS[i], NB,
+                      p.direct ? "yes" : "no", pin_same ? "identical to" : "DIFFERENT from");
+        if (p.direct != (rb_model_get_config(m)->final_softcap == 0) || !pin_same || p.state != RB_GRAPH_READY) bad++;
+        free(p.logits);
         const bool same = memcmp(g.logits, f.logits, n * sizeof(float)) == 0;
         const double egl = max_rel(g.logits, l.logits, n);
         print_message("gpu %-14s batch x%d graph state %d; graph vs eager %s (max rel %.3g); vs per-step max rel "
