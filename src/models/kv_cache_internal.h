@@ -49,7 +49,6 @@ struct rb_kv_cache {
      * read it from a queued copy (rb_buffer_set_queued), so a captured step
      * fetches its inputs itself */
     void *in_host;
-    size_t in_host_size;
     /* the caller's logits memory of the last position-independent step,
      * wrapped (rb_buffer_wrap_host) so the output head writes it in place;
      * out_wrap NULL with out_ptr set: that memory cannot be wrapped */

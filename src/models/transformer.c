@@ -43,6 +43,9 @@ typedef struct fwd_bufs {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* Bytes from the ids to the end of the positions: what one copy fills. */
+static size_t inputs_span(const fwd_bufs *b) { return b->pos.offs + rb_tensor_nbytes_contig(&b->pos) - b->ids.offs; }
+
 /* Lays out every activation tensor of a T-token micro-batch at offsets of
  * buf (NULL: only computes the total size). ids and pos come first and next
  * to each other: one upload fills both. */
@@ -89,8 +92,7 @@ static rb_status ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err) {
     kv->arena_tokens = T;
     fwd_bufs b;
     layout(c, T, true, kv->arena, &b);
-    kv->in_host_size = b.pos.offs + rb_tensor_nbytes_contig(&b.pos) - b.ids.offs;
-    kv->in_host = rb_backend_host_alloc(kv->m->be, kv->in_host_size); /* NULL: uploaded before each step */
+    kv->in_host = rb_backend_host_alloc(kv->m->be, inputs_span(&b)); /* NULL: uploaded before each step */
     return RB_OK;
 }
 
@@ -128,7 +130,7 @@ typedef struct seq_group {
  * (with b->in_host: written there, for run_ops to queue the copy). */
 static rb_status upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err) {
-    const size_t lo = b->ids.offs, pos_at = b->pos.offs - lo, n = pos_at + sizeof(int32_t) * (size_t)T;
+    const size_t lo = b->ids.offs, pos_at = b->pos.offs - lo, n = inputs_span(b);
     char *tmp = b->in_host ? memset(b->in_host, 0, n) : calloc(1, n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     memcpy(tmp, tokens, sizeof(int32_t) * (size_t)T);
@@ -156,10 +158,7 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
     int il = -1;
     fwd_bufs b = *bufs;
 
-    if (b.in_host) {
-        const size_t n = b.pos.offs + rb_tensor_nbytes_contig(&b.pos) - b.ids.offs;
-        CK(rb_buffer_set_queued(b.ids.buf, b.ids.offs, b.in_host, n));
-    }
+    if (b.in_host) CK(rb_buffer_set_queued(b.ids.buf, b.ids.offs, b.in_host, inputs_span(&b)));
     CK(rb_get_rows(be, &b.x, &m->tok_embd, &b.ids));
     if (c->embd_scale) CK(rb_affine(be, &b.x, &b.x, (float)sqrt((double)E), 0.0f));
 

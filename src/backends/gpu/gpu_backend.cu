@@ -280,13 +280,8 @@ static rb_status g_buffer_from_host(rb_backend *be, rb_buffer *buf, void *ptr, s
 
 static void g_buffer_free(rb_backend *be, rb_buffer *buf) {
     if (!buf->impl) return;
-    if (!buf->owned) { /* rb_buffer_wrap_host: the caller's page-locked memory */
-        (void)cudaStreamSynchronize(gb(be)->stream); /* queued work may still write it */
-        buf->impl = NULL;
-        return;
-    }
     (void)cudaStreamSynchronize(gb(be)->stream); /* queued work may still use it */
-    (void)cudaFree(buf->impl);
+    if (buf->owned) (void)cudaFree(buf->impl); /* else rb_buffer_wrap_host: the caller's memory */
     buf->impl = NULL;
 }
 
@@ -306,24 +301,29 @@ static const gpu_backend::gpu_pinned *pinned_find(const gpu_backend *g, const vo
     return NULL;
 }
 
-/* rb_buffer_set_queued from a page-locked block: a one-block kernel reads it
- * through its device view when it runs (in a graph: at every replay), so a
- * decode step's token id and position reach the device inside the step's
- * graph, without a copy queued before its launch. */
-__global__ void k_upload(unsigned *__restrict__ dst, const unsigned *__restrict__ src, unsigned n4) {
-    for (unsigned i = threadIdx.x; i < n4; i += blockDim.x) dst[i] = src[i];
+/* n bytes at d <- s (device addresses, either one a page-locked block's
+ * device view) as the copy kernel of gpu_copy_view: 4-byte words, or float4
+ * pieces where both are 16-byte aligned and n a multiple of 16 (the bytes
+ * move unchanged). false: not 4-byte units (the caller uses the copy engine). */
+static bool copy_kernel(rb_backend *be, char *d, const char *s, size_t n, rb_status *st) {
+    if (n == 0 || n % 4 || (uintptr_t)d % 4 || (uintptr_t)s % 4) return false;
+    const bool v16 = n % 16 == 0 && (uintptr_t)d % 16 == 0 && (uintptr_t)s % 16 == 0;
+    const rb_dtype dt = v16 ? RB_F32 : RB_I32;
+    *st = gpu_copy_view(be, gpu_contig_view(d, dt, (int64_t)(n / 4), 1, 1, 1),
+                        gpu_contig_view((void *)s, dt, (int64_t)(n / 4), 1, 1, 1));
+    return true;
 }
 
+/* rb_buffer_set_queued from a page-locked block: a kernel reads it through
+ * its device view when it runs (in a graph: at every replay), so a decode
+ * step's token id and position reach the device inside the step's graph,
+ * without a copy queued before its launch. */
 static rb_status g_buffer_set_queued(rb_backend *be, rb_buffer *buf, size_t offs, const void *src, size_t n) {
     gpu_backend *g = gb(be);
     char *d = (char *)buf->impl + offs;
     const gpu_backend::gpu_pinned *b = pinned_find(g, src, n);
-    if (b && g->ul_kernel && n % 4 == 0 && n / 4 <= 0xffffffffu && (uintptr_t)src % 4 == 0 && (uintptr_t)d % 4 == 0) {
-        k_upload<<<1, 256, 0, g->stream>>>((unsigned *)d, (const unsigned *)(b->dev + ((const char *)src - b->host)),
-                                           (unsigned)(n / 4));
-        cudaError_t e = cudaGetLastError();
-        return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
-    }
+    rb_status st = RB_OK;
+    if (b && g->ul_kernel && copy_kernel(be, d, b->dev + ((const char *)src - b->host), n, &st)) return st;
     if (b) { /* page-locked: the DMA reads it when it runs, and a capture records it */
         cudaError_t e = cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, g->stream);
         return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
@@ -346,41 +346,27 @@ static rb_status g_buffer_wrap_host(rb_backend *be, rb_buffer *buf, void *ptr, s
                                ptr, be->name);
     buf->impl = b->dev + ((char *)ptr - b->host);
     buf->host_ptr = NULL; /* ops treat it as device memory: queued kernels write it */
-    buf->owned = false;
     return RB_OK;
 }
 
 /* A read-back into a page-locked block of g_host_alloc (a decode step's
- * logits) as a kernel that writes the host memory through its device view:
- * the copy engine's DMA costs ~7 us a copy before its first byte on an
- * H100, the kernel only its launch, queued behind the step. 16-byte units;
- * false: not such a block or not aligned (the caller copies by DMA). */
-__global__ void k_download(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
-}
-
-static bool download_kernel(gpu_backend *g, const char *src, void *dst, size_t n, cudaError_t *e) {
-    if (!g->dl_kernel || n == 0 || n % 16 || (uintptr_t)dst % 16 || (uintptr_t)src % 16) return false;
-    const gpu_backend::gpu_pinned *b = pinned_find(g, dst, n);
-    if (!b) return false;
-    const size_t n16 = n / 16;
-    unsigned blocks = gpu_blocks((int64_t)n16, 256);
-    if (blocks > 2u * (unsigned)g->n_sm) blocks = 2u * (unsigned)g->n_sm;
-    k_download<<<blocks, 256, 0, g->stream>>>((uint4 *)(b->dev + ((const char *)dst - b->host)), (const uint4 *)src,
-                                              n16);
-    *e = cudaGetLastError();
-    if (*e == cudaSuccess) *e = ids_err_fetch(g);
-    return true;
-}
-
+ * logits, where not written in place) in whole 16-byte units is a kernel
+ * that writes the host memory through its device view: the copy engine's
+ * DMA costs ~7 us a copy before its first byte on an H100, the kernel only
+ * its launch, queued behind the step. */
 static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs, void *dst, size_t n) {
     gpu_backend *g = gb(be);
+    const char *src = (const char *)buf->impl + offs;
+    const bool whole = n % 16 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
+    const gpu_backend::gpu_pinned *b = g->dl_kernel && whole ? pinned_find(g, dst, n) : NULL;
+    rb_status st = RB_OK;
     cudaError_t e = cudaSuccess;
-    if (!download_kernel(g, (const char *)buf->impl + offs, dst, n, &e)) {
-        e = cudaMemcpyAsync(dst, (const char *)buf->impl + offs, n, cudaMemcpyDeviceToHost, g->stream);
-        if (e == cudaSuccess) e = ids_err_fetch(g);
+    if (b && copy_kernel(be, b->dev + ((char *)dst - b->host), src, n, &st)) {
+        if (st != RB_OK) return st;
+    } else {
+        e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g->stream);
     }
+    if (e == cudaSuccess) e = ids_err_fetch(g);
     if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
     return e == cudaSuccess ? ids_err_report(be) : gpu_fail(be, e, "download");
 }
@@ -402,15 +388,6 @@ struct gpu_graph {
     gpu_scratch_blk *blk; /* the scratch its kernels address (referenced) */
     bool exports;         /* its last kernel writes the ids check's flag into ids_err_host */
 };
-
-/* A graph's last kernel: the ids check's flag, written by the replay's
- * kernels (device memory: they set it with an atomic), copied into its
- * page-locked mirror, so that after a replay nothing is left to copy back
- * before the host can look at it (a DMA costs ~1.3 us after the step,
- * queued behind it). */
-__global__ void k_flag_export(int *dst, const int *src) {
-    if (threadIdx.x < 4) dst[threadIdx.x] = src[threadIdx.x];
-}
 
 static rb_status g_capture_begin(rb_backend *be) {
     gpu_backend *g = gb(be);
@@ -450,8 +427,14 @@ static rb_status g_capture_begin(rb_backend *be) {
 static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
     gpu_backend *g = gb(be);
     cudaGraph_t graph = NULL;
-    const bool exports = out && g->ids_err_host_dev;
-    if (exports) k_flag_export<<<1, 32, 0, g->stream>>>(g->ids_err_host_dev, g->ids_err);
+    /* the graph's last kernel copies the ids check's flag (device memory: the
+     * replay's kernels set it with an atomic) into its page-locked mirror, so
+     * nothing is left to copy back after a replay (a DMA: ~1.3 us queued
+     * behind the step) */
+    rb_status fst = RB_OK;
+    const bool exports = out && g->ids_err_host_dev &&
+                         copy_kernel(be, (char *)g->ids_err_host_dev, (const char *)g->ids_err, 4 * sizeof(int), &fst) &&
+                         fst == RB_OK;
     cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
     if (e != cudaSuccess || !out) { /* invalidated by a failed call, or discarded by the caller */
         (void)cudaGetLastError();
