@@ -149,7 +149,14 @@
  * (1B down 8.04 -> 6.2-7.0 us, but the launches after it start only when it
  * ends: 1B q4_0 1620-1727 against 1870-1880), and L2 prefetch hints for the
  * next op's weights from decode attention or the output head (attention
- * 3.8 -> 6.2 us: its loads queue behind the prefetch). */
+ * 3.8 -> 6.2 us: its loads queue behind the prefetch). Dropped in run 25: a
+ * tensor-core q4_0 product at M = 1 (blocks of 16-row tiles x 256-element K
+ * slices split over their warps, each warp converting only its slices'
+ * activations to f16 - no block barrier - and summing q4_0 blocks with
+ * mma.m16n8k16): the prologue ~2 us a 7B layer shorter, but ~300
+ * instructions a lane per 2304 bytes and every epilogue after the block's
+ * barrier made the streaming slower (7B q4_0 472 against 544, 1B 1494
+ * against 1868 tok/s). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
