@@ -81,6 +81,8 @@ __global__ void k_where(gt d, gt cd, gt a, gt b, int64_t n) {
 
 /* Same dtype: copies the element's bytes (exact for every plain type). */
 __global__ void k_copy(gt d, gt s, int esz, int64_t n) {
+    rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small (gpu_copy_view, gpu_cast) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
@@ -130,6 +132,8 @@ __global__ void k_convert(gt d, gt s, int64_t n) {
  * (ld4/st4/row_at/rows4_ok: gpu_common.cuh). */
 /* grid (column blocks, row blocks), rows strided by gridDim.y */
 __global__ void k_convert_rows(gt d, gt s, int64_t nrows) {
+    rb_grid_dep_trigger();
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small (gpu_copy_view, gpu_cast) */
     const int q = (int)(d.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const char *sr = row_at(s, d.ne, r);
@@ -296,10 +300,11 @@ rb_status gpu_copy_view(rb_backend *be, const gt &dst, const gt &src) {
     } else if (gpu_quant_ok((rb_dtype)src.dt))
         k_dequant<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
     else if (rows4_pair(dst, src))
-        k_convert_rows<<<rows_grid(dst, EW_THREADS), EW_THREADS, 0, st>>>(dst, src,
-                                                                          dst.ne[1] * dst.ne[2] * dst.ne[3]);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_convert_rows, rows_grid(dst, EW_THREADS), dim3(EW_THREADS), 0,
+                             dst, src, dst.ne[1] * dst.ne[2] * dst.ne[3]);
     else if (src.dt == dst.dt)
-        k_copy<<<nb, EW_THREADS, 0, st>>>(dst, src, (int)rb_dtype_info(src.dt)->type_size, n);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, dst, src,
+                             (int)rb_dtype_info(src.dt)->type_size, n);
     else
         k_convert<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
     return gpu_check_launch(be, "convert");
@@ -325,10 +330,11 @@ rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
                                             cudaMemcpyDeviceToDevice, st);
             return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "cast copy");
         }
-        k_copy<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), esz, n);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, gview(dst), gview(src),
+                             esz, n);
     } else if (rows4_pair(gview(dst), gview(src))) {
-        k_convert_rows<<<rows_grid(gview(dst), EW_THREADS), EW_THREADS, 0, st>>>(gview(dst), gview(src),
-                                                                     dst->ne[1] * dst->ne[2] * dst->ne[3]);
+        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_convert_rows, rows_grid(gview(dst), EW_THREADS),
+                             dim3(EW_THREADS), 0, gview(dst), gview(src), dst->ne[1] * dst->ne[2] * dst->ne[3]);
     } else {
         k_convert<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), n);
     }

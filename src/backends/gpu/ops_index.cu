@@ -12,9 +12,15 @@ namespace RB_GPU_NS {
 
 /* dst [D, T, B]; ids [T, B]; table [D, V] */
 __global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n, int *guard) {
+    rb_grid_dep_trigger();
+    bool waited = false;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
+        if (!waited) { /* launched with gpu_pdl_small: the ids come from the op before */
+            rb_grid_dep_wait();
+            waited = true;
+        }
         int32_t id = *(const int32_t *)(ids.p + c[1] * ids.nb[0] + c[2] * ids.nb[1]);
         if (id < 0 || id >= tab.ne[1]) { /* only in a graph: eager ids were checked on the host */
             if (c[0] == 0) ids_flag(guard, 0, id, tab.ne[1]);
@@ -80,8 +86,8 @@ rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, c
         rb_status s = gpu_check_ids(be, ids, table->ne[1], "rb_get_rows");
         if (s != RB_OK) return s;
     }
-    k_get_rows<<<gpu_blocks(n, 256), 256, 0, gb(be)->stream>>>(gview(dst), gview(table), gview(ids), quant, n,
-                                                               guard);
+    (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_get_rows, dim3(gpu_blocks(n, 256)), dim3(256), 0, gview(dst),
+                         gview(table), gview(ids), quant, n, guard);
     return gpu_check_launch(be, "get_rows");
 }
 
