@@ -89,6 +89,7 @@ template <int N> __device__ __forceinline__ void mv_wait() {
  * rows, 16-byte aligned). */
 template <bool KQ, bool VEC> __global__ void __launch_bounds__(MV_THREADS) k_mv_xquant(gt b, int8_t *xq, int2 *xs) {
     rb_grid_dep_trigger(); /* the matrix-vector kernel after this one may start loading weights */
+    rb_grid_dep_wait();    /* launched with gpu_pdl_small: the activations come from the kernel before */
     const int lane = threadIdx.x & 31;
     const int64_t K = b.ne[0], M = b.ne[1], KB = (K + 255) / 256, total = KB * M * b.ne[2] * b.ne[3];
     for (int64_t gi = (int64_t)blockIdx.x * (MV_THREADS / 32) + (threadIdx.x >> 5); gi < total;
@@ -124,6 +125,7 @@ struct mv_args {
     const int8_t *xq;       /* prequantized activations (separate kernel) */
     const int2 *xs;
     int M, nrg, G;          /* activation rows, weight-row groups per block, blocks per slice */
+    int pdl;                /* host: constant weights, launched with programmatic dependent launch */
 };
 
 template <class F> struct mv_geom {
@@ -181,6 +183,10 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mv(const mv_args p) {
     };
 #pragma unroll
     for (int s = 0; s < S - 1; s++) issue_next();
+    /* launched with programmatic dependent launch where the weights are
+     * constant (p.pdl): the first stages' copies above are in flight while
+     * the kernel ahead ends; activations and scratch only after this */
+    rb_grid_dep_wait();
 
     mv_x X;
     X.xq = NULL;
@@ -405,7 +411,8 @@ static rb_status mv_launch(rb_backend *be, mv_args p, int64_t slices, size_t sme
         return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld weight rows are too many for %s", (long long)N,
                                be->name);
     p.G = (int)G;
-    k_mv<F, R, MT, FUSED><<<dim3((unsigned)G, (unsigned)slices), MV_THREADS, smem, g->stream>>>(p);
+    (void)gpu_launch_pdl(g, p.pdl != 0, k_mv<F, R, MT, FUSED>, dim3((unsigned)G, (unsigned)slices), dim3(MV_THREADS),
+                         smem, p);
     return gpu_check_launch(be, "matmul (matrix-vector)");
 }
 
@@ -472,9 +479,12 @@ static rb_status mv_quant_acts(rb_backend *be, const gt &bv, const gt *bf, int64
     int64_t blocks = (groups + MV_THREADS / 32 - 1) / (MV_THREADS / 32);
     if (blocks > 65535LL * 32) blocks = 65535LL * 32;
     const unsigned nbk = (unsigned)blocks;
-    cudaStream_t st = gb(be)->stream;
-    if (bf) k_mv_xquant<KQ, true><<<nbk, MV_THREADS, 0, st>>>(*bf, xq, xs);
-    else k_mv_xquant<KQ, false><<<nbk, MV_THREADS, 0, st>>>(bv, xq, xs);
+    /* with programmatic dependent launch: the product after it starts its
+     * weight copies while this runs (k_mv waits for it before reading) */
+    gpu_backend *g = gb(be);
+    const bool pdl = gpu_pdl_small();
+    if (bf) (void)gpu_launch_pdl(g, pdl, k_mv_xquant<KQ, true>, dim3(nbk), dim3(MV_THREADS), 0, *bf, xq, xs);
+    else (void)gpu_launch_pdl(g, pdl, k_mv_xquant<KQ, false>, dim3(nbk), dim3(MV_THREADS), 0, bv, xq, xs);
     *xq_out = xq;
     *xs_out = xs;
     return gpu_check_launch(be, "matmul (activation quantization)");
@@ -680,7 +690,7 @@ static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, co
 
 template <class F>
 static rb_status mv_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
-                        int64_t r3, bool *done) {
+                        int64_t r3, bool a_const, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
     if (K >= ((int64_t)1 << 26) || M > MV_MAX_M) return RB_OK;
@@ -699,6 +709,7 @@ static rb_status mv_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
     const int mg = M <= 8 ? 1 : M <= 16 ? 2 : 4;
     p.nrg = (MV_THREADS / 32) / mg;
     p.G = 1;
+    p.pdl = a_const;
     if constexpr (!F::QUANT) {
         /* f32 weights at M <= 2: the plain one-warp-per-row kernel streamed
          * faster on an H200 (0.80-0.93 of the copy bandwidth against 0.57-0.80) */
@@ -734,13 +745,13 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
     }
     if (s != RB_OK || *done) return s;
     switch (av.dt) {
-    case RB_Q4_0: return mv_run<mvf_q4_0>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_Q8_0: return mv_run<mvf_q8_0>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_Q4_K: return mv_run<mvf_q4_K>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_Q6_K: return mv_run<mvf_q6_K>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_F32: return mv_run<mvf_float<RB_F32>>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_F16: return mv_run<mvf_float<RB_F16>>(be, dv, av, bv, bf, r2, r3, done);
-    case RB_BF16: return mv_run<mvf_float<RB_BF16>>(be, dv, av, bv, bf, r2, r3, done);
+    case RB_Q4_0: return mv_run<mvf_q4_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q8_0: return mv_run<mvf_q8_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q4_K: return mv_run<mvf_q4_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q6_K: return mv_run<mvf_q6_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_F32: return mv_run<mvf_float<RB_F32>>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_F16: return mv_run<mvf_float<RB_F16>>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_BF16: return mv_run<mvf_float<RB_BF16>>(be, dv, av, bv, bf, r2, r3, a_const, done);
     default: *done = false; return RB_OK;
     }
 }
