@@ -553,6 +553,8 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
         if (slices == 1 && mv_smem_limit(be, &lim) == RB_OK && off + MVD_HOST_ROWS * 4 + 1024 <= lim) {
             q.hoff = (int)off;
             smem = off + MVD_HOST_ROWS * 4;
+            static const int hc = mv_env_int("RBEE_GPU_MV_HCHUNK", 8);
+            q.hchunk = hc >= 1 && hc <= 32 && (hc & (hc - 1)) == 0 ? hc : 0;
         } else {
             q.d.host = 0; /* a store a row: right, but slow across the bus */
         }

@@ -209,6 +209,7 @@ struct mvd_args {
     int l2pre;                /* quantized: spans past the first requested into L2 before the wait (RBEE_GPU_MV_L2PRE_KB) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
     int hoff;                 /* d.host: byte offset of the block's staged row results in shared memory */
+    int hchunk;               /* d.host: a group writes its rows every hchunk (power of 2 <= 32; 0: the block at its end) */
     /* last: read only by rope's epilogue, so the fields read before the
      * dependency wait share fewer constant-cache lines */
     double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
@@ -492,6 +493,20 @@ __device__ __forceinline__ float mvd_rms_k(const double (&part)[NG][MT], int m, 
     return rsqrtf((float)t / (float)K + eps);
 }
 
+/* A group's staged row results [r0, r0 + n) (n <= 32) of a destination in
+ * host memory (d, activation rows nb1 apart), from held (the block's rows
+ * from b0 on, MVD_HOST_ROWS / MT an activation row), in one coalesced store
+ * per activation row. Not inlined: it runs every few rows, and inlined into
+ * k_mvd's span loop it made the q4_0 kernel spill 120 bytes. */
+template <int MT>
+__device__ __noinline__ void mvd_host_flush(char *d, int64_t nb1, int M, const float *held, int r0, int n, int b0) {
+    const int lane = threadIdx.x & 31;
+    RB_GROUP_SYNC(); /* lane 0's writes of held */
+    if (lane < n)
+        for (int m = 0; m < M; m++)
+            *(float *)(d + m * nb1 + (int64_t)(r0 + lane) * 4) = held[m * (MVD_HOST_ROWS / MT) + r0 + lane - b0];
+}
+
 /* One kernel for every format: a group's work is its rows, each walked in
  * spans of F::SPAN_BYTES; a lane holds UL = SPAN_BYTES / 512 pieces of a span
  * in registers (loaded before any is used). Quantized spans go through the
@@ -654,10 +669,14 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     }
     float acc[MT], gate[MT];
     /* host memory (a decode step's logits written in place, gt.host): the
-     * block's row results are kept in shared memory and written at its end
-     * in whole stores, since a 4-byte write a row across the bus made 1B
-     * q4_0 decode 16% slower (tg128 1880 -> 1575); the host side keeps host
-     * only where a block's rows fit (mvd_host_rows), at p.hoff */
+     * block's row results are kept in shared memory and written in whole
+     * stores, since a 4-byte write a row across the bus made 1B q4_0 decode
+     * 16% slower (tg128 1880 -> 1575): each group's every p.hchunk rows as
+     * it goes (mvd_host_flush), so the bus carries them while the product
+     * runs - written all at the blocks' ends (p.hchunk 0), 1B's 513 KB of
+     * logits had left the output head a tail of 6.7 us, 2.6 with chunks of
+     * 8; the host side keeps host only where a block's rows fit
+     * (mvd_host_rows), at p.hoff */
     float *held = (float *)((char *)mvd_slot_mem + p.hoff);
     auto put = [&](char *o, int64_t row, int m, float v) { /* dst, and the store (rb_matmul_fused store) */
         stf(p.d.dt, o, v);
@@ -702,6 +721,11 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                 put(o, row, m, t);
             }
         }
+        if (p.d.host && p.hchunk) { /* every hchunk rows of the group: its staged results in one coalesced store */
+            const int k = st - slo, mk = p.hchunk - 1;
+            if ((k & mk) == mk || st + 1 == shv)
+                mvd_host_flush<MT>(p.d.p, p.d.nb[1], p.M, held, st - (k & mk), (k & mk) + 1, mvd_rng[0].x);
+        }
     };
     if constexpr (F::QUANT) {
         const uint32_t *W = (const uint32_t *)slot + lane * F::PW; /* this lane's pair in the slot */
@@ -741,7 +765,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             finish(st);
         }
     }
-    if (p.d.host) { /* the block's rows, contiguous: whole stores across the bus */
+    if (p.d.host && !p.hchunk) { /* the block's rows, contiguous: whole stores across the bus */
         __syncthreads();
         const int r0 = mvd_rng[0].x, nr = mvd_rng[NG - 1].z - r0;
         for (int m = 0; m < p.M; m++)
