@@ -13,14 +13,10 @@ namespace RB_GPU_NS {
 /* dst [D, T, B]; ids [T, B]; table [D, V] */
 __global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n, int *guard) {
     rb_grid_dep_trigger();
-    bool waited = false;
+    rb_grid_dep_wait(); /* launched with gpu_pdl_small: the ids come from the op before */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
-        if (!waited) { /* launched with gpu_pdl_small: the ids come from the op before */
-            rb_grid_dep_wait();
-            waited = true;
-        }
         int32_t id = *(const int32_t *)(ids.p + c[1] * ids.nb[0] + c[2] * ids.nb[1]);
         if (id < 0 || id >= tab.ne[1]) { /* only in a graph: eager ids were checked on the host */
             if (c[0] == 0) ids_flag(guard, 0, id, tab.ne[1]);
