@@ -4,7 +4,9 @@
  *    prefill, decode over 1000 keys (split keys), chunked prefill with a
  *    sliding window and soft-capping, masks, Dv != D, no visible key, and
  *    refusal of head dims beyond the kernel's limit.
- *  - decode (16-bit K/V in the model's cache layout, Tq < 16): same bound.
+ *  - decode (16-bit K/V in the model's cache layout, Tq < 16): same bound;
+ *    the decode sets run on both decode kernels (att_decode_wide.cuh for D
+ *    = 64 and 128, and att_decode.cuh, RBEE_GPU_ATT_WIDE=0).
  *  - tensor cores (same layouts, Tq >= 16; Q and P rounded to the K/V type):
  *    rel L2 <= 2e-3 (f16) / 1e-2 (bf16) and max |diff| <= 2e-3 / 1e-2 against
  *    the f32 CPU result on the same K/V (outputs are averages of values in
@@ -364,6 +366,61 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
     gp_free(&m);
 }
 
+/* The decode sets of test_attention_16bit: whole 4096-key caches, short
+ * contexts, a sweep of positions on one launch shape, unsorted positions. */
+static void decode_sets(rb_backend *c, rb_backend *g, tu_rng *rng) {
+    int32_t posbuf[40];
+    /* decode steps over a whole 4096-key cache, rows past the position NaN */
+    const int32_t p100[1] = {100}, plast[1] = {4095}, pmid[1] = {2047};
+    const fcase dec[] = {
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p100, true},
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, plast, false},
+        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, pmid, true},
+        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 512, 0.0f, 0, p100, true},
+        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 1024, 50.0f, 0, pmid, true},
+        {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false},
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) run_fast(c, g, rng, &dec[i]);
+    /* at most 64 visible keys (the settled launch's short path): a window
+     * starting past 0 with softcap and two heads a block, one key, 64 and 65
+     * keys (the last on the other path) */
+    const int32_t p0[1] = {0}, p63[1] = {63}, p64[1] = {64};
+    const fcase few[] = {
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_BF16, true, false, 50, 30.0f, 0, p100, true},
+        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 20, 0.0f, 0, pmid, true},
+        {64, 1, 4096, 32, 8, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p0, true},
+        {128, 1, 4096, 16, 4, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p63, true},
+        {128, 1, 4096, 16, 4, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, p64, true},
+    };
+    for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) run_fast(c, g, rng, &few[i]);
+
+    /* one decode launch shape (Tk fixed) at positions that need one block per
+     * row, several, and all of them, in a row on the same backend: blocks of
+     * a row merge through a device counter that the last one resets, so a
+     * counter left behind would spoil the next call (its output would stay
+     * NaN). Head groups: R = 1 (7B), 4 (Llama-3.2-1B: 2 heads a block), 3
+     * (one head a block) and 16 (8 blocks of heads per kv group). */
+    const int32_t sweep[] = {0, 31, 32, 63, 100, 255, 256, 257, 700, 1500, 2047, 4095, 5, 4000};
+    const int64_t sw_heads[4][3] = {{32, 32, 128}, {32, 8, 64}, {6, 2, 96}, {16, 1, 64}};
+    for (int hc2 = 0; hc2 < 4; hc2++)
+        for (size_t pi = 0; pi < sizeof sweep / sizeof sweep[0]; pi++) {
+            fcase f = {sw_heads[hc2][2], 1, 4096, sw_heads[hc2][0], sw_heads[hc2][1], 1, RB_F32,
+                       (pi + hc2) % 2 ? RB_BF16 : RB_F16, true, false, 0, 0.0f, 0, &sweep[pi], true};
+            if (hc2 == 2 && pi % 3 == 0) f.window = 300; /* a window that starts past 0 */
+            run_fast(c, g, rng, &f);
+        }
+
+    /* unsorted positions of several sequences' queries (double reference) */
+    const int32_t pscatter[3] = {4000, 17, 911};
+    fcase sc = {96, 3, 4096, 8, 1, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, pscatter, true};
+    run_fast(c, g, rng, &sc);
+    for (int i = 0; i < 40; i++) posbuf[i] = (int32_t)((i * 7919 + 13) % 700);
+    fcase sc2 = {128, 40, 701, 8, 2, 1, RB_F32, RB_F16, true, true, 300, 20.0f, 0, posbuf, false};
+    run_fast(c, g, rng, &sc2);
+    fcase sc3 = {64, 40, 701, 4, 4, 2, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, posbuf, true};
+    run_fast(c, g, rng, &sc3);
+}
+
 static void test_attention_16bit(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
@@ -398,55 +455,11 @@ static void test_attention_16bit(void **state) {
             run_fast(c, g, &rng, &f);
         }
 
-    /* decode steps over a whole 4096-key cache, rows past the position NaN */
-    const int32_t p100[1] = {100}, plast[1] = {4095}, pmid[1] = {2047};
-    const fcase dec[] = {
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p100, true},
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, plast, false},
-        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, pmid, true},
-        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 512, 0.0f, 0, p100, true},
-        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 1024, 50.0f, 0, pmid, true},
-        {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false},
-    };
-    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) run_fast(c, g, &rng, &dec[i]);
-    /* at most 64 visible keys (the settled launch's short path): a window
-     * starting past 0 with softcap and two heads a block, one key, 64 and 65
-     * keys (the last on the other path) */
-    const int32_t p0[1] = {0}, p63[1] = {63}, p64[1] = {64};
-    const fcase few[] = {
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_BF16, true, false, 50, 30.0f, 0, p100, true},
-        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 20, 0.0f, 0, pmid, true},
-        {64, 1, 4096, 32, 8, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p0, true},
-        {128, 1, 4096, 16, 4, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p63, true},
-        {128, 1, 4096, 16, 4, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, p64, true},
-    };
-    for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) run_fast(c, g, &rng, &few[i]);
-
-    /* one decode launch shape (Tk fixed) at positions that need one block per
-     * row, several, and all of them, in a row on the same backend: blocks of
-     * a row merge through a device counter that the last one resets, so a
-     * counter left behind would spoil the next call (its output would stay
-     * NaN). Head groups: R = 1 (7B), 4 (Llama-3.2-1B: 2 heads a block), 3
-     * (one head a block) and 16 (8 blocks of heads per kv group). */
-    const int32_t sweep[] = {0, 31, 32, 63, 100, 255, 256, 257, 700, 1500, 2047, 4095, 5, 4000};
-    const int64_t sw_heads[4][3] = {{32, 32, 128}, {32, 8, 64}, {6, 2, 96}, {16, 1, 64}};
-    for (int hc2 = 0; hc2 < 4; hc2++)
-        for (size_t pi = 0; pi < sizeof sweep / sizeof sweep[0]; pi++) {
-            fcase f = {sw_heads[hc2][2], 1, 4096, sw_heads[hc2][0], sw_heads[hc2][1], 1, RB_F32,
-                       (pi + hc2) % 2 ? RB_BF16 : RB_F16, true, false, 0, 0.0f, 0, &sweep[pi], true};
-            if (hc2 == 2 && pi % 3 == 0) f.window = 300; /* a window that starts past 0 */
-            run_fast(c, g, &rng, &f);
-        }
-
-    /* unsorted positions of several sequences' queries (double reference) */
-    const int32_t pscatter[3] = {4000, 17, 911};
-    fcase sc = {96, 3, 4096, 8, 1, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, pscatter, true};
-    run_fast(c, g, &rng, &sc);
-    for (int i = 0; i < 40; i++) posbuf[i] = (int32_t)((i * 7919 + 13) % 700);
-    fcase sc2 = {128, 40, 701, 8, 2, 1, RB_F32, RB_F16, true, true, 300, 20.0f, 0, posbuf, false};
-    run_fast(c, g, &rng, &sc2);
-    fcase sc3 = {64, 40, 701, 4, 4, 2, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, posbuf, true};
-    run_fast(c, g, &rng, &sc3);
+    /* the decode sets on both decode kernels: the wide one, then att_decode.cuh's */
+    decode_sets(c, g, &rng);
+    assert_int_equal(setenv("RBEE_GPU_ATT_WIDE", "0", 1), 0);
+    decode_sets(c, g, &rng);
+    assert_int_equal(unsetenv("RBEE_GPU_ATT_WIDE"), 0);
     /* long prefill with a window: whole-tile skipping on both sides */
     fcase lw = {128, 1000, 1000, 4, 2, 1, RB_F32, RB_F16, true, false, 333, 0.0f, 0, NULL, false};
     run_fast(c, g, &rng, &lw);

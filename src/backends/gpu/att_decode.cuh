@@ -1,6 +1,7 @@
 /* Attention for few queries over many keys (decode), included by
  * ops_attention.cu: 16-bit K/V (f16 or bf16) with contiguous, 16-byte
- * aligned rows, D = Dv.
+ * aligned rows, D = Dv. Head dims 64 and 128 go to att_decode_wide.cuh
+ * unless RBEE_GPU_ATT_WIDE=0; this kernel takes 80, 96 and 256.
  * A block takes `hb` query heads of one kv group (one query, one batch) and
  * a range of keys; its warps are hb heads x nsub sub-splits, so K/V rows
  * one warp fetches are found in L1 by the other heads' warps, and a short

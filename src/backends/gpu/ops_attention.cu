@@ -1,7 +1,8 @@
 /* GPU fused attention: picks one of three kernels and merges key splits.
  *  - Tensor cores (att_tc.cuh) for prefill: 16-bit K/V with aligned rows,
  *    D = Dv in {64, 80, 96, 128, 256}, Tq >= 16.
- *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries.
+ *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries;
+ *    for D = 64 and 128 in wide blocks (att_decode_wide.cuh).
  *  - Generic (here), exact f32 math for everything else (f32 K/V, any
  *    strides and head dims): one warp per (query, query head, batch, key
  *    split) walks its keys RB_WARP at a time - each lane scores one key
@@ -19,6 +20,7 @@
  * restricts the choice, for comparisons. */
 #include "backends/gpu/att_common.cuh"
 #include "backends/gpu/att_decode.cuh"
+#include "backends/gpu/att_decode_wide.cuh"
 #include "backends/gpu/att_tc.cuh"
 
 #include <stdlib.h>
@@ -272,6 +274,26 @@ static rb_status att_dec_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt
     return gpu_check_launch(be, "attention (decode)");
 }
 
+template <bool BF>
+static rb_status att_dw_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
+                                 const gt &v, const gt &mk, const att_args &a) {
+    gpu_backend *g = gb(be);
+    const bool pdl = gpu_pdl_small();
+    const dim3 blk(ATT_DW_THREADS);
+    if (D == 64) (void)gpu_launch_pdl(g, pdl, k_att_dw<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a);
+    else (void)gpu_launch_pdl(g, pdl, k_att_dw<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a);
+    return gpu_check_launch(be, "attention (decode, wide)");
+}
+
+/* Whether the wide decode kernel (att_decode_wide.cuh) takes a decode case:
+ * D = 64 or 128 and a counter for each query row (RBEE_GPU_ATT_WIDE=0: never). */
+static bool att_dw_ok(const gpu_backend *g, const rb_tensor *q) {
+    const int64_t D = q->ne[0];
+    const char *env = getenv("RBEE_GPU_ATT_WIDE");
+    if ((D != 64 && D != 128) || (env && strcmp(env, "0") == 0)) return false;
+    return g->att_cnt && q->ne[3] * q->ne[1] * q->ne[2] <= ATT_DEC_COUNTERS;
+}
+
 #define ATT_EARLY_BYTES 8e6 /* bytes a decode launch may request before its wait from every block (att_dec_run) */
 
 /* The decode kernel: blocks of hb heads x nsub warps, at most a.nsplit
@@ -334,6 +356,45 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
                                : att_dec_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
 }
 
+/* The wide decode kernel: a block of 512 threads a query head, at most
+ * a.nsplit blocks per row (fixed by Tk: the device picks how many a row uses
+ * from its position), merging in the kernel. */
+static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                            const rb_tensor *v, const rb_attn_params *p, att_args a) {
+    gpu_backend *g = gb(be);
+    const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1];
+    const int64_t nw = ATT_DW_THREADS / g->warp, kpw = g->warp / (D / 8), rows = B * Tq * Hq;
+    /* two blocks a multiprocessor in all, each at least ATT_DW_MINST steps a warp */
+    const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
+    const int64_t maxst = (maxkeys + kpw - 1) / kpw, want = 2 * (int64_t)g->n_sm;
+    int64_t ns = want / rows, nsmax = (maxst + nw * ATT_DW_MINST - 1) / (nw * ATT_DW_MINST);
+    if (ns > nsmax) ns = nsmax;
+    if (ns > 65535) ns = 65535;
+    if (ns < 1) ns = 1;
+    a.nsplit = (int)ns;
+    a.kchunk = 0;
+    /* early reads (as att_dec_run), where every block's first steps come to
+     * at most ATT_EARLY_BYTES (a step: 32 bytes a thread) */
+    const char *early = getenv("RBEE_GPU_ATT_EARLY");
+    const double ebytes = (double)rows * (double)ns * (double)ATT_DW_THREADS * 32.0;
+    a.early = Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask &&
+              !(early && strcmp(early, "0") == 0) && ebytes <= ATT_EARLY_BYTES;
+    if (ns > 1) {
+        void *sp = NULL;
+        rb_status s = gpu_scratch(be, (size_t)(rows * ns * (D + 2)) * sizeof(float), &sp);
+        if (s != RB_OK) return s;
+        a.part = (float *)sp;
+        a.cnt = g->att_cnt;
+    }
+    gt mk = {};
+    if (p->mask) mk = gview(p->mask);
+    const dim3 grid((unsigned)rows, (unsigned)ns);
+    a.trace = gpu_trace_slot(g, GPU_TRACE_ATTENTION, k->dtype, 0, rows, Tk, grid.x * grid.y);
+    const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
+    return k->dtype == RB_BF16 ? att_dw_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
+                               : att_dw_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
+}
+
 rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
                         const rb_attn_params *p) {
     gpu_backend *g = gb(be);
@@ -355,7 +416,8 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
     }
     const att_kernel kern = att_choose(g, q, k, v, p);
-    if (kern == ATT_DECODE) return att_dec_run(be, dst, q, k, v, p, a);
+    if (kern == ATT_DECODE)
+        return att_dw_ok(g, q) ? att_dw_run(be, dst, q, k, v, p, a) : att_dec_run(be, dst, q, k, v, p, a);
     const char *kp = (const char *)k->buf->impl + k->offs;
     a.kvec = k->dtype == RB_F16 && k->nb[0] == 2 && D % 8 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
              k->nb[3] % 16 == 0 && ((uintptr_t)kp % 16) == 0;
