@@ -107,6 +107,60 @@ template <bool BF> __device__ __forceinline__ void att_axpy8(float w, uint4 u, f
     acc[7] = fmaf(w, f3.y, acc[7]);
 }
 
+/* Key splits of a decode row (both decode kernels): each of the row's nbe
+ * blocks has written its partial (m, l, acc[D]) to a.part; the block's
+ * thread 0 counts it on the row group's counter (the barrier orders the
+ * block's writes before thread 0's fence, which is cumulative). True in the
+ * last block to count, which merges the partials (att_split_merge) and
+ * resets the counter for the next launch. Every thread of the block calls;
+ * last_sh: an int in shared memory. */
+__device__ __forceinline__ bool att_split_last(const att_args &a, unsigned grp, int nbe, int *last_sh) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned prev = atomicAdd(a.cnt + grp, 1u);
+        *last_sh = prev == (unsigned)nbe - 1u;
+        if (*last_sh) {
+            a.cnt[grp] = 0u; /* every block of the row has counted: ready for the next launch */
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    return *last_sh != 0;
+}
+
+/* Column d of a row's output from its nbe partials at pp (D + 2 floats
+ * apart): an online merge with 8 splits' loads in flight at a time. */
+__device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D, int d) {
+    float mt = -INFINITY, lt = 0.0f, at = 0.0f;
+    for (int s0 = 0; s0 < nbe; s0 += 8) {
+        float ms[8], ls[8], as[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const float *ps = pp + (int64_t)(s0 + u) * (D + 2);
+            const bool in = s0 + u < nbe;
+            ms[u] = in ? RB_LD_L2(ps) : -INFINITY;
+            ls[u] = in ? RB_LD_L2(ps + 1) : 0.0f;
+            as[u] = in ? RB_LD_L2(ps + 2 + d) : 0.0f;
+        }
+        float mb = mt;
+#pragma unroll
+        for (int u = 0; u < 8; u++) mb = fmaxf(mb, ms[u]);
+        if (mb == -INFINITY) continue;
+        const float corr = expf(mt - mb); /* 0 while mt is -inf */
+        lt *= corr;
+        at *= corr;
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const float cs = ms[u] == -INFINITY ? 0.0f : expf(ms[u] - mb);
+            lt = fmaf(cs, ls[u], lt);
+            at = fmaf(cs, as[u], at);
+        }
+        mt = mb;
+    }
+    return lt > 0.0f ? at / lt : 0.0f;
+}
+
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
  * Warp w: head hc hb + w % hb of the group, sub-split w / hb (< nsub). */
 template <bool BF, int D>
@@ -509,54 +563,14 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
         }
     }
     if (nbe == 1) return; /* thread 0 marked its output (3) */
-    /* publish the partial: the barrier orders the block's writes before
-     * thread 0's fence (cumulative) and count; the last block to count merges */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned prev = atomicAdd(a.cnt + grp, 1u);
-        last_sh = prev == (unsigned)nbe - 1u;
-        if (last_sh) {
-            a.cnt[grp] = 0u; /* every block of the row has counted: ready for the next launch */
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (!last_sh) {
+    if (!att_split_last(a, grp, nbe, &last_sh)) {
         gpu_trace_mark(a.trace, 3);
         return;
     }
-    /* online merge of the row's partials, 8 splits' loads in flight at a time */
     for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
         const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
-        const float *pp = a.part + (grow + hh) * a.nsplit * (D + 2);
-        float mt = -INFINITY, lt = 0.0f, at = 0.0f;
-        for (int s0 = 0; s0 < nbe; s0 += 8) {
-            float ms[8], ls[8], as[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float *ps = pp + (int64_t)(s0 + u) * (D + 2);
-                const bool in = s0 + u < nbe;
-                ms[u] = in ? RB_LD_L2(ps) : -INFINITY;
-                ls[u] = in ? RB_LD_L2(ps + 1) : 0.0f;
-                as[u] = in ? RB_LD_L2(ps + 2 + d) : 0.0f;
-            }
-            float mb = mt;
-#pragma unroll
-            for (int u = 0; u < 8; u++) mb = fmaxf(mb, ms[u]);
-            if (mb == -INFINITY) continue;
-            const float corr = expf(mt - mb); /* 0 while mt is -inf */
-            lt *= corr;
-            at *= corr;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float cs = ms[u] == -INFINITY ? 0.0f : expf(ms[u] - mb);
-                lt = fmaf(cs, ls[u], lt);
-                at = fmaf(cs, as[u], at);
-            }
-            mt = mb;
-        }
-        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = lt > 0.0f ? at / lt : 0.0f;
+        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
+            att_split_merge(a.part + (grow + hh) * a.nsplit * (D + 2), nbe, D, d);
     }
     gpu_trace_mark(a.trace, 3);
 }

@@ -14,7 +14,7 @@
  * softmax state (m, l, 8 value columns) for the key rows it sees; the
  * states are merged over the lanes of a warp, then over the warps in shared
  * memory, then (rows over ATT_DW_MINST steps a warp) over the row's blocks
- * by the last block to finish, as att_decode.cuh does. 64 registers a
+ * by the last block to finish (att_split_last, att_decode.cuh). 64 registers a
  * thread at two blocks a multiprocessor, so the product after it keeps a
  * block's place beside it.
  * One query over a KV cache (a.early, rb_attn_params.keys_settled): the
@@ -207,53 +207,13 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         }
     }
     if (nbe == 1) return; /* thread 0 marked its output (3) */
-    /* publish the partial: the barrier orders the block's writes before
-     * thread 0's fence (cumulative) and count; the last block to count merges */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned prev = atomicAdd(a.cnt + grp, 1u);
-        last_sh = prev == (unsigned)nbe - 1u;
-        if (last_sh) {
-            a.cnt[grp] = 0u; /* every block of the row has counted: ready for the next launch */
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (!last_sh) {
+    if (!att_split_last(a, grp, nbe, &last_sh)) {
         gpu_trace_mark(a.trace, 3);
         return;
     }
-    for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS) {
-        const float *pp = a.part + grow * a.nsplit * (D + 2);
-        float mt2 = -INFINITY, lt = 0.0f, at = 0.0f;
-        for (int sb = 0; sb < nbe; sb += 8) { /* 8 splits' loads in flight at a time */
-            float ms[8], ls[8], as[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float *ps = pp + (int64_t)(sb + u) * (D + 2);
-                const bool in = sb + u < nbe;
-                ms[u] = in ? RB_LD_L2(ps) : -INFINITY;
-                ls[u] = in ? RB_LD_L2(ps + 1) : 0.0f;
-                as[u] = in ? RB_LD_L2(ps + 2 + d) : 0.0f;
-            }
-            float mb = mt2;
-#pragma unroll
-            for (int u = 0; u < 8; u++) mb = fmaxf(mb, ms[u]);
-            if (mb == -INFINITY) continue;
-            const float corr = expf(mt2 - mb); /* 0 while mt2 is -inf */
-            lt *= corr;
-            at *= corr;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float cu = ms[u] == -INFINITY ? 0.0f : expf(ms[u] - mb);
-                lt = fmaf(cu, ls[u], lt);
-                at = fmaf(cu, as[u], at);
-            }
-            mt2 = mb;
-        }
-        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = lt > 0.0f ? at / lt : 0.0f;
-    }
+    for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS)
+        *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
+            att_split_merge(a.part + grow * a.nsplit * (D + 2), nbe, D, d);
     gpu_trace_mark(a.trace, 3);
 }
 

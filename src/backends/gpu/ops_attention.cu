@@ -296,6 +296,25 @@ static bool att_dw_ok(const gpu_backend *g, const rb_tensor *q) {
 
 #define ATT_EARLY_BYTES 8e6 /* bytes a decode launch may request before its wait from every block (att_dec_run) */
 
+/* Early reads of a decode launch (att_args.early) may apply: one query over
+ * settled rows of a causal cache, no mask (RBEE_GPU_ATT_EARLY=0: never). */
+static bool att_early_ok(int64_t Tq, const rb_attn_params *p) {
+    const char *early = getenv("RBEE_GPU_ATT_EARLY");
+    return Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask && !(early && strcmp(early, "0") == 0);
+}
+
+/* The decode kernels' key splits (ns > 1 blocks a row): partials for nrows x
+ * ns blocks of D + 2 floats in the scratch, and the row groups' counters. */
+static rb_status att_split_scratch(rb_backend *be, int64_t nrows, int64_t ns, int64_t D, att_args *a) {
+    if (ns <= 1) return RB_OK;
+    void *sp = NULL;
+    rb_status s = gpu_scratch(be, (size_t)(nrows * ns * (D + 2)) * sizeof(float), &sp);
+    if (s != RB_OK) return s;
+    a->part = (float *)sp;
+    a->cnt = gb(be)->att_cnt;
+    return RB_OK;
+}
+
 /* The decode kernel: blocks of hb heads x nsub warps, at most a.nsplit
  * blocks per row group (fixed by Tk: the device picks how many a row uses
  * from its position), merging in the kernel itself (att_decode.cuh). */
@@ -332,21 +351,13 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
      * keys, 3.3 MB: 1300 against 1257 tok/s without), else block 0's of each
      * row only (7B, 32 heads x 13 splits, 27 MB: 313.5 against 303.6 with
      * all, 307.6 without); RBEE_GPU_ATT_EARLY=0 turns them off */
-    const char *early = getenv("RBEE_GPU_ATT_EARLY");
     const double ebytes = (double)ngrp * (double)ns * (double)S * (double)g->warp *
                           (double)(k->nb[0] * D + v->nb[0] * v->ne[0]);
-    a.early = Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask && !(early && strcmp(early, "0") == 0)
-                  ? (ebytes <= ATT_EARLY_BYTES ? 1 : 2)
-                  : 0;
+    a.early = att_early_ok(Tq, p) ? (ebytes <= ATT_EARLY_BYTES ? 1 : 2) : 0;
     const char *sshort = getenv("RBEE_GPU_ATT_SHORT");
     a.sshort = !(sshort && strcmp(sshort, "0") == 0);
-    if (ns > 1) {
-        void *sp = NULL;
-        rb_status s = gpu_scratch(be, (size_t)(ngrp * hb * ns * (D + 2)) * sizeof(float), &sp);
-        if (s != RB_OK) return s;
-        a.part = (float *)sp;
-        a.cnt = g->att_cnt;
-    }
+    rb_status s = att_split_scratch(be, ngrp * hb, ns, D, &a);
+    if (s != RB_OK) return s;
     gt mk = {};
     if (p->mask) mk = gview(p->mask);
     const dim3 grid((unsigned)ngrp, (unsigned)ns);
@@ -375,17 +386,9 @@ static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, 
     a.kchunk = 0;
     /* early reads (as att_dec_run), where every block's first steps come to
      * at most ATT_EARLY_BYTES (a step: 32 bytes a thread) */
-    const char *early = getenv("RBEE_GPU_ATT_EARLY");
-    const double ebytes = (double)rows * (double)ns * (double)ATT_DW_THREADS * 32.0;
-    a.early = Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask &&
-              !(early && strcmp(early, "0") == 0) && ebytes <= ATT_EARLY_BYTES;
-    if (ns > 1) {
-        void *sp = NULL;
-        rb_status s = gpu_scratch(be, (size_t)(rows * ns * (D + 2)) * sizeof(float), &sp);
-        if (s != RB_OK) return s;
-        a.part = (float *)sp;
-        a.cnt = g->att_cnt;
-    }
+    a.early = att_early_ok(Tq, p) && (double)rows * (double)ns * (double)ATT_DW_THREADS * 32.0 <= ATT_EARLY_BYTES;
+    rb_status s = att_split_scratch(be, rows, ns, D, &a);
+    if (s != RB_OK) return s;
     gt mk = {};
     if (p->mask) mk = gview(p->mask);
     const dim3 grid((unsigned)rows, (unsigned)ns);
