@@ -13,7 +13,7 @@
  * walks 1-4 steps up to 128 keys (D = 128). Each lane keeps its own online
  * softmax state (m, l, 8 value columns) for the key rows it sees; the
  * states are merged over the lanes of a warp, then over the warps in shared
- * memory, then (rows over ATT_DW_MINST steps a warp) over the row's blocks
+ * memory, then (rows over ATT_DW_ONE steps a warp) over the row's blocks
  * by the last block to finish (att_split_last, att_decode.cuh). 64 registers a
  * thread at two blocks a multiprocessor, so the product after it keeps a
  * block's place beside it.
@@ -34,7 +34,14 @@
 namespace RB_GPU_NS {
 
 #define ATT_DW_THREADS 512
-#define ATT_DW_MINST 4 /* steps a warp walks before a row takes another block */
+/* A row keeps one block up to ATT_DW_ONE steps a warp; past that it takes
+ * a block for every ATT_DW_MINST steps a warp, up to a.nsplit: the blocks'
+ * merge (a count on a device counter, the partials read back by the last
+ * block) costs about as much as 4-6 more steps a warp (tgd, 1B q4_0 at 256
+ * cached tokens: 1723.8 tok/s with a second block past 4 steps, 1843.3 with
+ * one block up to 8; at 768 1723.5 / 1752.3; 7B within 1%) */
+#define ATT_DW_ONE 8
+#define ATT_DW_MINST 1
 #if defined(RBEE_GPU_HIP) && !defined(RBEE_HIP_NVIDIA)
 #define ATT_DW_BOUNDS __launch_bounds__(ATT_DW_THREADS)
 #else
@@ -80,7 +87,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         if (a.causal && pos + 1 < hi) hi = pos + 1;
         if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
         const int nst = hi > lo ? (hi - lo + KPW - 1) / KPW : 0;
-        nbe = (nst + NW * ATT_DW_MINST - 1) / (NW * ATT_DW_MINST);
+        nbe = nst <= NW * ATT_DW_ONE ? 1 : (nst + NW * ATT_DW_MINST - 1) / (NW * ATT_DW_MINST);
         if (nbe > a.nsplit) nbe = a.nsplit;
         if (nbe < 1) nbe = 1;
         s0 = (int)((int64_t)nst * blockIdx.y / nbe);

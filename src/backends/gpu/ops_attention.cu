@@ -375,10 +375,12 @@ static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, 
     gpu_backend *g = gb(be);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1];
     const int64_t nw = ATT_DW_THREADS / g->warp, kpw = g->warp / (D / 8), rows = B * Tq * Hq;
-    /* two blocks a multiprocessor in all, each at least ATT_DW_MINST steps a warp */
+    /* two blocks a multiprocessor in all, each at least ATT_DW_MINST steps a warp
+     * (rows up to ATT_DW_ONE steps a warp keep one block) */
     const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
     const int64_t maxst = (maxkeys + kpw - 1) / kpw, want = 2 * (int64_t)g->n_sm;
     int64_t ns = want / rows, nsmax = (maxst + nw * ATT_DW_MINST - 1) / (nw * ATT_DW_MINST);
+    if (maxst <= nw * ATT_DW_ONE) nsmax = 1;
     if (ns > nsmax) ns = nsmax;
     if (ns > 65535) ns = 65535;
     if (ns < 1) ns = 1;
