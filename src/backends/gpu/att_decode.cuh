@@ -129,6 +129,18 @@ __device__ __forceinline__ bool att_split_last(const att_args &a, unsigned grp, 
     return *last_sh != 0;
 }
 
+/* Column d of this block's partial (m, l, acc) of row `row` of a.part
+ * (blockIdx.y: the key split). */
+__device__ __forceinline__ void att_split_put(const att_args &a, int64_t row, int D, int d, float m, float l,
+                                              float acc) {
+    float *pp = a.part + (row * a.nsplit + blockIdx.y) * (D + 2);
+    if (d == 0) {
+        pp[0] = m;
+        pp[1] = l;
+    }
+    pp[2 + d] = acc;
+}
+
 /* Column d of a row's output from its nbe partials at pp (D + 2 floats
  * apart): an online merge with 8 splits' loads in flight at a time. */
 __device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D, int d) {
@@ -554,12 +566,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
-            float *pp = a.part + ((grow + hh) * a.nsplit + blockIdx.y) * (D + 2);
-            if (d == 0) {
-                pp[0] = mt;
-                pp[1] = lt;
-            }
-            pp[2 + d] = at;
+            att_split_put(a, grow + hh, D, d, mt, lt, at);
         }
     }
     if (nbe == 1) return; /* thread 0 marked its output (3) */

@@ -205,12 +205,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (d == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
-            float *pp = a.part + (grow * a.nsplit + blockIdx.y) * (D + 2);
-            if (d == 0) {
-                pp[0] = mt;
-                pp[1] = lt;
-            }
-            pp[2 + d] = at;
+            att_split_put(a, grow, D, d, mt, lt, at);
         }
     }
     if (nbe == 1) return; /* thread 0 marked its output (3) */
