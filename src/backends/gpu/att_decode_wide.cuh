@@ -192,7 +192,6 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         for (int e = 0; e < 8; e++) acc_sh[wid][c * 8 + e] = acc[e] * cs;
     if (lane == 0) ml_sh[wid][1] = l * cs;
     __syncthreads();
-    const int64_t grow = (int64_t)grp; /* this row's partials */
     for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS) {
         float lt = 0.0f, at = 0.0f;
 #pragma unroll
@@ -205,7 +204,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (d == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
-            att_split_put(a, grow, D, d, mt, lt, at);
+            att_split_put(a, grp, D, d, mt, lt, at);
         }
     }
     if (nbe == 1) return; /* thread 0 marked its output (3) */
@@ -215,7 +214,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
     }
     for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS)
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-            att_split_merge(a.part + grow * a.nsplit * (D + 2), nbe, D, d);
+            att_split_merge(a.part + (int64_t)grp * a.nsplit * (D + 2), nbe, D, d);
     gpu_trace_mark(a.trace, 3);
 }
 

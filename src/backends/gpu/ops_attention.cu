@@ -315,6 +315,22 @@ static rb_status att_split_scratch(rb_backend *be, int64_t nrows, int64_t ns, in
     return RB_OK;
 }
 
+/* A decode kernel's dispatch on D for one K/V type (att_dec_dispatch, att_dw_dispatch). */
+typedef rb_status (*att_dec_fn)(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
+                                const gt &v, const gt &mk, const att_args &a);
+
+/* The launch both decode kernels end with: grid (nrg row groups, key
+ * splits), its trace slot, the views, and the kernel for the K/V type. */
+static rb_status att_dec_launch(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                                const rb_tensor *v, const rb_attn_params *p, att_args a, int64_t nrg, int64_t ns,
+                                att_dec_fn f16, att_dec_fn bf16) {
+    gt mk = {};
+    if (p->mask) mk = gview(p->mask);
+    const dim3 grid((unsigned)nrg, (unsigned)ns);
+    a.trace = gpu_trace_slot(gb(be), GPU_TRACE_ATTENTION, k->dtype, 0, nrg, k->ne[1], grid.x * grid.y);
+    return (k->dtype == RB_BF16 ? bf16 : f16)(be, q->ne[0], grid, gview(dst), gview(q), gview(k), gview(v), mk, a);
+}
+
 /* The decode kernel: blocks of hb heads x nsub warps, at most a.nsplit
  * blocks per row group (fixed by Tk: the device picks how many a row uses
  * from its position), merging in the kernel itself (att_decode.cuh). */
@@ -358,13 +374,7 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.sshort = !(sshort && strcmp(sshort, "0") == 0);
     rb_status s = att_split_scratch(be, ngrp * hb, ns, D, &a);
     if (s != RB_OK) return s;
-    gt mk = {};
-    if (p->mask) mk = gview(p->mask);
-    const dim3 grid((unsigned)ngrp, (unsigned)ns);
-    a.trace = gpu_trace_slot(g, GPU_TRACE_ATTENTION, k->dtype, 0, ngrp, Tk, grid.x * grid.y);
-    const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
-    return k->dtype == RB_BF16 ? att_dec_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
-                               : att_dec_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
+    return att_dec_launch(be, dst, q, k, v, p, a, ngrp, ns, att_dec_dispatch<false>, att_dec_dispatch<true>);
 }
 
 /* The wide decode kernel: a block of 512 threads a query head, at most
@@ -382,7 +392,6 @@ static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, 
     int64_t ns = want / rows, nsmax = (maxst + nw * ATT_DW_MINST - 1) / (nw * ATT_DW_MINST);
     if (maxst <= nw * ATT_DW_ONE) nsmax = 1;
     if (ns > nsmax) ns = nsmax;
-    if (ns > 65535) ns = 65535;
     if (ns < 1) ns = 1;
     a.nsplit = (int)ns;
     a.kchunk = 0;
@@ -391,13 +400,7 @@ static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, 
     a.early = att_early_ok(Tq, p) && (double)rows * (double)ns * (double)ATT_DW_THREADS * 32.0 <= ATT_EARLY_BYTES;
     rb_status s = att_split_scratch(be, rows, ns, D, &a);
     if (s != RB_OK) return s;
-    gt mk = {};
-    if (p->mask) mk = gview(p->mask);
-    const dim3 grid((unsigned)rows, (unsigned)ns);
-    a.trace = gpu_trace_slot(g, GPU_TRACE_ATTENTION, k->dtype, 0, rows, Tk, grid.x * grid.y);
-    const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
-    return k->dtype == RB_BF16 ? att_dw_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
-                               : att_dw_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
+    return att_dec_launch(be, dst, q, k, v, p, a, rows, ns, att_dw_dispatch<false>, att_dw_dispatch<true>);
 }
 
 rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
