@@ -156,7 +156,16 @@
  * mma.m16n8k16): the prologue ~2 us a 7B layer shorter, but ~300
  * instructions a lane per 2304 bytes and every epilogue after the block's
  * barrier made the streaming slower (7B q4_0 472 against 544, 1B 1494
- * against 1868 tok/s). */
+ * against 1868 tok/s). Dropped in run 27: thread block clusters (sm_90) of
+ * 2 / 4 blocks that each quantize a share of the activations and copy the
+ * rest from the others' shared memory (DSMEM, a cluster barrier; right
+ * results), for K >= 8192 (7B 538.7 / 512.9, 1B 1832 / 1818 against 544.0
+ * and 1907-1932 in the same call) or every product (449 / 1330): a cluster
+ * starts only where all its blocks find room at once; and a group's whole
+ * walk (1B down: a row of 4 spans) copied into shared memory with cp.async
+ * before the wait (1B 1784 against 1873-1901 at 3 spans: the copies
+ * congest the memory as the product ahead ends, and the release of the
+ * dependency wait came 1.9 us after it instead of 0.6). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
