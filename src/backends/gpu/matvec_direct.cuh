@@ -165,7 +165,11 @@
  * walk (1B down: a row of 4 spans) copied into shared memory with cp.async
  * before the wait (1B 1784 against 1873-1901 at 3 spans: the copies
  * congest the memory as the product ahead ends, and the release of the
- * dependency wait came 1.9 us after it instead of 0.6). */
+ * dependency wait came 1.9 us after it instead of 0.6); and the down
+ * product polling gate_up's output (sentinels written before gate_up's
+ * trigger, no dependency wait: 7B 536.3-537.2 against 542.4, 1B 1848-1853
+ * against 1900-1915; its blocks are resident only as gate_up's leave, and
+ * the sentinels' fence delayed gate_up by ~1 us). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
