@@ -169,7 +169,11 @@
  * product polling gate_up's output (sentinels written before gate_up's
  * trigger, no dependency wait: 7B 536.3-537.2 against 542.4, 1B 1848-1853
  * against 1900-1915; its blocks are resident only as gate_up's leave, and
- * the sentinels' fence delayed gate_up by ~1 us). */
+ * the sentinels' fence delayed gate_up by ~1 us); and gate_up and down in
+ * one launch on resident blocks, down polling (7B 530-533 against 544-548,
+ * 1B 1738-1800 against 1971-1987; two copies of this code spill 100-332
+ * bytes at 64 registers, and down's early loads lengthened gate_up's tail
+ * by what they saved; the q8_0 pair, without spills, came out even). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
