@@ -173,7 +173,16 @@
  * one launch on resident blocks, down polling (7B 530-533 against 544-548,
  * 1B 1738-1800 against 1971-1987; two copies of this code spill 100-332
  * bytes at 64 registers, and down's early loads lengthened gate_up's tail
- * by what they saved; the q8_0 pair, without spills, came out even). */
+ * by what they saved; the q8_0 pair, without spills, came out even).
+ * Dropped in run 28: q4_0 rows repacked span by span (even blocks' quants,
+ * odd blocks' quants, scales) in a copy of each constant matrix, so a lane
+ * loads its pair straight into registers and a group keeps 2-4 spans in
+ * flight with no slot (row totals in shared memory, the epilogues a lane a
+ * row after the walk, the first span by cp.async before the wait: no
+ * spills at 64 registers for 2-3 spans): 7B 553.4 against 548.1-550.3, 1B
+ * 1951-1970 against 1967 (gate_up 0.4-1.5 us faster, the launches after it
+ * slower by about as much; the deferred epilogues lengthened the qkv and
+ * output-head tails). */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
