@@ -42,6 +42,13 @@ namespace RB_GPU_NS {
  * one block up to 8; at 768 1723.5 / 1752.3; 7B within 1%) */
 #define ATT_DW_ONE 8
 #define ATT_DW_MINST 1
+
+/* Blocks a row of nst steps takes with nw warps a block (before the
+ * launch's cap a.nsplit): the kernel's choice per row and the host's grid
+ * bound (att_dw_run, at the longest row) both come from here. */
+__host__ __device__ __forceinline__ int64_t att_dw_blocks(int64_t nst, int64_t nw) {
+    return nst <= nw * ATT_DW_ONE ? 1 : (nst + nw * ATT_DW_MINST - 1) / (nw * ATT_DW_MINST);
+}
 #if defined(RBEE_GPU_HIP) && !defined(RBEE_HIP_NVIDIA)
 #define ATT_DW_BOUNDS __launch_bounds__(ATT_DW_THREADS)
 #else
@@ -87,7 +94,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         if (a.causal && pos + 1 < hi) hi = pos + 1;
         if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
         const int nst = hi > lo ? (hi - lo + KPW - 1) / KPW : 0;
-        nbe = nst <= NW * ATT_DW_ONE ? 1 : (nst + NW * ATT_DW_MINST - 1) / (NW * ATT_DW_MINST);
+        nbe = (int)att_dw_blocks(nst, NW);
         if (nbe > a.nsplit) nbe = a.nsplit;
         if (nbe < 1) nbe = 1;
         s0 = (int)((int64_t)nst * blockIdx.y / nbe);

@@ -389,8 +389,8 @@ static rb_status att_dw_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q, 
      * (rows up to ATT_DW_ONE steps a warp keep one block) */
     const int64_t maxkeys = p->window > 0 && p->window < Tk ? p->window : Tk;
     const int64_t maxst = (maxkeys + kpw - 1) / kpw, want = 2 * (int64_t)g->n_sm;
-    int64_t ns = want / rows, nsmax = (maxst + nw * ATT_DW_MINST - 1) / (nw * ATT_DW_MINST);
-    if (maxst <= nw * ATT_DW_ONE) nsmax = 1;
+    int64_t ns = want / rows;
+    const int64_t nsmax = att_dw_blocks(maxst, nw);
     if (ns > nsmax) ns = nsmax;
     if (ns < 1) ns = 1;
     a.nsplit = (int)ns;
