@@ -8,7 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   clang libclang-rt-14-dev llvm
   libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-openssl-dev
-  nodejs python3 curl
+  zlib1g-dev libpng-dev libjpeg62-turbo-dev
+  nodejs python3 curl openssl
 )
 # npm: the machine image may ship its own npm; Debian's is only needed when none is present.
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi

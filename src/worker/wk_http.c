@@ -1,0 +1,421 @@
+/* Implementation of wk_http.h and wk_req.h: libmicrohttpd setup (address
+ * family, TLS), the access handler (CORS preflight, routing, auth, body
+ * collection, dispatch) and the reply helpers every handler uses. */
+#include "worker/wk_auth.h"
+#include "worker/wk_cors.h"
+#include "worker/wk_http_internal.h"
+#include "worker/wk_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define WK_TLS_FILE_MAX ((size_t)1 << 20)
+
+struct wk_http {
+    struct MHD_Daemon *mhd;
+    wk_http_opts o;
+    wk_metric *requests, *duration;
+    char host[80];
+    char *tls_cert, *tls_key;
+};
+
+/* ---- request accessors ---- */
+
+const char *wk_req_method(const wk_req *r) { return r->method; }
+const char *wk_req_path(const wk_req *r) { return r->path ? r->path : ""; }
+const char *wk_req_route_label(const wk_req *r) { return r->route ? r->route->label : "other"; }
+bool wk_req_openai(const wk_req *r) { return r->route && (r->route->flags & WK_ROUTE_OPENAI); }
+double wk_req_start_ms(const wk_req *r) { return r->t0; }
+
+const char *wk_req_param(const wk_req *r, const char *name) {
+    size_t nl = strlen(name);
+    for (int i = 0; i < r->params.n; i++)
+        if (r->params.name_lens[i] == nl && strncmp(r->params.names[i], name, nl) == 0) return r->params.values[i];
+    return NULL;
+}
+
+const char *wk_req_body(const wk_req *r, size_t *len) {
+    if (len) *len = r->body ? r->len : 0;
+    return r->body ? r->body : "";
+}
+
+const char *wk_req_header(wk_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+bool wk_req_client_gone(wk_req *r) { return wk_http_conn_gone(r->conn); }
+
+bool wk_http_conn_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP, .revents = 0};
+    if (poll(&p, 1, 0) < 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* ---- replies ---- */
+
+void wk_req_count(wk_req *r, int status) {
+    char st[16];
+    snprintf(st, sizeof st, "%d", status);
+    const char *labels[] = {wk_req_route_label(r), st};
+    wk_counter_add(r->h->requests, labels, 1);
+}
+
+void wk_http_add_cors(wk_req *r, struct MHD_Response *resp) {
+    if (!r->cors[0]) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors);
+    if (strcmp(r->cors, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+bool wk_http_queue(wk_req *r, int status, struct MHD_Response *resp) {
+    if (!resp) {
+        wk_req_count(r, 500);
+        return false;
+    }
+    wk_http_add_cors(r, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    wk_req_count(r, status);
+    return ret == MHD_YES;
+}
+
+bool wk_reply_text(wk_req *r, int status, const char *ctype, char *text) {
+    if (!text) return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return wk_http_queue(r, 500, NULL);
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return wk_http_queue(r, status, resp);
+}
+
+bool wk_reply_static(wk_req *r, int status, const char *ctype, const void *data, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return wk_http_queue(r, status, resp);
+}
+
+bool wk_reply_json_hdr(wk_req *r, int status, json_t *body, const char *hname, const char *hval) {
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"code\":\"INTERNAL\",\"message\":\"out of memory\"}}";
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return wk_http_queue(r, 500, resp);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(s);
+        return wk_http_queue(r, 500, NULL);
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (hname) MHD_add_response_header(resp, hname, hval);
+    return wk_http_queue(r, status, resp);
+}
+
+bool wk_reply_json(wk_req *r, int status, json_t *body) { return wk_reply_json_hdr(r, status, body, NULL, NULL); }
+
+bool wk_reply_error(wk_req *r, int status, const char *code, const char *type, const char *msg) {
+    json_t *j = json_pack("{s:{s:s,s:o,s:s}}", "error", "code", code, "message", wk_json_text(msg, strlen(msg)),
+                          "type", type);
+    return wk_reply_json(r, status, j);
+}
+
+bool wk_reply_invalid(wk_req *r, const wk_errors *errs) {
+    return wk_reply_json(r, 400, wk_req_openai(r) ? wk_errors_openai_json(errs) : wk_errors_json(errs));
+}
+
+bool wk_reply_unavailable(wk_req *r, const char *code, const char *msg) {
+    json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", code, "message", msg, "type", "overloaded_error");
+    return wk_reply_json_hdr(r, 503, j, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+}
+
+/* ---- the access handler ---- */
+
+static bool reply_preflight(wk_req *r, const char *allow) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return wk_http_queue(r, 500, NULL);
+    char hdrs[512];
+    wk_cors_allow_headers(wk_req_header(r, "Access-Control-Request-Headers"), hdrs, sizeof hdrs);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", hdrs);
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    return wk_http_queue(r, 204, resp);
+}
+
+static bool reply_unauthorized(wk_req *r, const char *code) {
+    const char *msg = strcmp(code, "MISSING_API_KEY") == 0 ? "missing API key: send Authorization: Bearer <token>"
+                                                            : "invalid API key";
+    json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", code, "message", msg, "type", "authentication_error");
+    return wk_reply_json_hdr(r, 401, j, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+}
+
+static bool reply_body_too_big(wk_req *r) {
+    wk_errors e = {.n = 0};
+    wk_errors_add(&e, "body", "max_bytes", "the request body exceeds the limit of %lld bytes",
+                  (long long)r->h->o.cfg->max_body_bytes);
+    return wk_reply_invalid(r, &e);
+}
+
+/* First call for a request: headers only. Returns MHD_YES to go on reading
+ * the body, or the result of an early reply. */
+static enum MHD_Result begin(wk_http *h, wk_req *r, const char *url, const char *method) {
+    const wk_config *cfg = h->o.cfg;
+    snprintf(r->method, sizeof r->method, "%s", method);
+    r->path = strdup(url);
+    if (!r->path) return MHD_NO;
+    const char *origin = wk_req_header(r, "Origin");
+    if (cfg->cors_origin && origin) wk_cors_allow(cfg->cors_origin, origin, r->cors, sizeof r->cors);
+    char allow[128];
+    r->route = wk_router_match(h->o.router, method, url, &r->params, allow, sizeof allow);
+    if (cfg->cors_origin && strcmp(method, "OPTIONS") == 0 && origin &&
+        wk_req_header(r, "Access-Control-Request-Method")) {
+        if (!r->cors[0])
+            return wk_reply_error(r, 403, "CORS_ORIGIN_NOT_ALLOWED", "invalid_request_error",
+                                  "this origin may not call the API (see --cors-origin)")
+                       ? MHD_YES
+                       : MHD_NO;
+        if (allow[0]) return reply_preflight(r, allow) ? MHD_YES : MHD_NO;
+    }
+    if (!r->route || !(r->route->flags & WK_ROUTE_PUBLIC)) {
+        const char *code = wk_auth_check(wk_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), cfg->api_token);
+        if (code) return reply_unauthorized(r, code) ? MHD_YES : MHD_NO;
+    }
+    if (!r->route && allow[0]) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "method %.16s is not allowed here (allowed: %s)", method, allow);
+        json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", "METHOD_NOT_ALLOWED", "message", msg, "type",
+                              "invalid_request_error");
+        return wk_reply_json_hdr(r, 405, j, MHD_HTTP_HEADER_ALLOW, allow) ? MHD_YES : MHD_NO;
+    }
+    const char *cl = wk_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end = NULL;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (end != cl && v > (unsigned long long)cfg->max_body_bytes) r->too_big = true;
+    }
+    if (r->too_big) return reply_body_too_big(r) ? MHD_YES : MHD_NO;
+    return MHD_YES;
+}
+
+static enum MHD_Result append_body(wk_http *h, wk_req *r, const char *data, size_t n) {
+    const size_t cap_max = (size_t)h->o.cfg->max_body_bytes;
+    if (r->too_big) return MHD_YES;
+    if (r->len + n > cap_max) {
+        r->too_big = true;
+        free(r->body);
+        r->body = NULL;
+        r->len = r->cap = 0;
+        return MHD_YES;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t nc = r->cap ? r->cap : 4096;
+        while (nc < r->len + n + 1) nc *= 2;
+        if (nc > cap_max + 1) nc = cap_max + 1;
+        char *nb = realloc(r->body, nc);
+        if (!nb) return MHD_NO;
+        r->body = nb;
+        r->cap = nc;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    wk_http *h = cls;
+    wk_req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->h = h;
+        r->conn = c;
+        r->t0 = wk_now_ms();
+        *con_cls = r;
+        return begin(h, r, url, method);
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        return append_body(h, r, upload_data, n);
+    }
+    if (r->too_big) return reply_body_too_big(r) ? MHD_YES : MHD_NO;
+    if (!r->route) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, url);
+        return wk_reply_error(r, 404, "NOT_FOUND", "invalid_request_error", msg) ? MHD_YES : MHD_NO;
+    }
+    return r->route->fn(r, r->route->ctx) ? MHD_YES : MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    wk_http *h = cls;
+    wk_req *r = *con_cls;
+    if (!r) return;
+    const char *labels[] = {wk_req_route_label(r)};
+    wk_histogram_observe(h->duration, labels, (wk_now_ms() - r->t0) / 1e3);
+    free(r->path);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    wk_http *h = cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
+    WK_DEBUG(h->o.log, "http", "%s", buf);
+}
+
+/* Reads a PEM file (bounded) into a NUL-terminated string. */
+static rb_status read_pem(const char *path, const char *what, char **out, rb_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return rb_error_set(err, RB_E_IO, "cannot open the TLS %s %s", what, path);
+    char *buf = malloc(WK_TLS_FILE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, WK_TLS_FILE_MAX + 1, f) : 0;
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (!buf) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    if (bad || n == 0 || n > WK_TLS_FILE_MAX || !strstr(buf, "-----BEGIN")) {
+        free(buf);
+        return rb_error_set(err, RB_E_FORMAT, "the TLS %s %s is not a PEM file (or is over 1 MiB)", what, path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return RB_OK;
+}
+
+/* Parses the listen address into sa; sets the address-family flags. */
+static rb_status listen_addr(wk_http *h, const char *addr, int port, struct sockaddr_storage *sa, unsigned *flags,
+                             rb_error *err) {
+    memset(sa, 0, sizeof *sa);
+    char a[64];
+    size_t n = strlen(addr);
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') { /* [::1] */
+        if (n - 2 >= sizeof a) return rb_error_set(err, RB_E_INVALID, "bad listen address '%s'", addr);
+        memcpy(a, addr + 1, n - 2);
+        a[n - 2] = '\0';
+    } else {
+        snprintf(a, sizeof a, "%s", addr);
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+    if (inet_pton(AF_INET, a, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        snprintf(h->host, sizeof h->host, "%s", a);
+        return RB_OK;
+    }
+    if (inet_pton(AF_INET6, a, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        *flags |= IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+        snprintf(h->host, sizeof h->host, "[%s]", a);
+        return RB_OK;
+    }
+    return rb_error_set(err, RB_E_INVALID, "bad listen address '%s' (an IPv4 or IPv6 address is expected)", addr);
+}
+
+static void free_http(wk_http *h) {
+    free(h->tls_cert);
+    free(h->tls_key);
+    free(h);
+}
+
+rb_status wk_http_start(const wk_http_opts *o, wk_http **out, int *out_port, rb_error *err) {
+    *out = NULL;
+    wk_http *h = calloc(1, sizeof *h);
+    if (!h) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    h->o = *o;
+    const wk_config *cfg = o->cfg;
+    const char *const route_label[] = {"route", "status", NULL};
+    h->requests = wk_metrics_counter(o->metrics, "llorch_requests_total", "HTTP requests by route and status code.",
+                                     route_label);
+    const char *const route_only[] = {"route", NULL};
+    h->duration = wk_metrics_histogram(o->metrics, "llorch_request_duration_seconds",
+                                       "Time from a request's arrival to the end of its reply (streams included).",
+                                       route_only, wk_latency_buckets, wk_latency_buckets_n);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    const char *addr = cfg->bind_addr ? cfg->bind_addr : cfg->local_mode ? "127.0.0.1" : "0.0.0.0";
+    struct sockaddr_storage sa;
+    rb_status s = listen_addr(h, addr, (int)cfg->port, &sa, &flags, err);
+    if (s == RB_OK && cfg->tls_cert) {
+        if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+            s = rb_error_set(err, RB_E_UNSUPPORTED, "this libmicrohttpd was built without TLS support");
+        else if ((s = read_pem(cfg->tls_cert, "certificate", &h->tls_cert, err)) == RB_OK)
+            s = read_pem(cfg->tls_key, "key", &h->tls_key, err);
+        flags |= MHD_USE_TLS;
+    }
+    if (s != RB_OK) {
+        free_http(h);
+        return s;
+    }
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    h->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)h,
+                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)h,
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                              MHD_OPTION_ARRAY, cfg->tls_cert ? tls_opts : tls_opts + 2,
+                              MHD_OPTION_END);
+    if (!h->mhd) {
+        rb_error_set(err, RB_E_IO, "cannot listen on %s:%lld%s", h->host, (long long)cfg->port,
+                     cfg->tls_cert ? " (port in use, or the TLS certificate and key do not match?)" : " (port in use?)");
+        free_http(h);
+        return RB_E_IO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    *out_port = di ? (int)di->port : (int)cfg->port;
+    *out = h;
+    return RB_OK;
+}
+
+wk_log *wk_http_log(const wk_http *h) { return h->o.log; }
+
+const char *wk_http_listen_host(const wk_http *h) { return h ? h->host : ""; }
+
+void wk_http_quiesce(wk_http *h) {
+    if (!h || !h->mhd) return;
+    MHD_socket s = MHD_quiesce_daemon(h->mhd);
+    if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+unsigned wk_http_connections(wk_http *h) {
+    if (!h || !h->mhd) return 0;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? di->num_connections : 0;
+}
+
+void wk_http_stop(wk_http *h) {
+    if (!h) return;
+    if (h->mhd) MHD_stop_daemon(h->mhd);
+    free_http(h);
+}

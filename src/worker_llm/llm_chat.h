@@ -1,0 +1,32 @@
+/* Turns an OpenAI chat conversation into prompt tokens: renders the model's
+ * own chat template (or, for models that ship none, a small plain-text
+ * fallback template) and picks the encode flags that avoid a double BOS. */
+#ifndef RBEE_LLM_CHAT_H
+#define RBEE_LLM_CHAT_H
+
+#include "rbee/chat_template.h"
+#include "rbee/tokenizer.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+typedef struct llm_chat {
+    rb_chat_template *tpl;
+    bool is_fallback;
+    char bos_text[128];
+    pthread_mutex_t mu; /* renders are serialized (cheap next to inference) */
+} llm_chat;
+
+/* The template used when the model has none: "role: content" lines, then
+ * "assistant:" as the generation prompt, after the BOS token. */
+extern const char llm_chat_fallback_template[];
+
+rb_status llm_chat_init(llm_chat *c, const rb_tokenizer *tok, rb_error *err);
+void llm_chat_destroy(llm_chat *c);
+
+/* messages_json: array of {role, content}. On success *text is malloc'ed
+ * and *flags holds the tokenizer flags to encode it with. */
+rb_status llm_chat_render(llm_chat *c, const char *messages_json, char **text, size_t *len, unsigned *flags,
+                          rb_error *err);
+
+#endif

@@ -1,0 +1,437 @@
+/* Implementation of llm_engine.h: the scheduler loop. Per step: admit
+ * queued jobs into free slots (prefill + first token), drop cancelled
+ * sequences, then decode one token for every active sequence in one
+ * batched forward pass. */
+#include "worker_llm/llm_engine.h"
+#include "runtime/stop_matcher.h"
+#include "worker/wk_util.h"
+#include "worker_llm/llm_job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct llm_seq {
+    wk_job *job; /* NULL: free slot */
+    rb_kv_cache *kv;
+    rb_sampler *smp;
+    rb_tokenizer_stream *ts;
+    rb_stop_matcher sm;
+    int32_t *hist;
+    size_t n_hist, cap_hist;
+    int32_t last;    /* token to feed at the next step */
+    int64_t n_gen;   /* tokens sampled */
+    int64_t n_text;  /* tokens sampled that were not end-of-sequence */
+    double prefill_ms, t_decode0;
+    double t_last_token; /* monotonic ms of the last sampled token (0: none yet) */
+} llm_seq;
+
+struct llm_engine {
+    rb_model *m;
+    const rb_tokenizer *tok;
+    llm_engine_opts o;
+    wk_log *log;
+    llm_metrics *metrics;
+    int64_t n_vocab;
+
+    pthread_t th;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    wk_job **queue; /* ring */
+    int q_cap, q_head, q_n;
+    int n_active;    /* written by the thread under mu, read by stats */
+    bool stop;
+    bool accepting;
+
+    llm_seq *slots;
+    float *logits;
+    rb_kv_cache **step_kvs;
+    int32_t *step_tokens;
+    int *step_slot;
+};
+
+static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why);
+
+rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engine_opts *o, wk_log *log,
+                            llm_metrics *metrics, llm_engine **out, rb_error *err) {
+    if (!m || !tok || !o || !out || o->parallel < 1 || o->ctx_size < 2 || o->queue_depth < 0)
+        return rb_error_set(err, RB_E_INVALID, "llm_engine_create: bad arguments");
+    *out = NULL;
+    llm_engine *e = calloc(1, sizeof *e);
+    if (!e) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->o = *o;
+    if (!e->o.step) e->o.step = llm_step_default();
+    e->log = log;
+    e->metrics = metrics;
+    e->n_vocab = rb_model_get_config(m)->n_vocab;
+    e->accepting = true;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->q_cap = o->queue_depth + o->parallel + 1;
+    const int P = o->parallel;
+    e->queue = calloc((size_t)e->q_cap, sizeof *e->queue);
+    e->slots = calloc((size_t)P, sizeof *e->slots);
+    /* read back every step: page-locked on a GPU (rb_backend_host_alloc) */
+    e->logits = rb_backend_host_alloc(rb_model_backend(m), sizeof(float) * (size_t)P * (size_t)e->n_vocab);
+    e->step_kvs = calloc((size_t)P, sizeof *e->step_kvs);
+    e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
+    e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
+    if (!e->queue || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot) {
+        llm_engine_destroy(e);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
+    }
+    for (int i = 0; i < P; i++) {
+        rb_status s = rb_kv_cache_create(m, o->ctx_size, RB_F16, &e->slots[i].kv, err);
+        if (s != RB_OK) {
+            rb_error_prefix(err, "KV cache slot %d of %d: ", i, P);
+            llm_engine_destroy(e);
+            return s;
+        }
+    }
+    *out = e;
+    return RB_OK;
+}
+
+static bool is_eos(llm_engine *e, int32_t t) {
+    const rb_model_config *c = rb_model_get_config(e->m);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == t) return true;
+    return rb_tokenizer_eos(e->tok) == t;
+}
+
+/* Emits text through the stop matcher; returns true if a stop string hit. */
+static bool emit_text(llm_engine *e, llm_seq *q, const char *text, size_t len, bool *oom) {
+    size_t n = 0;
+    bool hit = false;
+    if (rb_stop_matcher_push(&q->sm, text, len, &n, &hit) != RB_OK) {
+        *oom = true;
+        return false;
+    }
+    if (n > 0 && !llm_job_push_piece(q->job, q->sm.pending, n)) *oom = true;
+    rb_stop_matcher_consume(&q->sm, n);
+    (void)e;
+    return hit;
+}
+
+static void release_seq(llm_seq *q) {
+    rb_sampler_free(q->smp);
+    rb_tokenizer_stream_free(q->ts);
+    rb_stop_matcher_free(&q->sm);
+    free(q->hist);
+    wk_job_unref(q->job);
+    rb_kv_cache *kv = q->kv;
+    memset(q, 0, sizeof *q);
+    q->kv = kv;
+}
+
+static void fail_seq(llm_engine *e, llm_seq *q, const char *code, const char *msg) {
+    wk_job_fail(q->job, code, msg);
+    if (e->metrics) llm_metrics_job_outcome(e->metrics, 0, 1);
+    wk_log_event(e->log, WK_LOG_ERROR, "job_failed", json_pack("{s:s}", "job_id", q->job->id), "%s: %s", code, msg);
+    release_seq(q);
+}
+
+/* Handles a sampled token; returns true if the sequence finished. */
+static bool take_token(llm_engine *e, llm_seq *q, int32_t t) {
+    const llm_task *task = llm_job_task(q->job);
+    q->hist[q->n_hist++] = t;
+    q->n_gen++;
+    if (e->metrics) {
+        double now = wk_now_ms();
+        if (q->t_last_token == 0) llm_metrics_first_token(e->metrics, task->route_label, now - q->job->created_ms);
+        else llm_metrics_token_gap(e->metrics, task->route_label, now - q->t_last_token);
+        q->t_last_token = now;
+    }
+    if (!task->req.ignore_eos && is_eos(e, t)) {
+        finish_seq(e, q, RB_STOP_EOS);
+        return true;
+    }
+    q->n_text++;
+    const char *piece = NULL;
+    size_t plen = 0;
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_tokenizer_stream_push(q->ts, t, &piece, &plen, &err) != RB_OK) {
+        fail_seq(e, q, "DECODE_FAILED", err.msg);
+        return true;
+    }
+    bool oom = false;
+    bool hit = emit_text(e, q, piece, plen, &oom);
+    if (oom) {
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory while streaming text");
+        return true;
+    }
+    if (hit) {
+        finish_seq(e, q, RB_STOP_STRING);
+        return true;
+    }
+    if (wk_job_cancel_requested(q->job)) {
+        finish_seq(e, q, RB_STOP_CANCELLED);
+        return true;
+    }
+    if (q->n_gen >= task->req.max_tokens || rb_kv_cache_used(q->kv) >= rb_kv_cache_size(q->kv)) {
+        finish_seq(e, q, RB_STOP_MAX_TOKENS);
+        return true;
+    }
+    q->last = t;
+    return false;
+}
+
+static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why) {
+    if (why == RB_STOP_MAX_TOKENS || why == RB_STOP_EOS) {
+        const char *piece = NULL;
+        size_t plen = 0;
+        bool oom = false;
+        if (rb_tokenizer_stream_flush(q->ts, &piece, &plen, NULL) == RB_OK && emit_text(e, q, piece, plen, &oom))
+            why = RB_STOP_STRING;
+        else if (q->sm.len > 0 && !oom) { /* held back, never became a stop string */
+            if (!llm_job_push_piece(q->job, q->sm.pending, q->sm.len)) oom = true;
+            rb_stop_matcher_consume(&q->sm, q->sm.len);
+        }
+        if (oom) {
+            fail_seq(e, q, "OUT_OF_MEMORY", "out of memory while streaming text");
+            return;
+        }
+    }
+    double dms = q->t_decode0 > 0 ? wk_now_ms() - q->t_decode0 : 0.0;
+    llm_job_finish(q->job, why, q->n_text, q->prefill_ms, dms);
+    if (e->metrics) {
+        llm_metrics_tokens_out(e->metrics, (uint64_t)q->n_text);
+        llm_metrics_job_outcome(e->metrics, why == RB_STOP_CANCELLED, 0);
+    }
+    wk_log_event(e->log, WK_LOG_DEBUG, "job_end",
+                  json_pack("{s:s,s:I,s:s}", "job_id", q->job->id, "tokens_out", (json_int_t)q->n_text, "stop_reason",
+                            rb_stop_reason_name(why)),
+                  "job finished");
+    release_seq(q);
+}
+
+/* Prefill + first token for a newly admitted job. */
+static void start_seq(llm_engine *e, llm_seq *q, wk_job *j) {
+    q->job = j; /* the queue's reference moves to the slot */
+    const llm_task *task = llm_job_task(j);
+    const llm_gen_request *r = &task->req;
+    rb_error err;
+    rb_error_clear(&err);
+    rb_kv_cache_truncate(q->kv, 0);
+    rb_stop_matcher_init(&q->sm, (const char *const *)r->stop, r->n_stop);
+    if (wk_job_cancel_requested(j)) {
+        finish_seq(e, q, RB_STOP_CANCELLED);
+        return;
+    }
+    if ((int64_t)r->n_prompt >= rb_kv_cache_size(q->kv)) {
+        fail_seq(e, q, "CONTEXT_OVERFLOW", "the prompt does not fit the context");
+        return;
+    }
+    q->cap_hist = r->n_prompt + (size_t)r->max_tokens + 1;
+    q->hist = malloc(sizeof(int32_t) * q->cap_hist);
+    if (!q->hist) {
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the token history");
+        return;
+    }
+    memcpy(q->hist, r->prompt, sizeof(int32_t) * r->n_prompt);
+    q->n_hist = r->n_prompt;
+    if (rb_sampler_create(&r->sampling, e->n_vocab, &q->smp, &err) != RB_OK ||
+        rb_tokenizer_stream_create(e->tok, RB_TOK_SKIP_SPECIAL, &q->ts, &err) != RB_OK) {
+        fail_seq(e, q, "INVALID_PARAMS", err.msg);
+        return;
+    }
+    if (!wk_job_start(j, json_pack("{s:s,s:I}", "model", task->model_name, "prompt_tokens", (json_int_t)r->n_prompt))) {
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory starting the job");
+        return;
+    }
+    double t0 = wk_now_ms();
+    float *row = e->logits; /* rows are only in use during a step */
+    if (rb_model_forward(e->m, q->kv, r->prompt, (int64_t)r->n_prompt, false, row, &err) != RB_OK) {
+        fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+        return;
+    }
+    q->prefill_ms = wk_now_ms() - t0;
+    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, q->prefill_ms);
+    q->t_decode0 = wk_now_ms();
+    int32_t t = rb_sampler_sample(q->smp, row, q->hist, q->n_hist);
+    take_token(e, q, t);
+}
+
+static void drop_cancelled_queued(llm_engine *e, wk_job **out, int *n_out) {
+    /* Called with mu held: removes cancelled jobs from the queue. */
+    int w = 0;
+    for (int i = 0; i < e->q_n; i++) {
+        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
+        if (wk_job_cancel_requested(j) || e->stop) out[(*n_out)++] = j;
+        else e->queue[(e->q_head + w++) % e->q_cap] = j;
+    }
+    e->q_n = w;
+}
+
+static void *engine_main(void *arg) {
+    llm_engine *e = arg;
+    const int P = e->o.parallel;
+    wk_job **dropped = malloc(sizeof(wk_job *) * (size_t)e->q_cap);
+    wk_job **admit = malloc(sizeof(wk_job *) * (size_t)P);
+    int *admit_slot = malloc(sizeof(int) * (size_t)P);
+    if (!dropped || !admit || !admit_slot) {
+        WK_ERROR(e->log, "engine_failed", "out of memory starting the inference thread");
+        free(dropped);
+        free(admit);
+        free(admit_slot);
+        return NULL;
+    }
+    for (;;) {
+        int n_drop = 0, n_admit = 0;
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->q_n == 0 && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop;
+        drop_cancelled_queued(e, dropped, &n_drop);
+        for (int s = 0; s < P && e->q_n > 0 && !stop; s++) {
+            if (e->slots[s].job) continue;
+            admit[n_admit] = e->queue[e->q_head];
+            admit_slot[n_admit++] = s;
+            e->slots[s].job = admit[n_admit - 1]; /* reserve */
+            e->q_head = (e->q_head + 1) % e->q_cap;
+            e->q_n--;
+            e->n_active++;
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        for (int i = 0; i < n_drop; i++) {
+            llm_job_finish(dropped[i], RB_STOP_CANCELLED, 0, 0, 0);
+            if (e->metrics) llm_metrics_job_outcome(e->metrics, 1, 0);
+            wk_job_unref(dropped[i]);
+        }
+        for (int i = 0; i < n_admit; i++) {
+            llm_seq *q = &e->slots[admit_slot[i]];
+            q->job = NULL;
+            start_seq(e, q, admit[i]);
+        }
+        /* Cancelled or stopping: leave now. */
+        for (int s = 0; s < P; s++) {
+            llm_seq *q = &e->slots[s];
+            if (q->job && (stop || wk_job_cancel_requested(q->job))) finish_seq(e, q, RB_STOP_CANCELLED);
+        }
+        int n = 0;
+        for (int s = 0; s < P; s++) {
+            llm_seq *q = &e->slots[s];
+            if (!q->job) continue;
+            e->step_kvs[n] = q->kv;
+            e->step_tokens[n] = q->last;
+            e->step_slot[n++] = s;
+        }
+        if (n > 0) {
+            rb_error err;
+            rb_error_clear(&err);
+            double t0 = wk_now_ms();
+            rb_status st = e->o.step(e->m, e->step_kvs, e->step_tokens, n, e->logits, &err);
+            double t1 = wk_now_ms();
+            if (e->metrics && st == RB_OK) llm_metrics_decode_step(e->metrics, (uint64_t)n, t1 - t0, t1);
+            for (int k = 0; k < n; k++) {
+                llm_seq *q = &e->slots[e->step_slot[k]];
+                if (st != RB_OK) {
+                    fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+                    continue;
+                }
+                float *row = e->logits + (size_t)k * (size_t)e->n_vocab;
+                take_token(e, q, rb_sampler_sample(q->smp, row, q->hist, q->n_hist));
+            }
+        }
+        int active = 0;
+        for (int s = 0; s < P; s++) active += e->slots[s].job != NULL;
+        pthread_mutex_lock(&e->mu);
+        e->n_active = active;
+        bool done = e->stop && active == 0 && e->q_n == 0;
+        pthread_mutex_unlock(&e->mu);
+        if (done) break;
+    }
+    free(dropped);
+    free(admit);
+    free(admit_slot);
+    return NULL;
+}
+
+rb_status llm_engine_start(llm_engine *e, rb_error *err) {
+    if (pthread_create(&e->th, NULL, engine_main, e) != 0)
+        return rb_error_set(err, RB_E_NOMEM, "cannot start the inference thread");
+    e->thread_started = true;
+    return RB_OK;
+}
+
+void llm_engine_destroy(llm_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        e->accepting = false;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->th, NULL);
+    }
+    /* Jobs never taken by the thread (it was not started). */
+    for (int i = 0; i < e->q_n; i++) {
+        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
+        llm_job_finish(j, RB_STOP_CANCELLED, 0, 0, 0);
+        wk_job_unref(j);
+    }
+    if (e->slots) {
+        for (int i = 0; i < e->o.parallel; i++) {
+            if (e->slots[i].job) release_seq(&e->slots[i]);
+            rb_kv_cache_free(e->slots[i].kv);
+        }
+    }
+    free(e->slots);
+    free(e->queue);
+    rb_backend_host_free(rb_model_backend(e->m), e->logits);
+    free(e->step_kvs);
+    free(e->step_tokens);
+    free(e->step_slot);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+rb_status llm_engine_submit(llm_engine *e, wk_job *j) {
+    pthread_mutex_lock(&e->mu);
+    rb_status s = RB_OK;
+    int free_slots = e->o.parallel - e->n_active;
+    if (free_slots < 0) free_slots = 0;
+    if (!e->accepting || e->stop) s = RB_E_CANCELLED;
+    else if (e->q_n >= e->o.queue_depth + free_slots || e->q_n >= e->q_cap) s = RB_E_RANGE;
+    else {
+        e->queue[(e->q_head + e->q_n) % e->q_cap] = wk_job_ref(j);
+        e->q_n++;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+void llm_engine_stop_accepting(llm_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->accepting = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void llm_engine_poke(llm_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void llm_engine_stats(llm_engine *e, int *queued, int *active) {
+    pthread_mutex_lock(&e->mu);
+    if (queued) *queued = e->q_n;
+    if (active) *active = e->n_active;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int llm_engine_parallel(const llm_engine *e) { return e->o.parallel; }
+int64_t llm_engine_ctx_size(const llm_engine *e) { return e->o.ctx_size; }
+int llm_engine_queue_capacity(const llm_engine *e) { return e->o.queue_depth; }
+
+size_t llm_engine_kv_bytes(const llm_engine *e) {
+    size_t b = 0;
+    for (int i = 0; i < e->o.parallel; i++) b += rb_kv_cache_bytes(e->slots[i].kv);
+    return b;
+}

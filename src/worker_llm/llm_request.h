@@ -1,0 +1,47 @@
+/* Parsing and validation of generation requests (rbee jobs, OpenAI
+ * completions and chat completions) before anything is queued: types,
+ * ranges, stop strings, the context fit, and every OpenAI field that asks
+ * for behaviour this worker does not implement (refused with a 400 naming
+ * the field, never silently ignored). Errors are collected in a wk_errors
+ * so a client sees all of them in one answer. */
+#ifndef RBEE_LLM_REQUEST_H
+#define RBEE_LLM_REQUEST_H
+
+#include "rbee/tokenizer.h"
+#include "worker/wk_request.h"
+#include "worker_llm/llm_job.h"
+
+#include <jansson.h>
+
+/* Reads the sampling and length fields shared by every API into req:
+ * max_tokens (and max_completion_tokens for chat), temperature, top_p,
+ * top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty,
+ * seed, stop, stream, stream_options, ignore_eos, n (only 1), model.
+ * max_tokens is left at 0 when absent (filled by llm_request_set_prompt). */
+void llm_request_read_params(json_t *obj, llm_api api, llm_gen_request *req, wk_errors *errs);
+
+/* OpenAI fields that ask for behaviour not implemented yet: logprobs,
+ * top_logprobs, tools / tool_choice / functions / function_call,
+ * response_format other than text, logit_bias, best_of, echo, suffix,
+ * audio / modalities, prediction, web_search_options, reasoning_effort,
+ * store. Each present one that asks for something is an error
+ * {field, "unsupported_parameter"}. */
+void llm_request_refuse_unsupported(json_t *obj, llm_api api, wk_errors *errs);
+
+/* rbee job body: {"operation":"infer",...} or the untagged form; the prompt
+ * text is returned (borrowed from obj) in *prompt. */
+void llm_request_read_rbee(json_t *obj, const char **prompt, wk_errors *errs);
+/* OpenAI completions body: prompt is a string or an array of one string. */
+void llm_request_read_completion(json_t *obj, const char **prompt, wk_errors *errs);
+/* OpenAI chat body: messages must be a non-empty array of {role, content}
+ * objects (content a string or an array of {type:"text", text} parts).
+ * Returns a new JSON array of {role, content-string} messages or NULL. */
+json_t *llm_request_read_chat(json_t *obj, wk_errors *errs);
+
+/* Tokenizes text into req->prompt and checks it against ctx_size: the
+ * prompt must leave room for one token and prompt + max_tokens must fit.
+ * default_max_tokens (0: all the room left) fills an absent max_tokens. */
+void llm_request_set_prompt(llm_gen_request *req, const rb_tokenizer *tok, const char *text, size_t len,
+                            unsigned encode_flags, int64_t ctx_size, int64_t default_max_tokens, wk_errors *errs);
+
+#endif

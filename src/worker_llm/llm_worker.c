@@ -1,0 +1,293 @@
+/* Implementation of llm_worker.h: the worker definition handed to the
+ * worker layer (options, setup, load with warm-up, busy counts, drain and
+ * stop, /v1/info fields, teardown) and the gauges it adds to /metrics. */
+#include "worker_llm/llm_worker.h"
+#include "worker/wk_util.h"
+
+#include "rbee/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef RBEE_VERSION
+#define RBEE_VERSION "0.0.0"
+#endif
+#ifndef RBEE_DEFAULT_MODEL_DIR
+#define RBEE_DEFAULT_MODEL_DIR "models/default"
+#endif
+
+static bool exists(const char *p, bool dir) {
+    struct stat st;
+    return stat(p, &st) == 0 && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
+/* $RBEE_DEFAULT_MODEL, else the build's bundled folder:
+ * rbee-default-q8_0.gguf when present, else its hf/ folder. */
+static bool default_model(char *buf, size_t len) {
+    const char *env = getenv("RBEE_DEFAULT_MODEL");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return exists(env, false) || exists(env, true);
+    }
+    snprintf(buf, len, "%s/rbee-default-q8_0.gguf", RBEE_DEFAULT_MODEL_DIR);
+    if (exists(buf, false)) return true;
+    snprintf(buf, len, "%s/hf", RBEE_DEFAULT_MODEL_DIR);
+    return exists(buf, true);
+}
+
+rb_status llm_worker_submit(llm_worker *lw, wk_job *j) {
+    pthread_rwlock_rdlock(&lw->engine_lock);
+    rb_status s = lw->engine ? llm_engine_submit(lw->engine, j) : RB_E_UNSUPPORTED;
+    pthread_rwlock_unlock(&lw->engine_lock);
+    return s;
+}
+
+void llm_worker_poke(void *user) {
+    llm_worker *lw = user;
+    pthread_rwlock_rdlock(&lw->engine_lock);
+    if (lw->engine) llm_engine_poke(lw->engine);
+    pthread_rwlock_unlock(&lw->engine_lock);
+}
+
+bool llm_reply_submit_failed(wk_req *r, llm_worker *lw, rb_status s) {
+    if (s == RB_E_RANGE) {
+        llm_metrics_queue_full(&lw->metrics);
+        return wk_reply_unavailable(r, "QUEUE_FULL", "the request queue is full; retry later");
+    }
+    if (s == RB_E_CANCELLED || s == RB_E_UNSUPPORTED) return wk_reply_not_ready(r, lw->w);
+    return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
+}
+
+static void load_stats(void *user, int *queued, int *active) {
+    llm_worker *lw = user;
+    *queued = *active = 0;
+    pthread_rwlock_rdlock(&lw->engine_lock);
+    if (lw->engine) llm_engine_stats(lw->engine, queued, active);
+    pthread_rwlock_unlock(&lw->engine_lock);
+}
+
+static bool model_in_memory(const llm_worker *lw) {
+    wk_state st = wk_worker_state(lw->w);
+    return lw->model && (st == WK_STATE_READY || st == WK_STATE_STOPPING);
+}
+
+/* ---- gauges ---- */
+
+static double g_queue(void *u) {
+    int q, a;
+    load_stats(u, &q, &a);
+    return q;
+}
+static double g_active(void *u) {
+    int q, a;
+    load_stats(u, &q, &a);
+    return a;
+}
+static double g_queue_cap(void *u) { return (double)((llm_worker *)u)->w->cfg.queue_depth; }
+static double g_parallel(void *u) { return (double)((llm_worker *)u)->parallel; }
+static double g_model_bytes(void *u) {
+    llm_worker *lw = u;
+    return model_in_memory(lw) ? (double)rb_model_weight_bytes(lw->model) : 0.0;
+}
+static double g_kv_bytes(void *u) {
+    llm_worker *lw = u;
+    pthread_rwlock_rdlock(&lw->engine_lock);
+    double b = lw->engine ? (double)llm_engine_kv_bytes(lw->engine) : 0.0;
+    pthread_rwlock_unlock(&lw->engine_lock);
+    return b;
+}
+static bool device_info(llm_worker *lw, rb_device_info *di) {
+    memset(di, 0, sizeof *di);
+    return model_in_memory(lw) && lw->be && rb_backend_device_info(lw->be, di) == RB_OK;
+}
+static double g_dev_total(void *u) {
+    rb_device_info di;
+    return device_info(u, &di) ? (double)di.mem_total : 0.0;
+}
+static double g_dev_used(void *u) {
+    rb_device_info di;
+    if (!device_info(u, &di)) return 0.0;
+    return (double)(di.mem_total - (di.mem_free < di.mem_total ? di.mem_free : di.mem_total));
+}
+
+static rb_status setup(wk_worker *w, void *user, rb_error *err) {
+    llm_worker *lw = user;
+    lw->w = w;
+    llm_metrics_init(&lw->metrics, &w->metrics);
+    lw->metrics_ok = true;
+    wk_metrics *m = &w->metrics;
+    wk_metrics_gauge_fn(m, "llorch_queue_depth", "Requests waiting for a sequence slot.", g_queue, lw);
+    wk_metrics_gauge_fn(m, "llorch_queue_capacity", "Queue size before requests get 503.", g_queue_cap, lw);
+    wk_metrics_gauge_fn(m, "llorch_active_sequences", "Sequences being generated.", g_active, lw);
+    wk_metrics_gauge_fn(m, "llorch_parallel_slots", "Sequence slots (--parallel).", g_parallel, lw);
+    wk_metrics_gauge_fn(m, "llorch_model_bytes", "Bytes of model weights.", g_model_bytes, lw);
+    wk_metrics_gauge_fn(m, "llorch_kv_cache_bytes", "Bytes of KV cache slots.", g_kv_bytes, lw);
+    wk_metrics_gauge_fn(m, "llorch_device_memory_total_bytes", "Device memory, total.", g_dev_total, lw);
+    wk_metrics_gauge_fn(m, "llorch_device_memory_used_bytes", "Device memory in use (total - free).", g_dev_used, lw);
+    rb_status s;
+    if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
+    return llm_routes_openai_add(lw, err);
+}
+
+static rb_status load_tokenizer(llm_worker *lw, rb_error *err) {
+    const rb_gguf *g = rb_model_gguf(lw->model);
+    if (g) return rb_tokenizer_load_gguf(g, &lw->tok, err);
+    const char *dir = lw->w->model_path;
+    char tj[4200], tc[4200];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    if (!exists(tj, false)) return rb_error_set(err, RB_E_NOT_FOUND, "%s has no tokenizer.json", dir);
+    return rb_tokenizer_load_hf(tj, exists(tc, false) ? tc : NULL, &lw->tok, err);
+}
+
+static void warmup(llm_worker *lw) {
+    rb_error err;
+    rb_error_clear(&err);
+    rb_kv_cache *kv = NULL;
+    const rb_model_config *mc = rb_model_get_config(lw->model);
+    float *logits = malloc(sizeof(float) * (size_t)mc->n_vocab);
+    double t0 = wk_now_ms();
+    int32_t toks[2] = {rb_tokenizer_bos(lw->tok) >= 0 ? rb_tokenizer_bos(lw->tok) : 0, 0};
+    if (logits && rb_kv_cache_create(lw->model, 8, RB_F16, &kv, &err) == RB_OK &&
+        rb_model_forward(lw->model, kv, toks, 2, false, logits, &err) == RB_OK)
+        WK_INFO(&lw->w->log, "warmup", "warmup done in %.1f ms", wk_now_ms() - t0);
+    else
+        WK_WARN(&lw->w->log, "warmup_failed", "warmup failed: %s", err.msg);
+    rb_kv_cache_free(kv);
+    free(logits);
+}
+
+static rb_status load(wk_worker *w, void *user, rb_error *err) {
+    llm_worker *lw = user;
+    rb_status s;
+    char spec[64];
+    if (strcmp(w->cfg.backend, "cpu") == 0) snprintf(spec, sizeof spec, "cpu");
+    else snprintf(spec, sizeof spec, "%s:%lld", w->cfg.backend, (long long)w->cfg.device);
+    rb_backend_config bc = {.n_threads = (int)w->cfg.threads, .cpu_isa = NULL};
+    double t0 = wk_now_ms();
+    WK_INFO(&w->log, "model_load", "loading %s on %s", w->model_path, spec);
+    if ((s = rb_backend_create(spec, &bc, &lw->be, err)) != RB_OK) return s;
+    WK_INFO(&w->log, "model_load", "backend %s ready; reading weights", rb_backend_name(lw->be));
+    if ((s = rb_model_load(w->model_path, lw->be, NULL, &lw->model, err)) != RB_OK) return s;
+    const rb_model_config *mc = rb_model_get_config(lw->model);
+    wk_log_event(&w->log, WK_LOG_INFO, "model_load",
+                 json_pack("{s:s,s:I,s:I,s:s}", "arch", rb_arch_name(mc->arch), "weight_bytes",
+                           (json_int_t)rb_model_weight_bytes(lw->model), "n_layer", (json_int_t)mc->n_layer, "dtype",
+                           rb_dtype_name(rb_model_weight_dtype(lw->model))),
+                 "weights loaded in %.0f ms; loading the tokenizer", wk_now_ms() - t0);
+    if ((s = load_tokenizer(lw, err)) != RB_OK) return rb_error_prefix(err, "tokenizer: ");
+    if ((s = llm_chat_init(&lw->chat, lw->tok, err)) != RB_OK) return s;
+    lw->chat_ok = true;
+    int64_t ctx = lw->ctx_size;
+    if (ctx <= 0) ctx = mc->n_ctx_train > 0 && mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+    lw->ctx_size = ctx;
+    if (!w->cfg.no_warmup) warmup(lw);
+    llm_engine_opts eo = {.parallel = (int)lw->parallel, .ctx_size = ctx, .queue_depth = (int)w->cfg.queue_depth,
+                          .step = NULL};
+    llm_engine *e = NULL;
+    if ((s = llm_engine_create(lw->model, lw->tok, &eo, &w->log, &lw->metrics, &e, err)) != RB_OK) return s;
+    if ((s = llm_engine_start(e, err)) != RB_OK) {
+        llm_engine_destroy(e);
+        return s;
+    }
+    pthread_rwlock_wrlock(&lw->engine_lock);
+    lw->engine = e;
+    pthread_rwlock_unlock(&lw->engine_lock);
+    WK_INFO(&w->log, "model_ready", "model %s ready in %.0f ms (context %lld x %lld sequences, queue %lld)",
+            w->model_id, wk_now_ms() - t0, (long long)ctx, (long long)lw->parallel, (long long)w->cfg.queue_depth);
+    return RB_OK;
+}
+
+static void stop_accepting(void *user) {
+    llm_worker *lw = user;
+    pthread_rwlock_rdlock(&lw->engine_lock);
+    if (lw->engine) llm_engine_stop_accepting(lw->engine);
+    pthread_rwlock_unlock(&lw->engine_lock);
+}
+
+static void stop(void *user) {
+    llm_worker *lw = user;
+    pthread_rwlock_wrlock(&lw->engine_lock);
+    llm_engine *e = lw->engine;
+    lw->engine = NULL;
+    pthread_rwlock_unlock(&lw->engine_lock);
+    llm_engine_destroy(e);
+}
+
+static void info(void *user, json_t *j, bool loaded) {
+    llm_worker *lw = user;
+    loaded = loaded && model_in_memory(lw);
+    json_object_set_new(j, "context_size", json_integer((json_int_t)lw->ctx_size));
+    json_object_set_new(j, "parallel", json_integer((json_int_t)lw->parallel));
+    if (lw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(lw->be)));
+    if (!loaded) {
+        json_object_set_new(j, "memory", json_null());
+        return;
+    }
+    rb_device_info di;
+    device_info(lw, &di);
+    json_object_set_new(j, "memory",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I}", "model_bytes", (json_int_t)rb_model_weight_bytes(lw->model),
+                                  "kv_cache_bytes", (json_int_t)g_kv_bytes(lw), "process_rss_bytes",
+                                  (json_int_t)wk_process_rss(), "device_total_bytes", (json_int_t)di.mem_total,
+                                  "device_free_bytes", (json_int_t)di.mem_free));
+    const rb_model_config *mc = rb_model_get_config(lw->model);
+    json_object_set_new(j, "architecture", json_string(rb_arch_name(mc->arch)));
+    json_object_set_new(j, "dtype", json_string(rb_dtype_name(rb_model_weight_dtype(lw->model))));
+    json_object_set_new(j, "quantization", json_string(rb_dtype_name(rb_model_weight_dtype(lw->model))));
+    json_object_set_new(j, "n_ctx_train", json_integer((json_int_t)mc->n_ctx_train));
+    json_object_set_new(j, "n_vocab", json_integer((json_int_t)mc->n_vocab));
+    json_object_set_new(j, "device_name", json_string(di.name));
+    json_object_set_new(j, "chat_template", json_string(lw->chat.is_fallback ? "fallback" : "model"));
+}
+
+static void destroy(void *user) {
+    llm_worker *lw = user;
+    stop(lw);
+    if (lw->chat_ok) llm_chat_destroy(&lw->chat);
+    rb_tokenizer_free(lw->tok);
+    rb_model_free(lw->model);
+    if (lw->be) rb_backend_destroy(lw->be);
+    if (lw->metrics_ok) llm_metrics_destroy(&lw->metrics);
+    pthread_rwlock_destroy(&lw->engine_lock);
+}
+
+int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
+    const wk_opt opts[] = {
+        {"parallel", WK_OPT_INT, &lw->parallel, 1, 256, "N", "concurrent sequences (default 4)"},
+        {"ctx-size", WK_OPT_INT, &lw->ctx_size, 8, 1 << 20, "N", "context per sequence (default min(model, 4096))"},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]);
+    if (max < n) return 0;
+    memcpy(out, opts, sizeof opts);
+    return n;
+}
+
+int llm_worker_main(int argc, char **argv) {
+    llm_worker lw;
+    memset(&lw, 0, sizeof lw);
+    lw.parallel = 4;
+    pthread_rwlock_init(&lw.engine_lock, NULL);
+    wk_opt opts[4];
+    const int n_opts = llm_worker_options(&lw, opts, 4);
+    const wk_worker_def def = {
+        .name = "llm-worker-rbee",
+        .version = RBEE_VERSION,
+        .summary = "Serves a language model (GGUF file or Hugging Face folder) over HTTP: rbee jobs and the OpenAI API.",
+        .opts = opts,
+        .n_opts = n_opts,
+        .env_help = "RBEE_DEFAULT_MODEL: the model served without --model (default: the bundled model).\n",
+        .user = &lw,
+        .default_model = default_model,
+        .setup = setup,
+        .load = load,
+        .load_stats = load_stats,
+        .stop_accepting = stop_accepting,
+        .stop = stop,
+        .info = info,
+        .destroy = destroy,
+    };
+    return wk_worker_main(&def, argc, argv);
+}

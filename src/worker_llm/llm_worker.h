@@ -1,0 +1,60 @@
+/* llm-worker-rbee on the shared worker layer: its options (--parallel,
+ * --ctx-size), the loaded model, tokenizer and chat template, the inference
+ * engine behind a read-write lock (handlers use it, shutdown takes it away),
+ * the metrics, and the routes it adds (rbee job creation, the OpenAI API).
+ * llm_worker_main is the whole process. */
+#ifndef RBEE_LLM_WORKER_H
+#define RBEE_LLM_WORKER_H
+
+#include "rbee/backend.h"
+#include "rbee/model.h"
+#include "rbee/tokenizer.h"
+#include "worker/wk_worker.h"
+#include "worker_llm/llm_chat.h"
+#include "worker_llm/llm_engine.h"
+#include "worker_llm/llm_metrics.h"
+
+#include <pthread.h>
+
+typedef struct llm_worker {
+    wk_worker *w;
+    int64_t parallel; /* --parallel: concurrent sequences */
+    int64_t ctx_size; /* --ctx-size (0: min(model, 4096)); the size in use once loaded */
+    llm_metrics metrics;
+    bool metrics_ok;
+
+    /* model: written once by the main thread before the worker is READY */
+    rb_backend *be;
+    rb_model *model;
+    rb_tokenizer *tok;
+    llm_chat chat;
+    bool chat_ok;
+
+    /* engine: handlers use it under the read lock; shutdown takes it away */
+    pthread_rwlock_t engine_lock;
+    llm_engine *engine;
+} llm_worker;
+
+/* The worker's own flags, writing into lw (at most max; returns how many). */
+int llm_worker_options(llm_worker *lw, wk_opt *out, int max);
+
+/* Runs llm-worker-rbee; returns the process exit code. */
+int llm_worker_main(int argc, char **argv);
+
+/* Submits a job to the engine under the engine lock; RB_E_UNSUPPORTED when
+ * there is no engine (loading / stopped), RB_E_RANGE when the queue is full,
+ * RB_E_CANCELLED when draining. */
+rb_status llm_worker_submit(llm_worker *lw, wk_job *j);
+
+/* Wakes the engine so it notices a cancelled job at once (the jobs'
+ * wk_cancel_hook; user is the llm_worker). */
+void llm_worker_poke(void *user);
+/* The answer to a failed llm_worker_submit: 503 QUEUE_FULL (counted), the
+ * not-ready answer, or 500. */
+bool llm_reply_submit_failed(wk_req *r, llm_worker *lw, rb_status s);
+
+/* Route registration (llm_routes_*.c). */
+rb_status llm_routes_jobs_add(llm_worker *lw, rb_error *err);
+rb_status llm_routes_openai_add(llm_worker *lw, rb_error *err);
+
+#endif
