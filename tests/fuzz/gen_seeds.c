@@ -1,6 +1,7 @@
 /* Seed corpus generator for the fuzz targets: writes small valid GGUF files
- * (through the library's writer), safetensors images and JSON configs into
- * OUTDIR/{gguf,safetensors,json_config}. Usage: fuzz_gen_seeds OUTDIR */
+ * (through the library's writer), safetensors images, JSON configs and
+ * PNG / JPEG files (through the image encoders) into
+ * OUTDIR/{gguf,safetensors,json_config,image}. Usage: fuzz_gen_seeds OUTDIR */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "rbee/gguf.h"
+#include "rbee/image.h"
 
 static int make_dir(const char *p) { return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1; }
 
@@ -74,6 +76,29 @@ static int st_seed(const char *path, const char *json, size_t data_len) {
     return r;
 }
 
+/* Small PNGs (gray, RGB with text chunks, RGBA) and JPEGs (gray, RGB) from the image encoders. */
+static int image_seeds(const char *dir) {
+    static const int chans[5] = {1, 3, 4, 1, 3};
+    const rb_png_text texts[2] = {{"parameters", "a cat\nSteps: 20, Seed: 1", 24},
+                                  {"Title", "\xe6\x9d\xb1\xe4\xba\xac", 6}};
+    int bad = 0;
+    for (int i = 0; i < 5; i++) {
+        rb_image img;
+        if (rb_image_alloc(&img, 16 + i, 8, chans[i], NULL) != RB_OK) return -1;
+        for (size_t k = 0; k < (size_t)img.width * img.height * img.channels; k++) img.data[k] = (uint8_t)(k * 7 + i);
+        uint8_t *out = NULL;
+        size_t n = 0;
+        rb_png_encode_opts po = {.compression = 6, .texts = texts, .n_texts = i == 1 ? 2 : 0};
+        rb_status st = i < 3 ? rb_png_encode(&img, &po, &out, &n, NULL) : rb_jpeg_encode(&img, 75, &out, &n, NULL);
+        char p[4096];
+        snprintf(p, sizeof p, "%s/image/seed%d.%s", dir, i, i < 3 ? "png" : "jpg");
+        bad |= st != RB_OK || write_bytes(p, out, n) != 0;
+        free(out);
+        rb_image_free(&img);
+    }
+    return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -81,8 +106,8 @@ int main(int argc, char **argv) {
     }
     char p[4096];
     int bad = make_dir(argv[1]);
-    static const char *const sub[] = {"gguf", "safetensors", "json_config"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const sub[] = {"gguf", "safetensors", "json_config", "image"};
+    for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", argv[1], sub[i]);
         bad |= make_dir(p);
     }
@@ -113,6 +138,7 @@ int main(int argc, char **argv) {
         snprintf(p, sizeof p, "%s/json_config/seed%d.json", argv[1], i);
         bad |= write_bytes(p, configs[i], strlen(configs[i]));
     }
+    bad |= image_seeds(argv[1]);
     if (bad) fprintf(stderr, "fuzz_gen_seeds: failed to write some seeds under %s\n", argv[1]);
     return bad ? 1 : 0;
 }

@@ -15,6 +15,7 @@ CORPUS="$BUILD/fuzz-corpus"
 
 status=0
 HERE=$(cd "$(dirname "$0")" && pwd)
+cp "$HERE"/../data/image/*.png "$HERE"/../data/image/*.jpg "$CORPUS/image/" 2>/dev/null # hand-made PNG/JPEG seeds
 run() { # target corpus-subdir max_len
     local t=$1 dir="$CORPUS/$2" max=$3 art="$BUILD/fuzz-artifacts/$1/" dict="$HERE/$2.dict"
     mkdir -p "$art"
@@ -31,4 +32,5 @@ run() { # target corpus-subdir max_len
 run fuzz_gguf gguf 65536
 run fuzz_safetensors safetensors 16384
 run fuzz_json_config json_config 16384
+run fuzz_image image 65536
 exit $status
