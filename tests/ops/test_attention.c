@@ -128,6 +128,79 @@ static void test_attention_threads(void **state) {
     rb_backend_destroy(b3);
 }
 
+/* Long unmasked, non-causal f32 attention with contiguous rows (image
+ * tokens, cross-attention): the two-GEMM path (ops_attention_gemm.c) with
+ * grouped heads, head sizes below, at and above 16, partial query blocks,
+ * Dv != D, large scores (q in [-30, 30]), the same bits on 1 and 3
+ * threads, and a NaN query. */
+static void test_attention_long(void **state) {
+    (void)state;
+    static const struct { int64_t D, Dv, Tq, Tk, Hq, Hkv, B; float qmax; tf_layout klay; } cs[] = {
+        {40, 40, 37, 300, 4, 2, 2, 1.0f, TF_SLICE},
+        {64, 48, 70, 77, 2, 2, 1, 1.0f, TF_CONTIG},
+        {8, 8, 8, 32, 1, 1, 1, 30.0f, TF_SLICE},
+        {16, 16, 100, 64, 2, 1, 1, 30.0f, TF_CONTIG},
+    };
+    double *first = NULL;
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+            tu_rng rng;
+            tu_rng_seed(&rng, 18500 + k);
+            const int64_t qne[4] = {cs[k].D, cs[k].Tq, cs[k].Hq, cs[k].B}, kne[4] = {cs[k].D, cs[k].Tk, cs[k].Hkv, cs[k].B};
+            const int64_t vne[4] = {cs[k].Dv, cs[k].Tk, cs[k].Hkv, cs[k].B}, dne[4] = {cs[k].Dv, cs[k].Hq, cs[k].Tq, cs[k].B};
+            tt q = tf_make(be, &rng, RB_F32, qne, TF_SLICE, -cs[k].qmax, cs[k].qmax);
+            tt kk = tf_make(be, &rng, RB_F32, kne, cs[k].klay, -1, 1);
+            tt v = tf_make(be, &rng, RB_F32, vne, cs[k].klay, -1, 1);
+            tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, 5, 6);
+            const rb_attn_params p = {.scale = 1.0f / sqrtf((float)cs[k].D)};
+            TU_OK(rb_attention(be, &d.t, &q.t, &kk.t, &v.t, &p));
+            double *got = tf_read(&d), *ref = malloc((size_t)d.n * sizeof(double));
+            ref_attention(q.v, kk.v, v.v, qne, kne, cs[k].Dv, NULL, p.scale, 0, false, 0, 0, ref);
+            char what[48];
+            snprintf(what, sizeof what, "long attention case %zu cfg %d", k, ci);
+            tf_expect_close(got, ref, d.n, 1e-5, 2e-5, what);
+            assert_true(tf_pad_intact(&d));
+            if (k == 0 && ci == 1) first = got; /* 1 thread */
+            else if (k == 0 && ci == 2 && first) { /* 3 threads: the same bits */
+                tf_expect_close(got, first, d.n, 0, 0, "long attention 3 vs 1 threads");
+                free(got);
+            } else {
+                free(got);
+            }
+            free(ref);
+            tf_free(&q);
+            tf_free(&kk);
+            tf_free(&v);
+            tf_free(&d);
+        }
+        rb_backend_destroy(be);
+    }
+    free(first);
+    /* a NaN in one query gives NaN for that query only (no undefined conversions) */
+    rb_backend *be = tf_backend(&tf_cfgs[2]);
+    tu_rng rng;
+    tu_rng_seed(&rng, 18600);
+    const int64_t qne[4] = {16, 8, 1, 1}, kne[4] = {16, 32, 1, 1}, dne[4] = {16, 1, 8, 1};
+    double qv[16 * 8];
+    for (int i = 0; i < 16 * 8; i++) qv[i] = tu_rng_range(&rng, -1, 1);
+    qv[3 * 16 + 5] = NAN;
+    tt q = tf_from(be, RB_F32, qne, TF_SLICE, qv);
+    tt kk = tf_make(be, &rng, RB_F32, kne, TF_CONTIG, -1, 1), v = tf_make(be, &rng, RB_F32, kne, TF_CONTIG, -1, 1);
+    tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, 5, 6);
+    const rb_attn_params p = {.scale = 0.25f};
+    TU_OK(rb_attention(be, &d.t, &q.t, &kk.t, &v.t, &p));
+    double *got = tf_read(&d);
+    for (int i = 0; i < 8; i++)
+        for (int e = 0; e < 16; e++) assert_true(i == 3 ? isnan(got[i * 16 + e]) : isfinite(got[i * 16 + e]));
+    free(got);
+    tf_free(&q);
+    tf_free(&kk);
+    tf_free(&v);
+    tf_free(&d);
+    rb_backend_destroy(be);
+}
+
 static void test_attention_bad(void **state) {
     (void)state;
     rb_backend *be = tf_backend(&tf_cfgs[1]);
@@ -349,6 +422,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_cases),
         cmocka_unit_test(test_attention_threads),
+        cmocka_unit_test(test_attention_long),
         cmocka_unit_test(test_attention_bad),
         cmocka_unit_test(test_attention_qpos_same),
         cmocka_unit_test(test_attention_qpos_cache),

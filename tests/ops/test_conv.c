@@ -1,6 +1,7 @@
 /* conv1d / conv2d (stride, padding, dilation, groups, bias, f16 weights,
- * strided inputs) and upsample (nearest; bilinear with align_corners=false,
- * both up and down) against double references.
+ * strided inputs; the implicit-GEMM path of ungrouped convolutions) and
+ * upsample (nearest; bilinear with align_corners=false, both up and down)
+ * against double references.
  * Bounds: conv 1e-5 relative + 1e-5 absolute; upsample 1e-6 + 1e-6. */
 #include "ref_ops.h"
 
@@ -108,6 +109,49 @@ static void test_conv2d(void **state) {
     }
 }
 
+/* conv2d without groups and with contiguous kernels: the implicit-GEMM path
+ * (ops_conv_gemm.c), with K = Cin*KH*KW below, at and above the SIMD width,
+ * partial channel and pixel tiles, stride 2 without padding, dilation. */
+static void test_conv2d_gemm(void **state) {
+    (void)state;
+    const struct { int64_t W, H, Cin, Cout, KW, KH, N; int s[2], p[2], dl[2]; bool bias; rb_dtype wdt; } cs[] = {
+        {16, 12, 40, 24, 3, 3, 2, {1, 1}, {1, 1}, {1, 1}, true, RB_F32},
+        {17, 9, 32, 20, 3, 3, 1, {2, 2}, {0, 0}, {1, 1}, true, RB_F16},
+        {10, 10, 8, 13, 1, 1, 3, {1, 1}, {0, 0}, {1, 1}, false, RB_F32},
+        {35, 7, 5, 9, 3, 5, 1, {1, 2}, {2, 1}, {2, 1}, true, RB_F16},
+    };
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        tu_rng rng;
+        tu_rng_seed(&rng, 19500 + (uint64_t)ci);
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+            const int64_t wo = (cs[k].W + 2 * cs[k].p[0] - cs[k].dl[0] * (cs[k].KW - 1) - 1) / cs[k].s[0] + 1;
+            const int64_t ho = (cs[k].H + 2 * cs[k].p[1] - cs[k].dl[1] * (cs[k].KH - 1) - 1) / cs[k].s[1] + 1;
+            const int64_t xne[4] = {cs[k].W, cs[k].H, cs[k].Cin, cs[k].N};
+            const int64_t wne[4] = {cs[k].KW, cs[k].KH, cs[k].Cin, cs[k].Cout};
+            const int64_t bne[4] = {cs[k].Cout, 1, 1, 1}, dne[4] = {wo, ho, cs[k].Cout, cs[k].N};
+            tt x = tf_make(be, &rng, RB_F32, xne, k == 1 ? TF_PERM : k == 2 ? TF_SLICE : TF_CONTIG, -1, 1);
+            tt w = tf_make(be, &rng, cs[k].wdt, wne, TF_CONTIG, -1, 1);
+            tt b = tf_make(be, &rng, RB_F32, bne, TF_SLICE, -1, 1);
+            tt d = tf_make(be, &rng, RB_F32, dne, k % 2 ? TF_SLICE : TF_PERM, 0, 1);
+            TU_OK(rb_conv2d(be, &d.t, &x.t, &w.t, cs[k].bias ? &b.t : NULL, cs[k].s, cs[k].p, cs[k].dl, 1));
+            double *got = tf_read(&d), *ref = malloc((size_t)d.n * sizeof(double));
+            ref_conv2d(x.v, xne, w.v, wne, cs[k].bias ? b.v : NULL, cs[k].s, cs[k].p, cs[k].dl, 1, wo, ho, ref);
+            char what[48];
+            snprintf(what, sizeof what, "conv2d gemm case %zu cfg %d", k, ci);
+            tf_expect_close(got, ref, d.n, 1e-5, 1e-5, what);
+            assert_true(tf_pad_intact(&d));
+            free(got);
+            free(ref);
+            tf_free(&x);
+            tf_free(&w);
+            tf_free(&b);
+            tf_free(&d);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
 static void test_upsample(void **state) {
     (void)state;
     const int64_t sizes[4][4] = {{5, 3, 14, 7}, {7, 6, 3, 4}, {1, 1, 3, 2}, {4, 4, 4, 4}}; /* W, H, W', H' */
@@ -158,6 +202,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv1d),
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv2d_gemm),
         cmocka_unit_test(test_upsample),
         cmocka_unit_test(test_upsample_torch_values),
     };

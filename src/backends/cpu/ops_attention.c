@@ -181,6 +181,8 @@ rb_status rb_cpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, c
     if (rb_tensor_nelements(dst) == 0) return RB_OK;
     if (cb->llamacpp_numerics && k->dtype == RB_F16 && v->dtype == RB_F16)
         return rb_cpu_attention_llamacpp(cb, dst, q, k, v, p);
+    if (rb_cpu_attention_gemm_ok(cb, q, k, v, p)) /* long unmasked sequences: ops_attention_gemm.c */
+        return rb_cpu_attention_gemm(be, dst, q, k, v, p);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
     att_ctx c = {.cb = cb, .dst = dst, .q = q, .k = k, .v = v, .p = p};

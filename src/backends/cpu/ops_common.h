@@ -41,6 +41,18 @@ rb_status rb_cpu_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, cons
 rb_status rb_cpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
                         const int stride[2], const int pad[2], const int dilation[2], int groups);
 rb_status rb_cpu_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
+/* conv2d as an implicit GEMM (ops_conv_gemm.c), for the cases _ok accepts
+ * (no groups, f32/f16 kernels with contiguous rows); rb_cpu_conv2d routes them. */
+bool rb_cpu_conv2d_gemm_ok(const rb_cpu_backend *cb, const rb_tensor *w, int groups);
+rb_status rb_cpu_conv2d_gemm(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w,
+                             const rb_tensor *bias, const int stride[2], const int pad[2], const int dilation[2]);
+/* attention as two tiled products (ops_attention_gemm.c), for the cases _ok
+ * accepts (f32, contiguous rows, no mask / causal / window / soft-cap /
+ * q_pos); rb_cpu_attention routes them. */
+bool rb_cpu_attention_gemm_ok(const rb_cpu_backend *cb, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
+                              const rb_attn_params *p);
+rb_status rb_cpu_attention_gemm(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                                const rb_tensor *v, const rb_attn_params *p);
 
 /* ---- element access for f32 / f16 / bf16 (and i32 where noted) ---- */
 static inline float rb_cpu_load_f(rb_dtype t, const char *p) {

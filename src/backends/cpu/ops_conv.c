@@ -110,6 +110,8 @@ rb_status rb_cpu_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, cons
 
 rb_status rb_cpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
                         const int stride[2], const int pad[2], const int dilation[2], int groups) {
+    if (rb_cpu_conv2d_gemm_ok(rb_cpu(be), w, groups)) /* ops_conv_gemm.c */
+        return rb_cpu_conv2d_gemm(be, dst, x, w, bias, stride, pad, dilation);
     conv_ctx c = {.dst = dst, .x = x, .w = w, .bias = bias, .stride = {stride[0], stride[1]},
                   .pad = {pad[0], pad[1]}, .dil = {dilation[0], dilation[1]}, .groups = groups};
     int64_t work = rb_tensor_nelements(dst) * w->ne[0] * w->ne[1] * w->ne[2];

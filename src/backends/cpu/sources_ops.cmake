@@ -10,7 +10,9 @@ list(APPEND RB_CPU_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_sort.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_rope.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_attention.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/ops_attention_gemm.c
   ${CMAKE_CURRENT_SOURCE_DIR}/llamacpp_numerics.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_conv.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/ops_conv_gemm.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_upsample.c
 )
