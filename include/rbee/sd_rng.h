@@ -15,10 +15,12 @@
  *   float32 with the polynomial log / sincos and the fused multiply-adds of
  *   torch's AVX2 kernel, and, when numel % 16 != 0, recompute the last 16
  *   values from 16 fresh uniforms. Bit-exact with torch on x86-64 CPUs whose
- *   torch dispatch uses the AVX2 kernel (the common desktop case; ComfyUI and
- *   A1111 "CPU" noise on such machines), on any host or compiler.
- * RB_TORCH_RNG_CPU_LIBM  the same generator as computed by torch builds that
- *   do not use the AVX2 kernel (AVX-512 dispatch, ARM, ...): the blocks of 16
+ *   torch dispatch uses a vectorized kernel: AVX2 and AVX-512 machines both
+ *   give these values (checked against torch 2.11 with AVX-512 dispatch; the
+ *   common desktop case; ComfyUI and A1111 "CPU" noise there), on any host
+ *   or compiler.
+ * RB_TORCH_RNG_CPU_LIBM  the same generator as computed by torch builds
+ *   without that kernel (no AVX2, ARM, ...): the blocks of 16
  *   use libm logf / sinf / cosf. Equal to the AVX2 variant for numel < 16 and
  *   within a few float32 ulps otherwise; bit-exact with torch only where this
  *   host's libm rounds like torch's (glibc on x86-64 is the intended case).

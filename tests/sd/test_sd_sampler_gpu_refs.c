@@ -59,7 +59,8 @@ static int group_setup(void **state) {
         return -1;
     }
     const char *cap = json_string_value(json_object_get(json_object_get(R.meta, "rng"), "cpu_capability"));
-    R.avx2 = cap && strcmp(cap, "AVX2") == 0;
+    /* torch's AVX2 and AVX-512 dispatch compute the normal draw alike */
+    R.avx2 = cap && (strcmp(cap, "AVX2") == 0 || strcmp(cap, "AVX512") == 0);
     printf("  refs: diffusers %s, torch %s, CPU kernel %s, torchsde: %s\n",
            json_string_value(json_object_get(R.meta, "diffusers")), json_string_value(json_object_get(R.meta, "torch")),
            cap ? cap : "?", json_string_value(json_object_get(R.meta, "torchsde")));
@@ -175,10 +176,10 @@ static void replay_run(json_t *run, int regenerate) {
     assert_int_equal(nt, (int)json_array_size(jts));
     for (int i = 0; i < nt; i++) {
         float ref = (float)json_number_value(json_array_get(jts, (size_t)i));
-        /* fractional timesteps come from a log-sigma inversion (numpy's float32 log may round
-         * differently from libm's): 2 float ulps; integer ones exactly */
+        /* fractional timesteps come from a log-sigma inversion that numpy runs in float64
+         * and this code in float32: 8 float ulps (1e-6 relative); integer ones exactly */
         int ulps = float_ulps(ts[i], ref);
-        if (ref == floorf(ref) ? ulps != 0 : ulps > 2) fail_msg("%s: timestep %d %.9g vs %.9g", label, i, ts[i], ref);
+        if (ref == floorf(ref) ? ulps != 0 : ulps > 8) fail_msg("%s: timestep %d %.9g vs %.9g", label, i, ts[i], ref);
     }
     if (json_is_array(jsig)) {
         assert_int_equal(ns, (int)json_array_size(jsig));
@@ -232,7 +233,7 @@ static void replay_run(json_t *run, int regenerate) {
         double ein = scaled_err(in, m_in + e * NUMEL, NUMEL);
         worst_in = fmax(worst_in, ein);
         if (ein > 1e-5) fail_msg("%s: eval %d model input off by %.3g", label, e, ein);
-        if (float_ulps(t, rts[e]) > (rts[e] == floorf(rts[e]) ? 0 : 2))
+        if (float_ulps(t, rts[e]) > (rts[e] == floorf(rts[e]) ? 0 : 8)) /* as the schedule above */
             fail_msg("%s: eval %d timestep %.9g vs %.9g", label, e, t, rts[e]);
         for (int i = 0; i < NUMEL && !regenerate; i++) { /* the recording is the documented model's */
             float mo = model_fn(m_in[e * NUMEL + i], rts[e], i);
@@ -322,8 +323,8 @@ static void test_cpu_kernel_variant(void **state) {
     double sa = 0, sb = 0;
     for (size_t i = 0; i < n; i++) sa += a[i], sb += b[i];
     double ref_sum = json_number_value(json_object_get(big, "sum"));
-    printf("  torch kernel %s: AVX2 variant %s, libm variant %s on the first 256 values (sums %.12g / %.12g, torch %.12g)\n",
-           R.avx2 ? "AVX2" : "other", avx_exact ? "bitwise" : "differs", libm_exact ? "bitwise" : "differs", sa, sb,
+    printf("  torch kernel %s: vectorized variant %s, libm variant %s on the first 256 values (sums %.12g / %.12g, torch %.12g)\n",
+           R.avx2 ? "AVX2/AVX-512" : "other", avx_exact ? "bitwise" : "differs", libm_exact ? "bitwise" : "differs", sa, sb,
            ref_sum);
     if (R.avx2) assert_true(avx_exact);
     for (int i = 0; i < 256; i++) assert_true(fabs((double)(R.avx2 ? a : b)[i] - ref[i]) <= 1e-6);
