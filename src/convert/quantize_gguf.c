@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef enum q_action { Q_COPY, Q_TO_F32, Q_REQUANT } q_action;
 
@@ -137,6 +138,10 @@ rb_status rb_quantize_gguf(const char *in_path, const char *out_path, const rb_c
     if (!rb_convert_type_ok(opts->type))
         return rb_error_set(err, RB_E_INVALID, "quantize: cannot write weights as %s (supported: %s)",
                             rb_dtype_name(opts->type), rb_convert_type_list());
+    struct stat si, so;
+    if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return rb_error_set(err, RB_E_INVALID, "quantize: refusing to overwrite the input %s (name another output)",
+                            in_path);
     rb_gguf *in = NULL;
     rb_status s = rb_gguf_open(in_path, &in, err);
     if (s != RB_OK) return s;

@@ -72,7 +72,7 @@ rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_op
     m->be = be;
     rb_status s = S_ISDIR(st.st_mode) ? load_hf(m, path, err) : load_gguf(m, path, err);
     if (s != RB_OK) {
-        rb_error_prefix(err, "%s: ", path);
+        if (err && !strstr(err->msg, path)) rb_error_prefix(err, "%s: ", path); /* name the path once */
         rb_model_free(m);
         return s;
     }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define N_COMMON 26
+#define N_COMMON 28
 
 void wk_config_defaults(wk_config *c, const char *worker_name) {
     memset(c, 0, sizeof *c);
@@ -20,7 +20,9 @@ void wk_config_defaults(wk_config *c, const char *worker_name) {
     c->queue_depth = 64;
     c->max_body_bytes = (int64_t)1 << 20;
     c->max_connections = 1000;
+    c->max_per_client = 256;
     c->http_timeout_s = 60;
+    c->header_timeout_s = 10;
     c->heartbeat_ms = 30000;
     c->job_ttl_ms = 60000;
     c->drain_timeout_ms = 30000;
@@ -61,7 +63,11 @@ static int common_opts(wk_config *c, int64_t *cuda_dev, int64_t *rocm_dev, wk_op
         {"queue-depth", WK_OPT_INT, &c->queue_depth, 0, 1 << 20, "N", "waiting requests before 503 (default 64)"},
         {"max-body-bytes", WK_OPT_INT, &c->max_body_bytes, 1024, (int64_t)1 << 30, "N", "request body cap (default 1048576)"},
         {"max-connections", WK_OPT_INT, &c->max_connections, 4, 100000, "N", "open connections (default 1000)"},
+        {"max-connections-per-client", WK_OPT_INT, &c->max_per_client, 0, 100000, "N",
+         "open connections from one address, 0 = no limit (default 256)"},
         {"http-timeout", WK_OPT_INT, &c->http_timeout_s, 1, 86400, "S", "idle connection timeout in seconds (default 60)"},
+        {"header-timeout", WK_OPT_INT, &c->header_timeout_s, 1, 3600, "S",
+         "time a client has to send a complete request head (default 10)"},
         {"job-ttl-ms", WK_OPT_INT, &c->job_ttl_ms, 0, 86400000, "N", "keep finished jobs this long (default 60000)"},
         {"drain-timeout-ms", WK_OPT_INT, &c->drain_timeout_ms, 0, 86400000, "N",
          "SIGTERM grace for running requests (default 30000)"},

@@ -47,7 +47,9 @@ typedef struct wk_config {
     int64_t queue_depth;      /* waiting requests before 503 */
     int64_t max_body_bytes;
     int64_t max_connections;
+    int64_t max_per_client;   /* open connections from one address (0: no limit) */
     int64_t http_timeout_s;   /* idle connection timeout */
+    int64_t header_timeout_s; /* a request head must be complete this long after it began */
     int64_t heartbeat_ms;
     int64_t job_ttl_ms;       /* finished jobs are removed after this */
     int64_t drain_timeout_ms; /* SIGTERM: finish running requests up to this */

@@ -2,26 +2,35 @@
  * family, TLS), the access handler (CORS preflight, routing, auth, body
  * collection, dispatch) and the reply helpers every handler uses. */
 #include "worker/wk_auth.h"
+#include "worker/wk_conn.h"
 #include "worker/wk_cors.h"
 #include "worker/wk_http_internal.h"
 #include "worker/wk_util.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define WK_TLS_FILE_MAX ((size_t)1 << 20)
 
+/* Connections beyond --max-connections that libmicrohttpd still accepts, so
+ * the tracker can evict a stalled one to make room. */
+#define WK_CONN_RESERVE 64
+
 struct wk_http {
     struct MHD_Daemon *mhd;
     wk_http_opts o;
     wk_metric *requests, *duration;
+    wk_conns conns;
+    bool conns_ok;
     char host[80];
     char *tls_cert, *tls_key;
 };
@@ -55,9 +64,12 @@ bool wk_req_client_gone(wk_req *r) { return wk_http_conn_gone(r->conn); }
 bool wk_http_conn_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP, .revents = 0};
+    /* A peer that only shut its write side (half-close) is still there:
+     * only a reset or a hangup means it left (TCP keepalive turns a vanished
+     * peer into one). */
+    struct pollfd p = {.fd = ci->connect_fd, .events = 0, .revents = 0};
     if (poll(&p, 1, 0) < 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 /* ---- replies ---- */
@@ -67,6 +79,7 @@ void wk_req_count(wk_req *r, int status) {
     snprintf(st, sizeof st, "%d", status);
     const char *labels[] = {wk_req_route_label(r), st};
     wk_counter_add(r->h->requests, labels, 1);
+    r->counted = true;
 }
 
 void wk_http_add_cors(wk_req *r, struct MHD_Response *resp) {
@@ -165,16 +178,90 @@ static bool reply_body_too_big(wk_req *r) {
     wk_errors e = {.n = 0};
     wk_errors_add(&e, "body", "max_bytes", "the request body exceeds the limit of %lld bytes",
                   (long long)r->h->o.cfg->max_body_bytes);
-    return wk_reply_invalid(r, &e);
+    return wk_reply_json(r, MHD_HTTP_CONTENT_TOO_LARGE, wk_req_openai(r) ? wk_errors_openai_json(&e) : wk_errors_json(&e));
+}
+
+static bool reply_plain_error(wk_req *r, int status, const char *code, const char *msg) {
+    return wk_reply_error(r, status, code, "invalid_request_error", msg);
+}
+
+/* A request method is an RFC 9110 token. */
+static bool method_ok(const char *m) {
+    if (!*m) return false;
+    for (const char *p = m; *p; p++)
+        if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
+    return strlen(m) < 16;
+}
+
+typedef struct header_scan {
+    int n_length;
+    bool length_differs;
+    const char *length;
+    size_t length_len;
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+    (void)kind;
+    header_scan *h = cls;
+    if (key_size == 14 && strncasecmp(key, "Content-Length", 14) == 0 && value) {
+        if (h->n_length > 0 && (value_size != h->length_len || memcmp(value, h->length, value_size) != 0))
+            h->length_differs = true;
+        h->length = value;
+        h->length_len = value_size;
+        h->n_length++;
+    }
+    return MHD_YES;
+}
+
+/* Framing a proxy and this server could read differently is refused:
+ * Transfer-Encoding other than chunked (501), chunked with a length, or two
+ * different lengths (400). */
+static bool check_framing(wk_req *r, bool *replied) {
+    *replied = false;
+    header_scan hs = {0};
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, scan_header, &hs);
+    const char *te = wk_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te) {
+        while (*te == ' ') te++;
+        size_t n = strlen(te);
+        while (n > 0 && te[n - 1] == ' ') n--;
+        if (n != 7 || strncasecmp(te, "chunked", 7) != 0) {
+            *replied = true;
+            return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "UNSUPPORTED_TRANSFER_ENCODING",
+                                     "only the chunked transfer encoding is supported");
+        }
+        if (hs.n_length > 0) {
+            *replied = true;
+            return reply_plain_error(r, 400, "BAD_FRAMING", "Content-Length together with Transfer-Encoding");
+        }
+    }
+    if (hs.length_differs) {
+        *replied = true;
+        return reply_plain_error(r, 400, "BAD_FRAMING", "two different Content-Length headers");
+    }
+    return true;
 }
 
 /* First call for a request: headers only. Returns MHD_YES to go on reading
  * the body, or the result of an early reply. */
 static enum MHD_Result begin(wk_http *h, wk_req *r, const char *url, const char *method) {
     const wk_config *cfg = h->o.cfg;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) wk_conns_head_done(&h->conns, ci->socket_context);
+    if (!method_ok(method)) {
+        snprintf(r->method, sizeof r->method, "?");
+        r->path = strdup("");
+        return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "BAD_METHOD", "the request method is not a valid token")
+                   ? MHD_YES
+                   : MHD_NO;
+    }
     snprintf(r->method, sizeof r->method, "%s", method);
     r->path = strdup(url);
     if (!r->path) return MHD_NO;
+    bool replied = false;
+    bool ok = check_framing(r, &replied);
+    if (replied) return ok ? MHD_YES : MHD_NO;
     const char *origin = wk_req_header(r, "Origin");
     if (cfg->cors_origin && origin) wk_cors_allow(cfg->cors_origin, origin, r->cors, sizeof r->cors);
     char allow[128];
@@ -209,14 +296,25 @@ static enum MHD_Result begin(wk_http *h, wk_req *r, const char *url, const char 
     return MHD_YES;
 }
 
+/* A chunked body that crosses --max-body-bytes is not stored; the rest is
+ * read and dropped up to WK_BODY_DRAIN more bytes so the 413 reaches the
+ * client (closing a socket with unread input resets it, and the client
+ * then sees no answer at all); past that the connection is closed at once,
+ * so an endless upload costs at most that much reading. */
+#define WK_BODY_DRAIN ((size_t)1 << 20)
+
 static enum MHD_Result append_body(wk_http *h, wk_req *r, const char *data, size_t n) {
     const size_t cap_max = (size_t)h->o.cfg->max_body_bytes;
-    if (r->too_big) return MHD_YES;
+    if (r->too_big) {
+        r->len += n; /* counts the dropped bytes */
+        return r->len > WK_BODY_DRAIN ? MHD_NO : MHD_YES;
+    }
     if (r->len + n > cap_max) {
         r->too_big = true;
         free(r->body);
         r->body = NULL;
-        r->len = r->cap = 0;
+        r->len = n;
+        r->cap = 0;
         return MHD_YES;
     }
     if (r->len + n + 1 > r->cap) {
@@ -240,13 +338,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     wk_http *h = cls;
     wk_req *r = *con_cls;
-    if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
-        r->h = h;
+    if (!r) return MHD_NO; /* out of memory when the request line came */
+    if (!r->begun) {       /* the head is complete: its first call */
+        r->begun = true;
         r->conn = c;
-        r->t0 = wk_now_ms();
-        *con_cls = r;
         return begin(h, r, url, method);
     }
     if (*upload_data_size > 0) {
@@ -263,18 +358,69 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return r->route->fn(r, r->route->ctx) ? MHD_YES : MHD_NO;
 }
 
+/* Called when a request line arrives, before its headers: the request's
+ * state starts here (it becomes *con_cls), so a request the HTTP library
+ * refuses on its own (a malformed or oversized head) is still counted. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    wk_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->h = cls;
+    r->conn = c;
+    r->t0 = wk_now_ms();
+    return r;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     wk_http *h = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) wk_conns_request_done(&h->conns, ci->socket_context);
     wk_req *r = *con_cls;
     if (!r) return;
+    if (!r->begun && !r->counted) { /* answered by libmicrohttpd itself: a malformed or oversized request head */
+        const char *lv[] = {"other", "rejected"};
+        wk_counter_add(h->requests, lv, 1);
+    }
     const char *labels[] = {wk_req_route_label(r)};
     wk_histogram_observe(h->duration, labels, (wk_now_ms() - r->t0) / 1e3);
     free(r->path);
     free(r->body);
     free(r);
     *con_cls = NULL;
+}
+
+/* Connection opened / closed: the tracker of wk_conn.h. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    wk_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        wk_conns_close(&h->conns, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char peer[64] = "";
+    if (ad && ad->client_addr) {
+        const struct sockaddr *sa = ad->client_addr;
+        if (sa->sa_family == AF_INET) {
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, peer, sizeof peer);
+        } else if (sa->sa_family == AF_INET6) {
+            const struct in6_addr *a6 = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+            if (IN6_IS_ADDR_V4MAPPED(a6)) inet_ntop(AF_INET, (const char *)a6 + 12, peer, sizeof peer);
+            else inet_ntop(AF_INET6, a6, peer, sizeof peer);
+        }
+    }
+    *socket_context = fd ? wk_conns_open(&h->conns, fd->connect_fd, peer) : NULL;
+}
+
+static double conns_evicted(void *u) {
+    wk_conns *c = u;
+    pthread_mutex_lock(&c->mu);
+    double v = (double)(c->evicted + c->head_timeouts + c->refused);
+    pthread_mutex_unlock(&c->mu);
+    return v;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
@@ -337,6 +483,7 @@ static rb_status listen_addr(wk_http *h, const char *addr, int port, struct sock
 }
 
 static void free_http(wk_http *h) {
+    if (h->conns_ok) wk_conns_destroy(&h->conns);
     free(h->tls_cert);
     free(h->tls_key);
     free(h);
@@ -355,6 +502,17 @@ rb_status wk_http_start(const wk_http_opts *o, wk_http **out, int *out_port, rb_
     h->duration = wk_metrics_histogram(o->metrics, "llorch_request_duration_seconds",
                                        "Time from a request's arrival to the end of its reply (streams included).",
                                        route_only, wk_latency_buckets, wk_latency_buckets_n);
+    wk_metrics_counter_fn(o->metrics, "llorch_http_connections_dropped_total",
+                          "Connections closed for not completing a request head in time, or evicted or refused "
+                          "at the connection limits.",
+                          conns_evicted, &h->conns);
+    wk_conns_init(&h->conns, (int)cfg->max_connections, (int)cfg->max_per_client, 1e3 * (double)cfg->header_timeout_s,
+                  1e3 * (double)cfg->http_timeout_s);
+    h->conns_ok = true;
+    if (wk_conns_start(&h->conns) != 0) {
+        free_http(h);
+        return rb_error_set(err, RB_E_NOMEM, "cannot start the connection watch thread");
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
     const char *addr = cfg->bind_addr ? cfg->bind_addr : cfg->local_mode ? "127.0.0.1" : "0.0.0.0";
@@ -378,12 +536,13 @@ rb_status wk_http_start(const wk_http_opts *o, wk_http **out, int *out_port, rb_
     };
     h->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections + WK_CONN_RESERVE,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)h,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)h,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_request_line, (void *)h,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)h,
-                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                               MHD_OPTION_ARRAY, cfg->tls_cert ? tls_opts : tls_opts + 2,
                               MHD_OPTION_END);
     if (!h->mhd) {
@@ -399,6 +558,11 @@ rb_status wk_http_start(const wk_http_opts *o, wk_http **out, int *out_port, rb_
 }
 
 wk_log *wk_http_log(const wk_http *h) { return h->o.log; }
+
+double wk_http_keepalive_ms(const wk_http *h) {
+    double half = 500.0 * (double)h->o.cfg->http_timeout_s;
+    return half < 15000.0 ? half : 15000.0;
+}
 
 const char *wk_http_listen_host(const wk_http *h) { return h ? h->host : ""; }
 

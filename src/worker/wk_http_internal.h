@@ -21,10 +21,16 @@ struct wk_req {
     size_t len, cap;
     bool too_big;
     double t0;
+    bool begun;   /* the head was complete and the access handler has seen it */
+    bool counted; /* the request is in the request counters */
     char cors[256]; /* Access-Control-Allow-Origin value, "" for none */
 };
 
 wk_log *wk_http_log(const wk_http *h);
+/* How long a stream may stay silent before it sends a keep-alive comment:
+ * well within the idle timeout, so the server never times out a stream it
+ * owes (half of --http-timeout, at most 15 s). */
+double wk_http_keepalive_ms(const wk_http *h);
 /* True when the peer of c has closed its side of the connection. */
 bool wk_http_conn_gone(struct MHD_Connection *c);
 /* Adds the CORS headers r may carry to resp. */

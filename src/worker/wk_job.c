@@ -212,6 +212,19 @@ const char *wk_job_state_name(wk_job_state s) {
     }
 }
 
+void wk_job_subscribe(wk_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->subscribers++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+int wk_job_unsubscribe(wk_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int left = j->subscribers > 0 ? --j->subscribers : 0;
+    pthread_mutex_unlock(&j->mu);
+    return left;
+}
+
 void wk_job_wait_events(wk_job *j, size_t n_seen, int timeout_ms) {
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);

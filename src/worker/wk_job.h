@@ -56,6 +56,7 @@ typedef struct wk_job {
     char err_msg[256];
     double finished_ms; /* monotonic time of the end/error */
     atomic_bool cancel;
+    int subscribers; /* streams reading the job */
     wk_cancel_hook on_cancel;
     void *on_cancel_user;
 } wk_job;
@@ -85,6 +86,11 @@ bool wk_job_cancel_requested(const wk_job *j);
 void wk_job_set_cancel_hook(wk_job *j, wk_cancel_hook fn, void *user);
 bool wk_job_is_finished(wk_job *j);
 const char *wk_job_state_name(wk_job_state s); /* "queued", "running", "done", "failed" */
+
+/* Streams: a job whose last subscriber leaves before its end is cancelled
+ * (not when one of several goes). unsubscribe returns how many remain. */
+void wk_job_subscribe(wk_job *j);
+int wk_job_unsubscribe(wk_job *j);
 
 /* Waits up to timeout_ms for an event beyond the first n_seen. */
 void wk_job_wait_events(wk_job *j, size_t n_seen, int timeout_ms);

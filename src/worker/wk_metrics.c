@@ -103,8 +103,9 @@ wk_metric *wk_metrics_gauge(wk_metrics *m, const char *name, const char *help, c
     return add_family(m, WK_GAUGE, name, help, labels);
 }
 
-wk_metric *wk_metrics_gauge_fn(wk_metrics *m, const char *name, const char *help, wk_gauge_fn fn, void *user) {
-    wk_metric *mt = add_family(m, WK_GAUGE, name, help, NULL);
+static wk_metric *family_fn(wk_metrics *m, wk_metric_kind kind, const char *name, const char *help, wk_gauge_fn fn,
+                            void *user) {
+    wk_metric *mt = add_family(m, kind, name, help, NULL);
     if (mt) { /* published by add_family; fn is read under the registry lock only */
         pthread_mutex_lock(&m->mu);
         mt->fn = fn;
@@ -112,6 +113,14 @@ wk_metric *wk_metrics_gauge_fn(wk_metrics *m, const char *name, const char *help
         pthread_mutex_unlock(&m->mu);
     }
     return mt;
+}
+
+wk_metric *wk_metrics_gauge_fn(wk_metrics *m, const char *name, const char *help, wk_gauge_fn fn, void *user) {
+    return family_fn(m, WK_GAUGE, name, help, fn, user);
+}
+
+wk_metric *wk_metrics_counter_fn(wk_metrics *m, const char *name, const char *help, wk_gauge_fn fn, void *user) {
+    return family_fn(m, WK_COUNTER, name, help, fn, user);
 }
 
 wk_metric *wk_metrics_histogram(wk_metrics *m, const char *name, const char *help, const char *const *labels,
@@ -176,7 +185,7 @@ static void update(wk_metric *mt, const char *const *values, double v, int how) 
 }
 
 void wk_counter_add(wk_metric *c, const char *const *values, double v) {
-    if (c && c->kind == WK_COUNTER && v >= 0) update(c, values, v, 0);
+    if (c && c->kind == WK_COUNTER && !c->fn && v >= 0) update(c, values, v, 0);
 }
 
 void wk_gauge_set(wk_metric *g, const char *const *values, double v) {

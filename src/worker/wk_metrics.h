@@ -37,6 +37,8 @@ wk_metric *wk_metrics_counter(wk_metrics *m, const char *name, const char *help,
 wk_metric *wk_metrics_gauge(wk_metrics *m, const char *name, const char *help, const char *const *labels);
 /* A gauge without labels whose value is fn(user) at render time. */
 wk_metric *wk_metrics_gauge_fn(wk_metrics *m, const char *name, const char *help, wk_gauge_fn fn, void *user);
+/* The same for a counter another part keeps (fn must never decrease). */
+wk_metric *wk_metrics_counter_fn(wk_metrics *m, const char *name, const char *help, wk_gauge_fn fn, void *user);
 /* buckets: n ascending upper bounds (the +Inf bucket is implicit). */
 wk_metric *wk_metrics_histogram(wk_metrics *m, const char *name, const char *help, const char *const *labels,
                                 const double *buckets, int n);

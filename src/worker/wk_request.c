@@ -73,9 +73,11 @@ bool wk_get_number(json_t *o, const char *k, double lo, double hi, double *out, 
     }
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || d > hi) {
-        char c[64];
-        snprintf(c, sizeof c, "range:%g..%g", lo, hi);
-        wk_errors_add(errs, k, c, "%s must be between %g and %g, got %g", k, lo, hi, d);
+        char c[80], a[32], b[32], g[32];
+        wk_fmt_double(lo, a, sizeof a);
+        wk_fmt_double(hi, b, sizeof b);
+        snprintf(c, sizeof c, "range:%s..%s", a, b);
+        wk_errors_add(errs, k, c, "%s must be between %s and %s, got %s", k, a, b, wk_fmt_double(d, g, sizeof g));
         return false;
     }
     *out = d;

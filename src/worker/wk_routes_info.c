@@ -26,8 +26,9 @@ static bool route_info(wk_req *r, void *ctx) {
     wk_worker *w = ctx;
     wk_state st = wk_worker_state(w);
     bool loaded = st == WK_STATE_READY || st == WK_STATE_STOPPING;
-    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:I,s:s,s:s,s:b,s:b}", "worker_id", w->cfg.worker_id,
-                          "model", w->model_id, "model_path", w->model_path, "state", wk_worker_state_name(w),
+    json_t *j = json_pack("{s:s,s:s,s:o,s:s,s:s,s:s,s:i,s:I,s:s,s:s,s:b,s:b}", "worker_id", w->cfg.worker_id,
+                          "model", w->model_id, "model_path", wk_json_text(w->model_path, strlen(w->model_path)),
+                          "state", wk_worker_state_name(w),
                           "backend", w->cfg.backend, "device", w->device, "port", w->port, "queue_depth",
                           (json_int_t)w->cfg.queue_depth, "implementation", w->def->name, "version",
                           w->def->version ? w->def->version : "", "tls", w->cfg.tls_cert != NULL, "auth",

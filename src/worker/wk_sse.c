@@ -1,6 +1,9 @@
 /* Implementation of wk_sse.h: a libmicrohttpd content reader that waits on
- * the job for new events, formats them, ends with "data: [DONE]", and
- * cancels the job if the client goes away. */
+ * the job for new events, formats them, sends a keep-alive comment when the
+ * job is silent (a request waiting in the queue must not be timed out by the
+ * server that owes it an answer), ends with "data: [DONE]", and cancels the
+ * job when its last reader goes away. A HEAD request gets the headers and
+ * subscribes to nothing. */
 #include "worker/wk_http_internal.h"
 #include "worker/wk_sse.h"
 #include "worker/wk_util.h"
@@ -22,6 +25,7 @@ typedef struct wk_stream {
     void *ctx;
     size_t next_event;
     bool sent_final;
+    double keepalive_ms, last_write_ms;
     wk_sse_out out;
 } wk_stream;
 
@@ -84,6 +88,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *out, size_t max) {
     wk_sse_out *o = &s->out;
     for (;;) {
         if (o->off < o->len) {
+            s->last_write_ms = wk_now_ms();
             size_t n = o->len - o->off < max ? o->len - o->off : max;
             memcpy(out, o->buf + o->off, n);
             o->off += n;
@@ -98,9 +103,10 @@ static ssize_t reader(void *cls, uint64_t pos, char *out, size_t max) {
         size_t seen = j->n_events;
         pthread_mutex_unlock(&j->mu);
         if (o->len > 0 || s->sent_final) continue;
-        if (wk_http_conn_gone(s->conn)) {
-            wk_job_cancel(j);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (wk_http_conn_gone(s->conn)) return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free decides */
+        if (wk_now_ms() - s->last_write_ms >= s->keepalive_ms) {
+            put(o, ": keep-alive\n\n", 14);
+            continue;
         }
         wk_job_wait_events(j, seen, 25);
     }
@@ -108,7 +114,8 @@ static ssize_t reader(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void stream_free(void *cls) {
     wk_stream *s = cls;
-    if (!s->sent_final && !wk_job_is_finished(s->job)) { /* the client went away mid-stream */
+    int left = wk_job_unsubscribe(s->job);
+    if (!s->sent_final && !wk_job_is_finished(s->job) && left == 0) { /* the last reader went away mid-stream */
         wk_job_cancel(s->job);
         wk_log_event(s->log, WK_LOG_INFO, "client_disconnected", json_pack("{s:s}", "job_id", s->job->id),
                      "stream closed before the end; job cancelled");
@@ -119,15 +126,30 @@ static void stream_free(void *cls) {
     free(s);
 }
 
+static struct MHD_Response *sse_headers(struct MHD_Response *resp) {
+    if (!resp) return NULL;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    return resp;
+}
+
 bool wk_sse_reply(wk_req *r, wk_job *j, const wk_sse_flavor *fl, void *ctx) {
+    if (strcmp(wk_req_method(r), "HEAD") == 0) { /* headers only: no reader, nothing to cancel */
+        if (fl && fl->free_ctx) fl->free_ctx(ctx);
+        return wk_http_queue(r, 200, sse_headers(MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)));
+    }
     wk_stream *s = calloc(1, sizeof *s);
     if (!s) {
         if (fl && fl->free_ctx) fl->free_ctx(ctx);
         return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
     }
     s->job = wk_job_ref(j);
+    wk_job_subscribe(j);
     s->conn = r->conn;
     s->log = wk_http_log(r->h);
+    s->keepalive_ms = wk_http_keepalive_ms(r->h);
+    s->last_write_ms = wk_now_ms();
     s->fl = fl;
     s->ctx = ctx;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, s, stream_free);
@@ -135,8 +157,5 @@ bool wk_sse_reply(wk_req *r, wk_job *j, const wk_sse_flavor *fl, void *ctx) {
         stream_free(s);
         return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    return wk_http_queue(r, 200, resp);
+    return wk_http_queue(r, 200, sse_headers(resp));
 }

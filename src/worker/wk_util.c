@@ -57,6 +57,45 @@ json_t *wk_json_text(const char *s, size_t len) {
     return j;
 }
 
+char *wk_utf8_sanitize(const char *s, char *buf, size_t cap) {
+    size_t len = strlen(s), i = 0, w = 0;
+    while (i < len) {
+        size_t good = 0;
+        if (wk_utf8_valid(s + i, len - i, &good)) good = len - i;
+        /* copy whole characters of the good run while they fit */
+        size_t take = 0;
+        while (take < good) {
+            size_t cl = 1;
+            unsigned char c = (unsigned char)s[i + take];
+            if (c >= 0xF0) cl = 4;
+            else if (c >= 0xE0) cl = 3;
+            else if (c >= 0xC0) cl = 2;
+            if (w + take + cl >= cap) break;
+            take += cl;
+        }
+        memcpy(buf + w, s + i, take);
+        w += take;
+        i += take;
+        if (take < good) break; /* no room */
+        if (i < len) {            /* one bad byte -> U+FFFD */
+            if (w + 3 >= cap) break;
+            memcpy(buf + w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i++;
+        }
+    }
+    buf[w] = '\0';
+    return buf;
+}
+
+char *wk_fmt_double(double v, char *buf, size_t len) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return buf;
+    }
+    return buf;
+}
+
 bool wk_ct_equal(const char *a, size_t alen, const char *b, size_t blen) {
     /* Walk the expected value (b) fully; fold the length difference in. */
     volatile unsigned char acc = (unsigned char)(alen != blen);

@@ -18,6 +18,15 @@ bool wk_utf8_valid(const char *s, size_t len, size_t *bad_offset);
  * NULL only when out of memory. */
 json_t *wk_json_text(const char *s, size_t len);
 
+/* Copies s into buf (cap > 0 bytes, NUL-terminated) as valid UTF-8: each
+ * bad byte becomes U+FFFD, and a cut for lack of room falls between
+ * characters. Returns buf. */
+char *wk_utf8_sanitize(const char *s, char *buf, size_t cap);
+
+/* The shortest decimal text that reads back as exactly v ("2.0000001",
+ * not "2"); buf of at least 32 bytes. Returns buf. */
+char *wk_fmt_double(double v, char *buf, size_t len);
+
 /* Compares two byte strings in time that depends only on their lengths, not
  * on where they differ. */
 bool wk_ct_equal(const char *a, size_t alen, const char *b, size_t blen);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,7 +61,7 @@ static void derive_model_id(wk_worker *w) {
     while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
     const char *base = strrchr(tmp, '/');
     base = base ? base + 1 : tmp;
-    snprintf(w->model_id, sizeof w->model_id, "%.511s", base);
+    wk_utf8_sanitize(base, w->model_id, sizeof w->model_id); /* a file name need not be UTF-8; answers must */
 }
 
 static const char *hive_status(void *user) {
@@ -127,6 +128,13 @@ static bool startup_checks(const wk_worker_def *def, const wk_config *cfg) {
                 def->name, cfg->backend, compiled, def->name, strcmp(cfg->backend, "cuda") == 0 ? "CUDA" : "HIP");
         return false;
     }
+    /* every JSON answer carries these: they must be text */
+    const char *texts[][2] = {{"--worker-id", cfg->worker_id}, {"--model-ref", cfg->model_ref}};
+    for (int i = 0; i < 2; i++)
+        if (texts[i][1] && !wk_utf8_valid(texts[i][1], strlen(texts[i][1]), NULL)) {
+            fprintf(stderr, "%s: %s is not valid UTF-8\n", def->name, texts[i][0]);
+            return false;
+        }
     if (!cfg->local_mode && !cfg->api_token) {
         fprintf(stderr, "%s: refusing to start without authentication: set RBEE_API_TOKEN (or LLORCH_API_TOKEN), "
                         "or pass --local-mode to serve on 127.0.0.1 only\n",
@@ -239,6 +247,13 @@ int wk_worker_main(const wk_worker_def *def, int argc, char **argv) {
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* a connection is a descriptor: the soft limit (often 1024) would cap
+     * --max-connections below what it says */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     wk_worker *w = calloc(1, sizeof *w);
     if (!w) {

@@ -399,6 +399,10 @@ rb_status llm_engine_submit(llm_engine *e, wk_job *j) {
     if (!e->accepting || e->stop) s = RB_E_CANCELLED;
     else if (e->q_n >= e->o.queue_depth + free_slots || e->q_n >= e->q_cap) s = RB_E_RANGE;
     else {
+        /* a job that will wait for a slot says where it stands (before the
+         * engine can see it, so the event precedes "started") */
+        if (e->q_n >= free_slots)
+            wk_job_push(j, "queued", json_pack("{s:i}", "position", e->q_n - free_slots + 1), NULL, 0);
         e->queue[(e->q_head + e->q_n) % e->q_cap] = wk_job_ref(j);
         e->q_n++;
         pthread_cond_broadcast(&e->cv);

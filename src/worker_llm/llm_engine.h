@@ -31,7 +31,8 @@ rb_status llm_engine_start(llm_engine *e, rb_error *err);
 /* Cancels whatever is queued or running, joins the thread and frees. */
 void llm_engine_destroy(llm_engine *e);
 
-/* Queues a job (takes a new reference). RB_E_RANGE: the queue is full;
+/* Queues a job (takes a new reference); a job that has to wait for a slot
+ * gets a "queued" event {"position": 1..} first. RB_E_RANGE: the queue is full;
  * RB_E_CANCELLED: the engine no longer accepts work (draining). */
 rb_status llm_engine_submit(llm_engine *e, wk_job *j);
 /* Stops accepting new jobs (queued and running ones go on). */

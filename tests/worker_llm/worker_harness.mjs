@@ -68,7 +68,8 @@ export function request(w, method, p, body, headers = {}) {
   });
 }
 
-// Parses a server-sent-event body into the JSON payloads; checks framing.
+// Parses a server-sent-event body into the JSON payloads; checks framing
+// (comment blocks, the keep-alives a silent stream sends, are skipped).
 // Returns {events, done} where done tells whether it ended with [DONE].
 export function parseSse(body) {
   const blocks = body.split('\n\n');
@@ -77,6 +78,7 @@ export function parseSse(body) {
   const events = [];
   let done = false;
   for (const b of blocks) {
+    if (b.startsWith(':') && !b.includes('\n')) continue;
     if (!b.startsWith('data: ') || b.includes('\n')) throw new Error(`malformed event: ${JSON.stringify(b)}`);
     const payload = b.slice(6);
     if (done) throw new Error('data after [DONE]');
