@@ -10,6 +10,7 @@ PACKAGES=(
   libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-openssl-dev
   zlib1g-dev libpng-dev libjpeg62-turbo-dev
   nodejs python3 curl openssl
+  chromium
 )
 # npm: the machine image may ship its own npm; Debian's is only needed when none is present.
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define N_COMMON 28
+#define N_COMMON 29
 
 void wk_config_defaults(wk_config *c, const char *worker_name) {
     memset(c, 0, sizeof *c);
@@ -72,6 +72,7 @@ static int common_opts(wk_config *c, int64_t *cuda_dev, int64_t *rocm_dev, wk_op
         {"drain-timeout-ms", WK_OPT_INT, &c->drain_timeout_ms, 0, 86400000, "N",
          "SIGTERM grace for running requests (default 30000)"},
         {"no-warmup", WK_OPT_FLAG, &c->no_warmup, 0, 0, NULL, "skip the warm-up run after loading"},
+        {"no-webui", WK_OPT_FLAG, &c->no_webui, 0, 0, NULL, "do not serve the built-in web page at /"},
         {"log-format", WK_OPT_STRING, &c->log_format, 0, 0, "text|json", "log lines as text or JSON (default text)"},
     };
     memcpy(o, t, sizeof t);

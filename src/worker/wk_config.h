@@ -54,6 +54,7 @@ typedef struct wk_config {
     int64_t job_ttl_ms;       /* finished jobs are removed after this */
     int64_t drain_timeout_ms; /* SIGTERM: finish running requests up to this */
     bool no_warmup;
+    bool no_webui;            /* leave the built-in web page out */
     const char *log_format;   /* "text" | "json" */
     const char *api_token;    /* from the environment; NULL = none */
     bool log_json;            /* derived from log_format */

@@ -3,6 +3,7 @@
  * stop, /v1/info fields, teardown) and the gauges it adds to /metrics. */
 #include "worker_llm/llm_worker.h"
 #include "worker/wk_util.h"
+#include "worker/wk_web.h"
 
 #include "rbee/gguf.h"
 
@@ -14,6 +15,10 @@
 #ifndef RBEE_VERSION
 #define RBEE_VERSION "0.0.0"
 #endif
+/* the built-in chat page (src/worker_llm/web, embedded by the build) */
+extern const rb_embedded_file llm_web_files[];
+extern const int llm_web_n_files;
+
 #ifndef RBEE_DEFAULT_MODEL_DIR
 #define RBEE_DEFAULT_MODEL_DIR "models/default"
 #endif
@@ -128,6 +133,7 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     wk_metrics_gauge_fn(m, "llorch_device_memory_used_bytes", "Device memory in use (total - free).", g_dev_used, lw);
     rb_status s;
     if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
+    if (!w->cfg.no_webui && (s = wk_web_add(&w->router, llm_web_files, llm_web_n_files, err)) != RB_OK) return s;
     return llm_routes_openai_add(lw, err);
 }
 
