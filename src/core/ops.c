@@ -243,9 +243,9 @@ rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb
     if (!gate_act(act))
         return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation; expected silu, gelu_tanh, gelu "
                     "or relu", (int)act, unary_name(act));
-    TRY(check_dtype(&c, "dst", dst, RB_F32));
-    TRY(check_dtype(&c, "gate", gate, RB_F32));
-    TRY(check_dtype(&c, "up", up, RB_F32));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_float(&c, "gate", gate));
+    TRY(check_float(&c, "up", up));
     TRY(same_shape(&c, "dst", dst, "gate", gate));
     TRY(same_shape(&c, "dst", dst, "up", up));
     TRY(writable(&c, "dst", dst));
@@ -407,6 +407,30 @@ rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, in
     return be->vt->group_norm(be, dst, src, n_groups, w, b, eps);
 }
 
+rb_status rb_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
+                            const rb_tensor *b, float eps, rb_unary_op act) {
+    NEED_BE();
+    char name[48];
+    snprintf(name, sizeof name, "rb_group_norm_act(%s)", unary_name(act));
+    opc c = {be, name};
+    if (!gate_act(act))
+        return fail(&c, RB_E_INVALID, "activation %d (%s) is not supported; expected silu, gelu_tanh, gelu or relu",
+                    (int)act, unary_name(act));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_float(&c, "src", src));
+    TRY(same_shape(&c, "dst", dst, "src", src));
+    if (n_groups < 1 || src->ne[2] % n_groups)
+        return fail(&c, RB_E_INVALID, "n_groups %d must be >= 1 and divide the %lld channels (dim 2)", n_groups,
+                    (long long)src->ne[2]);
+    TRY(check_row_param(&c, "w", w, src->ne[2]));
+    TRY(check_row_param(&c, "b", b, src->ne[2]));
+    TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
+    if (be->vt->group_norm_act) return be->vt->group_norm_act(be, dst, src, n_groups, w, b, eps, act);
+    rb_status s = be->vt->group_norm(be, dst, src, n_groups, w, b, eps);
+    return s != RB_OK ? s : be->vt->unary(be, act, dst, dst);
+}
+
 /* ---- indexing ---- */
 
 rb_status rb_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids) {
@@ -518,8 +542,8 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     TRY(check_t(&c, "dst", dst));
     TRY(check_t(&c, "a", a));
     TRY(check_float(&c, "b", b));
-    if (dst->dtype != RB_F32 && dst->dtype != RB_F16)
-        return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32 or f16", rb_dtype_name(dst->dtype));
+    if (!is_float(dst->dtype))
+        return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32, f16 or bf16", rb_dtype_name(dst->dtype));
     if (!is_float(a->dtype) && !is_quant(a->dtype))
         return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
     if (a->ne[0] != b->ne[0])
@@ -713,7 +737,7 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
     NEED_BE();
     opc c = {be, "rb_attention"};
     if (!p) return fail(&c, RB_E_INVALID, "params are NULL");
-    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_float(&c, "dst", dst));
     TRY(check_float(&c, "q", q));
     TRY(check_float(&c, "k", k));
     TRY(check_float(&c, "v", v));
@@ -760,12 +784,15 @@ static int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
     return num < 0 ? 0 : num / stride + 1;
 }
 
+/* conv1d: x f32, w f32/f16; conv2d (half): x f32/f16/bf16, w f32/f16/bf16. */
 static rb_status check_conv_w(const opc *c, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
-                              int cdim, int groups) {
-    TRY(check_dtype(c, "x", x, RB_F32));
+                              int cdim, int groups, bool half) {
+    if (half) TRY(check_float(c, "x", x));
+    else TRY(check_dtype(c, "x", x, RB_F32));
     TRY(check_t(c, "w", w));
-    if (w->dtype != RB_F32 && w->dtype != RB_F16)
-        return fail(c, RB_E_INVALID, "w has dtype %s; expected f32 or f16", rb_dtype_name(w->dtype));
+    if (half ? !is_float(w->dtype) : (w->dtype != RB_F32 && w->dtype != RB_F16))
+        return fail(c, RB_E_INVALID, "w has dtype %s; expected f32%s", rb_dtype_name(w->dtype),
+                    half ? ", f16 or bf16" : " or f16");
     int64_t cin = x->ne[cdim], cout = w->ne[cdim + 1];
     if (groups < 1 || cin % groups || cout % groups)
         return fail(c, RB_E_INVALID, "groups %d must be >= 1 and divide Cin %lld and Cout %lld", groups,
@@ -785,7 +812,7 @@ rb_status rb_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     NEED_BE();
     opc c = {be, "rb_conv1d"};
     TRY(check_dtype(&c, "dst", dst, RB_F32));
-    TRY(check_conv_w(&c, x, w, bias, 1, groups));
+    TRY(check_conv_w(&c, x, w, bias, 1, groups, false));
     if (stride < 1 || pad < 0 || dilation < 1)
         return fail(&c, RB_E_INVALID, "stride %d and dilation %d must be >= 1, pad %d >= 0", stride, dilation, pad);
     if (x->ne[3] != 1 || w->ne[3] != 1) return fail(&c, RB_E_INVALID, "x %s and w %s must be 3-D", D(x).s, D(w).s);
@@ -804,8 +831,8 @@ rb_status rb_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     NEED_BE();
     opc c = {be, "rb_conv2d"};
     if (!stride || !pad || !dilation) return fail(&c, RB_E_INVALID, "stride/pad/dilation arrays are NULL");
-    TRY(check_dtype(&c, "dst", dst, RB_F32));
-    TRY(check_conv_w(&c, x, w, bias, 2, groups));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_conv_w(&c, x, w, bias, 2, groups, true));
     for (int i = 0; i < 2; i++)
         if (stride[i] < 1 || pad[i] < 0 || dilation[i] < 1)
             return fail(&c, RB_E_INVALID, "stride %d and dilation %d must be >= 1, pad %d >= 0 (axis %d)", stride[i],

@@ -221,6 +221,7 @@ static const rb_backend_vtable k_cpu_vtable = {
     .conv1d = rb_cpu_conv1d,
     .conv2d = rb_cpu_conv2d,
     .upsample = rb_cpu_upsample,
+    .group_norm_act = rb_cpu_group_norm_act,
 };
 
 rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

@@ -161,7 +161,7 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
             float *acc = w->acc + row * Dv;
             const float inv = w->l[row] > 0.0f ? 1.0f / w->l[row] : 0.0f;
             for (int64_t d = 0; d < Dv; d++) acc[d] *= inv;
-            rb_cpu_row_from_f32(cb, RB_F32, acc, rb_cpu_row(c->dst, g * r + hh, i0 + qi, b), c->dst->nb[0], Dv);
+            rb_cpu_row_from_f32(cb, c->dst->dtype, acc, rb_cpu_row(c->dst, g * r + hh, i0 + qi, b), c->dst->nb[0], Dv);
         }
 }
 
