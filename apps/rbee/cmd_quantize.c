@@ -1,7 +1,9 @@
 /* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every 2-D weight of a
- * GGUF file in another type (see rb_quantize_gguf), keeping metadata. */
+ * GGUF file in another type (see rb_quantize_gguf), keeping metadata; a
+ * Stable Diffusion file with the SD converter's rules (sd_requantize_gguf). */
 #include "commands.h"
 #include "convert/convert.h"
+#include "sd/sd_convert.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -44,7 +46,8 @@ int rb_cmd_quantize(int argc, char **argv) {
     rb_convert_stats st;
     rb_error err;
     rb_error_clear(&err);
-    if (rb_quantize_gguf(in, out, &o, &st, &err) != RB_OK) {
+    const bool sd = sd_convert_is_sd_gguf(in);
+    if ((sd ? sd_requantize_gguf(in, out, &o, &st, &err) : rb_quantize_gguf(in, out, &o, &st, &err)) != RB_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }

@@ -1,7 +1,8 @@
 /* Seed corpus generator for the fuzz targets: writes small valid GGUF files
  * (through the library's writer), safetensors images, JSON configs and
  * PNG / JPEG files (through the image encoders) into
- * OUTDIR/{gguf,safetensors,json_config,image}. Usage: fuzz_gen_seeds OUTDIR */
+ * OUTDIR/{gguf,safetensors,json_config,image}, and the Stable Diffusion seeds
+ * of gen_seeds_sd.c. Usage: fuzz_gen_seeds OUTDIR */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,8 @@
 
 #include "rbee/gguf.h"
 #include "rbee/image.h"
+
+int sd_seeds(const char *dir); /* gen_seeds_sd.c */
 
 static int make_dir(const char *p) { return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1; }
 
@@ -139,6 +142,7 @@ int main(int argc, char **argv) {
         bad |= write_bytes(p, configs[i], strlen(configs[i]));
     }
     bad |= image_seeds(argv[1]);
+    bad |= sd_seeds(argv[1]);
     if (bad) fprintf(stderr, "fuzz_gen_seeds: failed to write some seeds under %s\n", argv[1]);
     return bad ? 1 : 0;
 }

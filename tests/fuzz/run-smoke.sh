@@ -33,4 +33,7 @@ run fuzz_gguf gguf 65536
 run fuzz_safetensors safetensors 16384
 run fuzz_json_config json_config 16384
 run fuzz_image image 65536
+run fuzz_sd_config sd_config 16384
+run fuzz_sd_ldm sd_ldm 65536
+run fuzz_sd_gguf sd_gguf 65536
 exit $status
