@@ -22,7 +22,7 @@ static bool route_jobs_create(wk_req *r, void *ctx) {
     llm_request_read_rbee(body, &prompt, &errs);
     llm_request_read_params(body, LLM_API_RBEE, &req, &errs);
     if (errs.n == 0)
-        llm_request_set_prompt(&req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, lw->ctx_size, 0, &errs);
+        llm_request_set_prompt(&req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, NULL, 0, lw->ctx_size, 0, &errs);
     json_decref(body);
     if (errs.n > 0) {
         llm_gen_request_free(&req);

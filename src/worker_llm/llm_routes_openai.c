@@ -18,7 +18,8 @@ static void build_prompt(llm_worker *lw, json_t *body, bool chat, llm_gen_reques
         const char *prompt = NULL;
         llm_request_read_completion(body, &prompt, errs);
         if (errs->n == 0)
-            llm_request_set_prompt(req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, lw->ctx_size, 0, errs);
+            llm_request_set_prompt(req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, NULL, 0, lw->ctx_size, 0,
+                                   errs);
         return;
     }
     json_t *msgs = llm_request_read_chat(body, errs);
@@ -29,17 +30,16 @@ static void build_prompt(llm_worker *lw, json_t *body, bool chat, llm_gen_reques
         wk_errors_add(errs, "messages", "memory", "out of memory");
         return;
     }
-    char *text = NULL;
-    size_t len = 0;
+    rb_chat_rendered rd;
     unsigned flags = 0;
     rb_error err;
     rb_error_clear(&err);
-    if (llm_chat_render(&lw->chat, mj, &text, &len, &flags, &err) != RB_OK) {
+    if (llm_chat_render(&lw->chat, mj, &rd, &flags, &err) != RB_OK) {
         wk_errors_add(errs, "messages", "chat_template", "the chat template failed on these messages: %s", err.msg);
     } else if (errs->n == 0) {
-        llm_request_set_prompt(req, lw->tok, text, len, flags, lw->ctx_size, 0, errs);
+        llm_request_set_prompt(req, lw->tok, rd.text, rd.len, flags, rd.request, rd.n_request, lw->ctx_size, 0, errs);
     }
-    free(text);
+    rb_chat_rendered_free(&rd);
     free(mj);
 }
 
