@@ -437,6 +437,7 @@ static rb_status build(const json_t *root, const json_t *cfg, rb_tokenizer **out
     if ((st = parse_pre(t, json_object_get(root, "pre_tokenizer"), 0, err)) != RB_OK) goto fail;
     if ((st = parse_post(t, json_object_get(root, "post_processor"), 0, err)) != RB_OK) goto fail;
     if ((st = parse_decoder(t, json_object_get(root, "decoder"), 0, err)) != RB_OK) goto fail;
+    if ((st = tok_decoder_check(t, err)) != RB_OK) goto fail;
     if ((st = apply_config(t, cfg, err)) != RB_OK) goto fail;
     tok_flags_from_template(t);
     t->kind = RB_TOKENIZER_SPM;
