@@ -114,11 +114,40 @@ static void test_steps_after_fuse_refused(void **state) {
     assert_non_null(strstr(e.msg, "only Strip steps may follow"));
 }
 
+/* Found while fuzzing the loader: ids may reach 2^27, and a 60-byte file
+ * with one token of id 134217727 made the per-id tables take 3 GB and a
+ * minute to fill. Holes are now bounded by the number of tokens. */
+static void test_sparse_ids_bounded(void **state) {
+    (void)state;
+    const char *huge = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":134217727},\"merges\":[]}}";
+    rb_tokenizer *t = NULL;
+    rb_error e;
+    assert_int_equal(rb_tokenizer_load_hf_memory(huge, strlen(huge), NULL, 0, &t, &e), RB_E_FORMAT);
+    assert_null(t);
+    assert_non_null(strstr(e.msg, "too sparse"));
+    const char *added = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                        "\"added_tokens\":[{\"id\":99999999,\"content\":\"<x>\",\"special\":true}]}";
+    assert_int_equal(rb_tokenizer_load_hf_memory(added, strlen(added), NULL, 0, &t, &e), RB_E_FORMAT);
+    /* a few holes, as sparse real vocabularies have, still load */
+    const char *holes = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":5000},\"merges\":[]}}";
+    TU_OK(rb_tokenizer_load_hf_memory(holes, strlen(holes), NULL, 0, &t, &e));
+    assert_int_equal(rb_tokenizer_n_vocab(t), 5001);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    TU_OK(rb_tokenizer_encode(t, "ba", 2, 0, &ids, &n, &e));
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 5000);
+    assert_int_equal(ids[1], 0);
+    free(ids);
+    rb_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_multi_strip),
         cmocka_unit_test(test_stream_trailing_strip),
         cmocka_unit_test(test_steps_after_fuse_refused),
+        cmocka_unit_test(test_sparse_ids_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
