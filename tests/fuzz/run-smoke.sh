@@ -11,7 +11,7 @@ FUZZ="$BUILD/tests/fuzz"
 [ -x "$FUZZ/fuzz_gguf" ] || { echo "no fuzz targets in $FUZZ (configure with CC=clang -DRBEE_FUZZ=ON)" >&2; exit 2; }
 
 CORPUS="$BUILD/fuzz-corpus"
-"$FUZZ/fuzz_gen_seeds" "$CORPUS" || exit 2
+"$FUZZ/fuzz_gen_seeds" "$CORPUS" "$(cd "$(dirname "$0")/../data" && pwd)" || exit 2
 
 status=0
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -33,4 +33,7 @@ run fuzz_gguf gguf 65536
 run fuzz_safetensors safetensors 16384
 run fuzz_json_config json_config 16384
 run fuzz_image image 65536
+run fuzz_tokenizer_json tokenizer_json 16384
+run fuzz_chat_template chat_template 16384
+if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
 exit $status
