@@ -3,7 +3,8 @@
 # install dependencies (HIP toolchain included), then build and test with gcc
 # (-Werror), build and test the ASan+UBSan build with clang (-Werror, so clang
 # cleanliness is checked there), a short libFuzzer smoke run of the
-# file-format parsers, and the CUDA and HIP builds of the GPU backend (compile
+# file-format parsers, tokenizer.json, chat templates and the worker's
+# request path, and the CUDA and HIP builds of the GPU backend (compile
 # only: CI has no GPU; the GPU tests run on the lent GPU machine through
 # scripts/gpu-device-run.sh). Each stage's wall time is logged.
 # Environment: RBEE_JOBS (parallel jobs, default nproc), RBEE_FUZZ_SECONDS

@@ -5,11 +5,15 @@
  * Jinja subset used by real chat templates with jinja2's semantics under
  * trim_blocks/lstrip_blocks, and bounds output size, memory, steps and
  * recursion so templates from untrusted model files cannot hang or exhaust
- * the process. */
+ * the process. rb_chat_template_render* also report which bytes of the
+ * output came from the request rather than from the template, so a caller
+ * can tokenize those as plain text: special-token text inside a message
+ * must not become a control token that forges a turn. */
 #ifndef RBEE_CHAT_TEMPLATE_H
 #define RBEE_CHAT_TEMPLATE_H
 
 #include "rbee/status.h"
+#include "rbee/text_range.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -86,6 +90,30 @@ rb_status rb_chat_template_apply(const rb_chat_template *t, const rb_chat_messag
  * carry any fields (tool_calls, reasoning_content, list contents, ...). */
 rb_status rb_chat_template_apply_json(const rb_chat_template *t, const char *messages_json,
                                       const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err);
+
+/* A render with the byte ranges of its text that came from request data:
+ * the messages (roles, contents, every other field and key), tools_json
+ * and extra_vars_json. The template's literal text and the default
+ * variables (set_str / set_json: the model's own bos_token and the like)
+ * are the template's. Ranges follow the text through every operation of
+ * the template (concatenation, slicing, trim, replace, split, join, loops,
+ * macros, ...); text derived from request text (upper/lower, escaping,
+ * repr, tojson of a request string, a request number printed) counts as
+ * request data as a whole where a finer split is not kept. */
+typedef struct rb_chat_rendered {
+    char *text;             /* malloc'ed, NUL-terminated */
+    size_t len;
+    rb_text_range *request; /* sorted, disjoint, not adjacent, non-empty; malloc'ed or NULL */
+    size_t n_request;
+} rb_chat_rendered;
+
+/* rb_chat_template_apply / _apply_json with the request ranges. On error
+ * *out is zeroed. Release with rb_chat_rendered_free. */
+rb_status rb_chat_template_render(const rb_chat_template *t, const rb_chat_message *msgs, size_t n_msgs,
+                                  const rb_chat_options *opts, rb_chat_rendered *out, rb_error *err);
+rb_status rb_chat_template_render_json(const rb_chat_template *t, const char *messages_json,
+                                       const rb_chat_options *opts, rb_chat_rendered *out, rb_error *err);
+void rb_chat_rendered_free(rb_chat_rendered *r);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 
 #include "rbee/gguf.h"
 #include "rbee/status.h"
+#include "rbee/text_range.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,6 +79,22 @@ const char *rb_tokenizer_chat_template(const rb_tokenizer *t);
  * byte offset in the message. */
 rb_status rb_tokenizer_encode(const rb_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                               size_t *n_ids, rb_error *err);
+
+/* rb_tokenizer_encode, except that no special token is matched on the bytes
+ * of the `plain` ranges (sorted, non-overlapping, non-empty, within len;
+ * RB_E_INVALID otherwise): a chat prompt keeps the special tokens written
+ * by its template and encodes the request's text (rb_chat_rendered.request)
+ * as plain text, as /v1/completions encodes a prompt. A special token is
+ * matched only if none of its bytes is plain (a normalized special token,
+ * matched after the normalizer, only in a piece between raw added tokens
+ * that has no plain byte). The ranges change nothing else: the text between
+ * matched added tokens is still one piece for the normalizer, pre-tokenizer
+ * and BPE (merges across a range edge are kept), so a text whose plain
+ * ranges hold no special-token text gives exactly rb_tokenizer_encode's
+ * ids, as transformers and llama.cpp encode a whole rendered prompt. */
+rb_status rb_tokenizer_encode_plain(const rb_tokenizer *t, const char *text, size_t len, unsigned flags,
+                                    const rb_text_range *plain, size_t n_plain, int32_t **ids, size_t *n_ids,
+                                    rb_error *err);
 
 /* Decodes ids to a malloc'ed NUL-terminated string (*len excludes the NUL),
  * applying the decoder chain (▁ -> space, byte fallback, byte-level map).

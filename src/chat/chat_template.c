@@ -1,7 +1,8 @@
 /* Public chat-template API: compiling a template, default variables, and
  * rendering a conversation with the variables transformers passes to chat
  * templates (messages, tools, documents, add_generation_prompt, special
- * tokens, extra keyword arguments) under the caller's limits. */
+ * tokens, extra keyword arguments) under the caller's limits, marking what
+ * the request supplied (messages, tools, extra variables) as request data. */
 #include "chat/chat_template.h"
 
 #include <jansson.h>
@@ -85,8 +86,9 @@ rb_status rb_chat_template_set_json(rb_chat_template *t, const char *name, const
     return set_value(t, name, v, err);
 }
 
-/* Sets every key of a JSON object as a variable of the root frame. */
-static bool set_json_vars(jctx *cx, jframe *root, const json_t *obj) {
+/* Sets every key of a JSON object as a variable of the root frame
+ * (request: its values are request data). */
+static bool set_json_vars(jctx *cx, jframe *root, const json_t *obj, bool request) {
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)obj, key, val) {
@@ -94,7 +96,7 @@ static bool set_json_vars(jctx *cx, jframe *root, const json_t *obj) {
         char *k = jmem_strdup(cx->mem, key, kn);
         jv v = {0};
         if (!k) return jx_oom(cx);
-        if (!jx_from_json(cx, val, &v, 0) || !jframe_set(cx, root, k, kn, v)) return false;
+        if (!jx_from_json(cx, val, request, &v, 0) || !jframe_set(cx, root, k, kn, v)) return false;
     }
     return true;
 }
@@ -119,10 +121,9 @@ static const char V_MESSAGES[] = "messages", V_TOOLS[] = "tools", V_DOCUMENTS[] 
 typedef bool (*build_messages_fn)(jctx *cx, const void *arg, jv *out);
 
 static rb_status render(const rb_chat_template *t, build_messages_fn build, const void *arg,
-                        const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err) {
+                        const rb_chat_options *opts, rb_chat_rendered *out, rb_error *err) {
     if (!t || !out) return rb_error_set(err, RB_E_INVALID, "chat template render: NULL argument");
-    *out = NULL;
-    if (out_len) *out_len = 0;
+    memset(out, 0, sizeof *out);
     rb_chat_options def = {0};
     if (!opts) opts = &def;
     json_t *tools = NULL, *extra = NULL;
@@ -151,13 +152,13 @@ static rb_status render(const rb_chat_template *t, build_messages_fn build, cons
     };
     jframe root = {0};
     jv msgs = {0}, tv = jv_none();
-    bool ok = set_json_vars(&cx, &root, (const json_t *)t->defaults) && build(&cx, arg, &msgs) &&
+    bool ok = set_json_vars(&cx, &root, (const json_t *)t->defaults, false) && build(&cx, arg, &msgs) &&
               jframe_set(&cx, &root, V_MESSAGES, sizeof(V_MESSAGES) - 1, msgs) &&
-              (!tools || jx_from_json(&cx, tools, &tv, 0)) &&
+              (!tools || jx_from_json(&cx, tools, true, &tv, 0)) &&
               jframe_set(&cx, &root, V_TOOLS, sizeof(V_TOOLS) - 1, tv) &&
               jframe_set(&cx, &root, V_DOCUMENTS, sizeof(V_DOCUMENTS) - 1, jv_none()) &&
               jframe_set(&cx, &root, V_AGP, sizeof(V_AGP) - 1, jv_bool(opts->add_generation_prompt)) &&
-              (!extra || set_json_vars(&cx, &root, extra));
+              (!extra || set_json_vars(&cx, &root, extra, true));
     json_decref(tools);
     json_decref(extra);
     if (!ok) {
@@ -173,12 +174,43 @@ static rb_status render(const rb_chat_template *t, build_messages_fn build, cons
     }
     if (!buf.p) { /* empty output still gets a buffer */
         buf.p = malloc(1);
-        if (!buf.p) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        if (!buf.p) {
+            jbuf_free(&buf);
+            return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        }
         buf.p[0] = '\0';
     }
-    *out = buf.p;
-    if (out_len) *out_len = buf.n;
+    if (buf.tn) {
+        out->request = malloc(buf.tn * sizeof *out->request);
+        if (!out->request) {
+            jbuf_free(&buf);
+            return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < buf.tn; i++) {
+            out->request[i].begin = buf.tr[i].b;
+            out->request[i].end = buf.tr[i].e;
+        }
+        out->n_request = buf.tn;
+    }
+    free(buf.tr);
+    out->text = buf.p;
+    out->len = buf.n;
     return RB_OK;
+}
+
+void rb_chat_rendered_free(rb_chat_rendered *r) {
+    if (!r) return;
+    free(r->text);
+    free(r->request);
+    memset(r, 0, sizeof *r);
+}
+
+/* The text of a render alone, for the apply entry points. */
+static rb_status text_only(rb_status st, rb_chat_rendered *r, char **out, size_t *out_len) {
+    if (out) *out = st == RB_OK ? r->text : NULL;
+    if (out_len) *out_len = st == RB_OK ? r->len : 0;
+    free(r->request);
+    return st;
 }
 
 typedef struct msg_array { const rb_chat_message *m; size_t n; } msg_array;
@@ -196,8 +228,11 @@ static bool build_from_array(jctx *cx, const void *arg, jv *out) {
         if (!d) return jx_oom(cx);
         d->k[0] = jv_str(K_ROLE, 4);
         d->v[0] = jv_cstr(m->role);
+        d->v[0].u.s.t = &jtaint_all;
         d->k[1] = jv_str(K_CONTENT, 7);
         d->v[1] = m->content ? jv_cstr(m->content) : jv_none();
+        if (m->content) d->v[1].u.s.t = &jtaint_all;
+        else d->v[1].flags = JV_F_REQ;
         d->n = 2;
         l->v[i].type = JV_DICT;
         l->v[i].u.d = d;
@@ -208,22 +243,38 @@ static bool build_from_array(jctx *cx, const void *arg, jv *out) {
     return true;
 }
 
-rb_status rb_chat_template_apply(const rb_chat_template *t, const rb_chat_message *msgs, size_t n_msgs,
-                                 const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err) {
+rb_status rb_chat_template_render(const rb_chat_template *t, const rb_chat_message *msgs, size_t n_msgs,
+                                  const rb_chat_options *opts, rb_chat_rendered *out, rb_error *err) {
+    if (out) memset(out, 0, sizeof *out);
     if (!msgs && n_msgs) return rb_error_set(err, RB_E_INVALID, "chat template render: NULL messages");
     msg_array ma = {msgs, n_msgs};
-    return render(t, build_from_array, &ma, opts, out, out_len, err);
+    return render(t, build_from_array, &ma, opts, out, err);
 }
 
-static bool build_from_json(jctx *cx, const void *arg, jv *out) { return jx_from_json(cx, arg, out, 0); }
+static bool build_from_json(jctx *cx, const void *arg, jv *out) { return jx_from_json(cx, arg, true, out, 0); }
 
-rb_status rb_chat_template_apply_json(const rb_chat_template *t, const char *messages_json,
-                                      const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err) {
+rb_status rb_chat_template_render_json(const rb_chat_template *t, const char *messages_json,
+                                       const rb_chat_options *opts, rb_chat_rendered *out, rb_error *err) {
+    if (out) memset(out, 0, sizeof *out);
     if (!messages_json) return rb_error_set(err, RB_E_INVALID, "chat template render: NULL messages");
     json_t *m;
     rb_status st = parse_json_arg("messages", messages_json, JSON_ARRAY, &m, err);
     if (st != RB_OK) return st;
-    st = render(t, build_from_json, m, opts, out, out_len, err);
+    st = render(t, build_from_json, m, opts, out, err);
     json_decref(m);
     return st;
+}
+
+rb_status rb_chat_template_apply(const rb_chat_template *t, const rb_chat_message *msgs, size_t n_msgs,
+                                 const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "chat template render: NULL argument");
+    rb_chat_rendered r;
+    return text_only(rb_chat_template_render(t, msgs, n_msgs, opts, &r, err), &r, out, out_len);
+}
+
+rb_status rb_chat_template_apply_json(const rb_chat_template *t, const char *messages_json,
+                                      const rb_chat_options *opts, char **out, size_t *out_len, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "chat template render: NULL argument");
+    rb_chat_rendered r;
+    return text_only(rb_chat_template_render_json(t, messages_json, opts, &r, err), &r, out, out_len);
 }

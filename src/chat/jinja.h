@@ -2,7 +2,10 @@
  * the value model, the syntax tree, the lexer/parser entry points and the
  * render context shared by the evaluator, filters and methods. Values are
  * immutable (as under jinja2's ImmutableSandboxedEnvironment) except
- * namespace objects, and live in a per-render arena with a byte cap. */
+ * namespace objects, and live in a per-render arena with a byte cap.
+ * Strings and buffers carry the byte ranges whose text came from request
+ * data (messages, tools, extra variables), so the caller can tell the
+ * template's own text from the user's in the rendered output. */
 #ifndef RBEE_CHAT_JINJA_H
 #define RBEE_CHAT_JINJA_H
 
@@ -26,19 +29,24 @@ void *jmem_alloc(jmem *m, size_t n); /* zeroed, 16-aligned; NULL past cap or on 
 char *jmem_strdup(jmem *m, const char *s, size_t n); /* NUL-terminated copy */
 void jmem_release(jmem *m);
 
+/* A byte range [b, e). */
+typedef struct jspan { size_t b, e; } jspan;
+
 typedef struct jbuf {
     char *p;
     size_t n, cap;
     size_t limit; /* 0 = unlimited */
     bool failed;  /* an append hit the limit or OOM */
     bool over_limit;
+    jspan *tr;    /* request-data ranges of p[0..n): sorted, disjoint, not adjacent */
+    size_t tn, tcap;
 } jbuf;
 
 void jbuf_init(jbuf *b, size_t limit);
 bool jbuf_put(jbuf *b, const char *s, size_t n);
 bool jbuf_putc(jbuf *b, char c);
 bool jbuf_puts(jbuf *b, const char *s);
-void jbuf_free(jbuf *b);
+void jbuf_free(jbuf *b); /* also its ranges */
 
 /* ---- values (jinja_value.c) ---- */
 
@@ -57,6 +65,7 @@ typedef enum jv_type {
 } jv_type;
 
 #define JV_F_TUPLE 1u
+#define JV_F_REQ 2u /* none/bool/int/float that came from request data: printed as request text */
 
 typedef struct jv_list jv_list;
 typedef struct jv_dict jv_dict;
@@ -70,7 +79,7 @@ typedef struct jv {
         bool b;
         int64_t i;
         double f;
-        struct { const char *p; size_t n; } s; /* JV_STR; JV_UNDEF: name hint */
+        struct { const char *p; size_t n; const struct jtaint *t; } s; /* JV_STR; JV_UNDEF: name hint */
         jv_list *l;
         jv_dict *d;
         jv_func *fn;
@@ -114,6 +123,29 @@ static inline jv jv_undef_named(const char *p, size_t n) {
 }
 jv jv_cstr(const char *s);
 
+/* ---- request-data ranges of strings (jinja_taint.c) ----
+ * A string's t lists the byte ranges, relative to its start, whose text
+ * came from request data: sorted, disjoint, not adjacent, and possibly
+ * reaching past the string's end (read as clamped to it). NULL: none.
+ * Every operation keeps the ranges of the bytes it copies; one that derives
+ * new text from request text (case mapping, escaping, repr, JSON) marks the
+ * derived bytes, per character where it can and else as a whole. */
+typedef struct jtaint { size_t n; const jspan *r; } jtaint;
+extern const jtaint jtaint_all; /* the whole string */
+
+/* True if any byte of [b, e) is request data. */
+bool jtaint_hit(const jtaint *t, size_t b, size_t e);
+/* The same for queries whose b never decreases (linear over a string). */
+typedef struct jtcur { const jtaint *t; size_t k; } jtcur;
+bool jtcur_hit(jtcur *c, size_t b, size_t e);
+/* Marks [from, to) of b as request data; false (b->failed) on OOM/limit.
+ * to must not be below the end of a range marked before. */
+bool jbuf_mark(jbuf *b, size_t from, size_t to);
+/* Appends n bytes of s whose request ranges are t (relative to s). */
+bool jbuf_put_t(jbuf *b, const char *s, size_t n, const jtaint *t);
+/* Appends bytes [off, off + len) of string value s with their ranges. */
+bool jbuf_put_sub(jbuf *b, jv s, size_t off, size_t len);
+
 bool jv_truthy(jv v);
 bool jv_is_num(jv v); /* int, float or bool */
 double jv_num(jv v);
@@ -127,8 +159,9 @@ bool jv_dict_set(jmem *m, jv_dict *d, jv k, jv v);
 const jv *jv_dict_get(const jv_dict *d, jv k);
 const jv *jv_dict_get_str(const jv_dict *d, const char *k, size_t n);
 
-/* str() and repr() as Python prints them, appended to b. depth guards
- * against deep nesting (false + *deep set when exceeded). */
+/* str() and repr() as Python prints them, appended to b with their request
+ * ranges (a repr'ed string or a JV_F_REQ scalar as a whole). depth guards
+ * against deep nesting (false + b->failed when exceeded). */
 bool jv_write_str(jbuf *b, jv v);
 bool jv_write_repr(jbuf *b, jv v, int depth);
 void jv_format_float(double f, char out[32]); /* Python repr(float) */
@@ -138,9 +171,10 @@ size_t utf8_len(const char *s, size_t n);              /* code points */
 size_t utf8_next(const char *s, size_t n, size_t i);   /* byte index of the next code point */
 uint32_t utf8_decode(const char *s, size_t n, size_t i, size_t *adv);
 size_t utf8_encode(uint32_t cp, char out[4]);
-/* Case conversion (jinja_case.c), appended to b. */
+/* Case conversion (jinja_case.c) of string value s, appended to b; each
+ * character derived from a request character is request data. */
 typedef enum jcase { JCASE_UPPER, JCASE_LOWER, JCASE_CAPITALIZE, JCASE_TITLE_PY, JCASE_TITLE_JINJA } jcase;
-void jinja_case(jbuf *b, const char *s, size_t n, jcase mode);
+void jinja_case(jbuf *b, jv s, jcase mode);
 /* Python str.isspace() for the code point starting at s[i]; *adv = its bytes. */
 bool py_space_at(const char *s, size_t n, size_t i, size_t *adv);
 /* Python str.isspace() for the code point ending just before s[end]. */
@@ -264,8 +298,10 @@ bool jx_step(jctx *cx);
 bool jx_oom(jctx *cx);
 /* str(v) as a new string value in the arena. */
 bool jx_to_str(jctx *cx, jv v, jv *out);
-/* Wraps a finished jbuf into an arena string (frees the buffer). */
+/* Wraps a finished jbuf into an arena string with its ranges (frees the buffer). */
 bool jx_buf_to_str(jctx *cx, jbuf *b, jv *out);
+/* Bytes [off, off + len) of string value s, its ranges cut to match. */
+bool jx_substr(jctx *cx, jv s, size_t off, size_t len, jv *out);
 /* Iteration snapshot of v (list items, dict keys, string characters). */
 bool jx_iterate(jctx *cx, jv v, jv_list **out);
 /* getattr / getitem with jinja2's rules. */
@@ -293,8 +329,10 @@ bool jinja_call_builtin(jctx *cx, const jv_func *fn, const jargs *a, jv *out);
 bool jx_binop(jctx *cx, jop op, jv a, jv b, jv *out);
 bool jx_compare(jctx *cx, jop op, jv a, jv b, bool *out);
 
-/* JSON (jinja_json.c): jansson value -> jv, and Python json.dumps. */
-bool jx_from_json(jctx *cx, const void *json, jv *out, int depth);
+/* JSON (jinja_json.c): jansson value -> jv (with request set: every string,
+ * key included, is request data and every scalar JV_F_REQ), and Python
+ * json.dumps. */
+bool jx_from_json(jctx *cx, const void *json, bool request, jv *out, int depth);
 typedef struct jdump_opts {
     const char *indent; /* NULL = compact one-line */
     const char *item_sep, *key_sep;

@@ -2,7 +2,8 @@
  * capitalize, title): Python's mappings for ASCII, Latin-1, Latin
  * Extended-A, Greek (with the final-sigma rule) and Cyrillic, including the
  * one-to-many cases Python applies (German sharp s, dotted capital I).
- * Other scripts pass through unchanged. */
+ * Other scripts pass through unchanged. Each output character keeps the
+ * request-data mark of the character it was mapped from. */
 #include "chat/jinja.h"
 
 #include <string.h>
@@ -77,9 +78,13 @@ static bool jinja_word_sep(uint32_t c, const char *s, size_t n, size_t i) {
     return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_space_at(s, n, i, &adv);
 }
 
-void jinja_case(jbuf *b, const char *s, size_t n, jcase mode) {
+void jinja_case(jbuf *b, jv sv, jcase mode) {
+    const char *s = sv.u.s.p;
+    size_t n = sv.u.s.n;
+    jtcur tc = {sv.u.s.t, 0};
     bool prev_cased = false, word_start = true;
     for (size_t i = 0; i < n;) {
+        size_t at = b->n;
         size_t adv = 0;
         uint32_t c = utf8_decode(s, n, i, &adv);
         bool up;
@@ -99,6 +104,7 @@ void jinja_case(jbuf *b, const char *s, size_t n, jcase mode) {
             word_start = false;
         }
         prev_cased = cp_cased(c);
+        if (jtcur_hit(&tc, i, i + adv)) jbuf_mark(b, at, b->n); /* mapped from a request character */
         i += adv;
     }
 }

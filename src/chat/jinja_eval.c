@@ -94,9 +94,24 @@ bool jx_buf_to_str(jctx *cx, jbuf *b, jv *out) {
     }
     char *s = jmem_strdup(cx->mem, b->p ? b->p : "", b->n);
     size_t n = b->n;
+    const jtaint *t = NULL;
+    if (s && b->tn == 1 && b->tr[0].b == 0 && b->tr[0].e >= n) {
+        t = &jtaint_all;
+    } else if (s && b->tn) {
+        jtaint *nt = jmem_alloc(cx->mem, sizeof(jtaint));
+        jspan *sp = jmem_alloc(cx->mem, b->tn * sizeof(jspan));
+        if (nt && sp) {
+            memcpy(sp, b->tr, b->tn * sizeof(jspan));
+            nt->n = b->tn;
+            nt->r = sp;
+        }
+        t = nt && sp ? nt : NULL;
+        if (!t) s = NULL;
+    }
     jbuf_free(b);
     if (!s) return jx_oom(cx);
     *out = jv_str(s, n);
+    out->u.s.t = t;
     return true;
 }
 
@@ -138,7 +153,7 @@ bool jx_iterate(jctx *cx, jv v, jv_list **out) {
         size_t i = 0, k = 0;
         while (i < v.u.s.n && k < n) {
             size_t j = utf8_next(v.u.s.p, v.u.s.n, i);
-            l->v[k++] = jv_str(v.u.s.p + i, j - i);
+            if (!jx_substr(cx, v, i, j - i, &l->v[k++])) return false;
             i = j;
         }
         l->n = k;
@@ -234,8 +249,7 @@ bool jx_getitem(jctx *cx, jv obj, jv key, jv *out) {
         }
         size_t i = 0;
         for (int64_t c = 0; c < k; c++) i = utf8_next(obj.u.s.p, obj.u.s.n, i);
-        *out = jv_str(obj.u.s.p + i, utf8_next(obj.u.s.p, obj.u.s.n, i) - i);
-        return true;
+        return jx_substr(cx, obj, i, utf8_next(obj.u.s.p, obj.u.s.n, i) - i, out);
     }
     if (obj.type == JV_DICT) {
         const jv *v = jv_dict_get(obj.u.d, key);
@@ -323,15 +337,12 @@ static bool eval_slice(jctx *cx, jframe *f, const jnode *x, jv *out) {
         out->u.l = l;
         return true;
     }
-    if (step == 1) {
-        *out = jv_str(obj.u.s.p + offs[s0], count ? offs[s0 + count] - offs[s0] : 0);
-        return true;
-    }
+    if (step == 1) return jx_substr(cx, obj, count ? offs[s0] : 0, count ? offs[s0 + count] - offs[s0] : 0, out);
     jbuf b;
     jbuf_init(&b, cx->max_output);
     for (int64_t i = 0; i < count; i++) {
         int64_t c = s0 + i * step;
-        jbuf_put(&b, obj.u.s.p + offs[c], offs[c + 1] - offs[c]);
+        jbuf_put_sub(&b, obj, offs[c], offs[c + 1] - offs[c]);
     }
     return jx_buf_to_str(cx, &b, out);
 }
@@ -355,7 +366,7 @@ static bool repeat(jctx *cx, jv seq, int64_t times, jv *out) {
             return jx_fail(cx, RB_E_RANGE, "string repetition exceeds the output size limit");
         jbuf b;
         jbuf_init(&b, cx->max_output);
-        for (int64_t i = 0; i < times; i++) jbuf_put(&b, seq.u.s.p, seq.u.s.n);
+        for (int64_t i = 0; i < times; i++) jbuf_put_t(&b, seq.u.s.p, seq.u.s.n, seq.u.s.t);
         return jx_buf_to_str(cx, &b, out);
     }
     size_t n = seq.u.l->n;
@@ -385,6 +396,13 @@ bool jx_binop(jctx *cx, jop op, jv a, jv b, jv *out) {
         if (nums) { *out = jv_float(jv_num(a) + jv_num(b)); return true; }
         if (a.type == JV_STR && b.type == JV_STR) {
             if (a.u.s.n + b.u.s.n > cx->max_output) return jx_fail(cx, RB_E_RANGE, "string exceeds the output size limit");
+            if (a.u.s.t || b.u.s.t) { /* keep both sides' request ranges */
+                jbuf cat;
+                jbuf_init(&cat, cx->max_output);
+                jbuf_put_t(&cat, a.u.s.p, a.u.s.n, a.u.s.t);
+                jbuf_put_t(&cat, b.u.s.p, b.u.s.n, b.u.s.t);
+                return jx_buf_to_str(cx, &cat, out);
+            }
             char *s = jmem_alloc(cx->mem, a.u.s.n + b.u.s.n + 1);
             if (!s) return jx_oom(cx);
             if (a.u.s.n) memcpy(s, a.u.s.p, a.u.s.n);

@@ -24,7 +24,7 @@ const jv *jargs_get(const jargs *a, size_t i, const char *kw) {
 static bool case_conv(jctx *cx, jv s, jcase mode, jv *out) {
     jbuf b;
     jbuf_init(&b, cx->max_output);
-    jinja_case(&b, s.u.s.p, s.u.s.n, mode);
+    jinja_case(&b, s, mode);
     return jx_buf_to_str(cx, &b, out);
 }
 
@@ -54,8 +54,7 @@ bool jinja_strip(jctx *cx, jv s, const jv *chars, bool left, bool right, jv *out
         while (left && a < b && py_space_at(p, b, a, &adv)) a += adv;
         while (right && b > a && py_space_before(p, b, &adv)) b -= adv;
     }
-    *out = jv_str(p + a, b - a);
-    return true;
+    return jx_substr(cx, s, a, b - a, out);
 }
 
 bool jinja_replace(jctx *cx, jv s, jv old, jv nw, int64_t count, jv *out);
@@ -68,15 +67,15 @@ bool jinja_replace(jctx *cx, jv s, jv old, jv nw, int64_t count, jv *out) {
     if (old.u.s.n == 0) {
         while (i <= n) {
             if (count < 0 || done < count) {
-                jbuf_put(&b, nw.u.s.p, nw.u.s.n);
+                jbuf_put_t(&b, nw.u.s.p, nw.u.s.n, nw.u.s.t);
                 done++;
             } else {
-                jbuf_put(&b, p + i, n - i);
+                jbuf_put_sub(&b, s, i, n - i);
                 break;
             }
             if (i == n) break;
             size_t e = utf8_next(p, n, i);
-            jbuf_put(&b, p + i, e - i);
+            jbuf_put_sub(&b, s, i, e - i);
             i = e;
         }
         return jx_buf_to_str(cx, &b, out);
@@ -84,12 +83,12 @@ bool jinja_replace(jctx *cx, jv s, jv old, jv nw, int64_t count, jv *out) {
     while (i < n) {
         const char *hit = (count < 0 || done < count) ? memmem(p + i, n - i, old.u.s.p, old.u.s.n) : NULL;
         if (!hit) {
-            jbuf_put(&b, p + i, n - i);
+            jbuf_put_sub(&b, s, i, n - i);
             break;
         }
         size_t at = (size_t)(hit - p);
-        jbuf_put(&b, p + i, at - i);
-        jbuf_put(&b, nw.u.s.p, nw.u.s.n);
+        jbuf_put_sub(&b, s, i, at - i);
+        jbuf_put_t(&b, nw.u.s.p, nw.u.s.n, nw.u.s.t);
         i = at + old.u.s.n;
         done++;
     }
@@ -216,24 +215,27 @@ static bool filter_indent(jctx *cx, jv s, const jargs *a, jv *out) {
      * the indent unless empty (blank=True indents those too). */
     jbuf b;
     jbuf_init(&b, cx->max_output);
-    if (first && jv_truthy(*first)) jbuf_put(&b, ind.u.s.p, ind.u.s.n);
+    if (first && jv_truthy(*first)) jbuf_put_t(&b, ind.u.s.p, ind.u.s.n, ind.u.s.t);
     const char *p = s.u.s.p;
     size_t n = s.u.s.n, i = 0;
-    bool line0 = true;
+    bool line0 = true, brk_req = false; /* brk_req: the line break just passed was request text */
     /* splitlines of s + "\n": the final "\n" terminates the last line */
     for (;;) {
         size_t e = i;
         while (e < n && !strchr("\n\r\v\f\x1c\x1d\x1e", p[e])) e++;
         bool at_end = e >= n;
         if (!line0) {
-            jbuf_putc(&b, '\n');
+            size_t at = b.n;
+            if (jbuf_putc(&b, '\n') && brk_req) jbuf_mark(&b, at, b.n);
             bool empty = e == i;
-            if (!empty || (blank && jv_truthy(*blank))) jbuf_put(&b, ind.u.s.p, ind.u.s.n);
+            if (!empty || (blank && jv_truthy(*blank))) jbuf_put_t(&b, ind.u.s.p, ind.u.s.n, ind.u.s.t);
         }
-        jbuf_put(&b, p + i, e - i);
+        jbuf_put_sub(&b, s, i, e - i);
         line0 = false;
         if (at_end) break;
+        size_t bs = e;
         if (p[e] == '\r' && e + 1 < n && p[e + 1] == '\n') e++;
+        brk_req = jtaint_hit(s.u.s.t, bs, e + 1);
         i = e + 1;
     }
     return jx_buf_to_str(cx, &b, out);
@@ -321,8 +323,10 @@ static bool parse_float_str(const char *p, size_t n, double *out) {
 static bool html_escape(jctx *cx, jv s, jv *out) {
     jbuf b;
     jbuf_init(&b, cx->max_output);
+    jtcur tc = {s.u.s.t, 0};
     for (size_t i = 0; i < s.u.s.n; i++) {
         char c = s.u.s.p[i];
+        size_t at = b.n;
         switch (c) {
         case '&': jbuf_puts(&b, "&amp;"); break;
         case '<': jbuf_puts(&b, "&lt;"); break;
@@ -331,8 +335,16 @@ static bool html_escape(jctx *cx, jv s, jv *out) {
         case '\'': jbuf_puts(&b, "&#39;"); break;
         default: jbuf_putc(&b, c);
         }
+        if (jtcur_hit(&tc, i, i + 1)) jbuf_mark(&b, at, b.n); /* the escape of a request byte */
     }
     return jx_buf_to_str(cx, &b, out);
+}
+
+/* A number made from request data (text or a request number) stays request data. */
+static void req_number(jv in, jv *out) {
+    bool req = (in.type == JV_STR && jtaint_hit(in.u.s.t, 0, in.u.s.n)) ||
+               (in.type != JV_STR && (in.flags & JV_F_REQ));
+    if (req && (out->type == JV_INT || out->type == JV_FLOAT)) out->flags |= JV_F_REQ;
 }
 
 bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, jv *out) {
@@ -388,7 +400,7 @@ bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, j
                 jbuf_free(&b);
                 return false;
             }
-            if (i) jbuf_put(&b, sep.u.s.p, sep.u.s.n);
+            if (i) jbuf_put_t(&b, sep.u.s.p, sep.u.s.n, sep.u.s.t);
             jv_write_str(&b, v);
         }
         return jx_buf_to_str(cx, &b, out);
@@ -418,6 +430,7 @@ bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, j
         else if (in.type == JV_STR && parse_float_str(in.u.s.p, in.u.s.n, &fv) && isfinite(fv) && fabs(fv) < 9.2e18)
             *out = jv_int((int64_t)fv);
         else *out = def ? *def : jv_int(0);
+        req_number(in, out);
         return true;
     }
     if (NAME_IS("float")) {
@@ -426,6 +439,7 @@ bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, j
         if (jv_is_num(in)) *out = jv_float(jv_num(in));
         else if (in.type == JV_STR && parse_float_str(in.u.s.p, in.u.s.n, &fv)) *out = jv_float(fv);
         else *out = def ? *def : jv_float(0.0);
+        req_number(in, out);
         return true;
     }
     if (NAME_IS("abs")) {
@@ -433,6 +447,7 @@ bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, j
         else if (in.type == JV_BOOL) *out = jv_int(in.u.b);
         else if (in.type == JV_FLOAT) *out = jv_float(fabs(in.u.f));
         else return jx_fail(cx, RB_E_INVALID, "bad operand type for abs(): '%s'", jv_type_name(in));
+        req_number(in, out);
         return true;
     }
     if (NAME_IS("items")) {
@@ -461,18 +476,16 @@ bool jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jargs *a, j
         return true;
     }
     if (NAME_IS("reverse")) {
-        if (in.type == JV_STR) {
-            char *p = jmem_alloc(cx->mem, in.u.s.n + 1);
-            if (!p) return jx_oom(cx);
-            size_t o = in.u.s.n;
-            for (size_t i = 0; i < in.u.s.n;) {
-                size_t e = utf8_next(in.u.s.p, in.u.s.n, i);
-                o -= e - i;
-                memcpy(p + o, in.u.s.p + i, e - i);
-                i = e;
-            }
-            *out = jv_str(p, in.u.s.n);
-            return true;
+        if (in.type == JV_STR) { /* characters last to first, each with its ranges */
+            size_t nc = utf8_len(in.u.s.p, in.u.s.n), k = 0;
+            size_t *offs = jmem_alloc(cx->mem, (nc + 1) * sizeof(size_t));
+            if (!offs) return jx_oom(cx);
+            for (size_t i = 0; i < in.u.s.n && k < nc; i = utf8_next(in.u.s.p, in.u.s.n, i)) offs[k++] = i;
+            offs[k] = in.u.s.n;
+            jbuf b;
+            jbuf_init(&b, cx->max_output);
+            for (size_t c = k; c-- > 0;) jbuf_put_sub(&b, in, offs[c], offs[c + 1] - offs[c]);
+            return jx_buf_to_str(cx, &b, out);
         }
         jv_list *items, *l;
         if (!jx_iterate(cx, in, &items) || !make_list(cx, items->n, &l, out)) return false;

@@ -10,20 +10,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool jx_from_json(jctx *cx, const void *json, jv *out, int depth) {
+bool jx_from_json(jctx *cx, const void *json, bool request, jv *out, int depth) {
     const json_t *j = json;
     if (depth > JINJA_MAX_DEPTH_DATA) return jx_fail(cx, RB_E_FORMAT, "JSON input nested too deeply");
+    const uint8_t req = request ? JV_F_REQ : 0;
     switch (json_typeof(j)) {
-    case JSON_NULL: *out = jv_none(); return true;
-    case JSON_TRUE: *out = jv_bool(true); return true;
-    case JSON_FALSE: *out = jv_bool(false); return true;
-    case JSON_INTEGER: *out = jv_int((int64_t)json_integer_value(j)); return true;
-    case JSON_REAL: *out = jv_float(json_real_value(j)); return true;
+    case JSON_NULL: *out = jv_none(); out->flags = req; return true;
+    case JSON_TRUE: *out = jv_bool(true); out->flags = req; return true;
+    case JSON_FALSE: *out = jv_bool(false); out->flags = req; return true;
+    case JSON_INTEGER: *out = jv_int((int64_t)json_integer_value(j)); out->flags = req; return true;
+    case JSON_REAL: *out = jv_float(json_real_value(j)); out->flags = req; return true;
     case JSON_STRING: {
         size_t n = json_string_length(j);
         char *s = jmem_strdup(cx->mem, json_string_value(j), n);
         if (!s) return jx_oom(cx);
         *out = jv_str(s, n);
+        if (request) out->u.s.t = &jtaint_all;
         return true;
     }
     case JSON_ARRAY: {
@@ -31,7 +33,7 @@ bool jx_from_json(jctx *cx, const void *json, jv *out, int depth) {
         jv_list *l = jv_list_new(cx->mem, n);
         if (!l) return jx_oom(cx);
         for (size_t i = 0; i < n; i++)
-            if (!jx_from_json(cx, json_array_get(j, i), &l->v[i], depth + 1)) return false;
+            if (!jx_from_json(cx, json_array_get(j, i), request, &l->v[i], depth + 1)) return false;
         out->type = JV_LIST;
         out->flags = 0;
         out->u.l = l;
@@ -49,7 +51,8 @@ bool jx_from_json(jctx *cx, const void *json, jv *out, int depth) {
             char *ks = jmem_strdup(cx->mem, key, kn);
             if (!ks) return jx_oom(cx);
             k = jv_str(ks, kn);
-            if (!jx_from_json(cx, val, &v, depth + 1)) return false;
+            if (request) k.u.s.t = &jtaint_all;
+            if (!jx_from_json(cx, val, request, &v, depth + 1)) return false;
             d->k[d->n] = k;
             d->v[d->n] = v;
             d->n++;
@@ -63,7 +66,10 @@ bool jx_from_json(jctx *cx, const void *json, jv *out, int depth) {
     return jx_fail(cx, RB_E_FORMAT, "unknown JSON value type");
 }
 
-static void dump_string(jbuf *b, const char *s, size_t n, bool ascii) {
+/* JSON string literal of s; request text when any byte of s is (quotes included). */
+static void dump_string(jbuf *b, jv sv, bool ascii) {
+    const char *s = sv.u.s.p;
+    size_t n = sv.u.s.n, start = b->n;
     jbuf_putc(b, '"');
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
@@ -99,6 +105,7 @@ static void dump_string(jbuf *b, const char *s, size_t n, bool ascii) {
         }
     }
     jbuf_putc(b, '"');
+    if (jtaint_hit(sv.u.s.t, 0, n)) jbuf_mark(b, start, b->n);
 }
 
 static void newline_indent(jbuf *b, const jdump_opts *o, int level) {
@@ -126,6 +133,7 @@ static bool key_string(jctx *cx, jv k, jv *out, char tmp[32]) {
 bool jx_tojson(jctx *cx, jbuf *b, jv v, const jdump_opts *o, int depth) {
     if (depth > JINJA_MAX_DEPTH_DATA) return jx_fail(cx, RB_E_RANGE, "tojson: value nested too deeply");
     char t[40];
+    size_t start = b->n;
     switch ((jv_type)v.type) {
     case JV_NONE: jbuf_puts(b, "null"); break;
     case JV_BOOL: jbuf_puts(b, v.u.b ? "true" : "false"); break;
@@ -135,7 +143,13 @@ bool jx_tojson(jctx *cx, jbuf *b, jv v, const jdump_opts *o, int depth) {
         else if (isinf(v.u.f)) jbuf_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
         else { jv_format_float(v.u.f, t); jbuf_puts(b, t); }
         break;
-    case JV_STR: dump_string(b, v.u.s.p, v.u.s.n, o->ensure_ascii); break;
+    default: break;
+    }
+    switch ((jv_type)v.type) {
+    case JV_NONE: case JV_BOOL: case JV_INT: case JV_FLOAT:
+        if (v.flags & JV_F_REQ) jbuf_mark(b, start, b->n); /* a request scalar */
+        break;
+    case JV_STR: dump_string(b, v, o->ensure_ascii); break;
     case JV_LIST:
         if (v.u.l->n == 0) { jbuf_puts(b, "[]"); break; }
         jbuf_putc(b, '[');
@@ -176,9 +190,10 @@ bool jx_tojson(jctx *cx, jbuf *b, jv v, const jdump_opts *o, int depth) {
             jv ks = {0};
             char tmp[32];
             if (!key_string(cx, d->k[k], &ks, tmp)) return false;
+            if (d->k[k].type != JV_STR && (d->k[k].flags & JV_F_REQ)) ks.u.s.t = &jtaint_all;
             if (i) jbuf_puts(b, o->item_sep);
             if (o->indent) newline_indent(b, o, depth + 1);
-            dump_string(b, ks.u.s.p, ks.u.s.n, o->ensure_ascii);
+            dump_string(b, ks, o->ensure_ascii);
             jbuf_puts(b, o->key_sep);
             if (!jx_tojson(cx, b, d->v[k], o, depth + 1)) return false;
         }

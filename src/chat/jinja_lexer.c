@@ -215,7 +215,7 @@ static rb_status lex_number(lexer *L, size_t *pp, int line, bool after_dot) {
     }
     if (!after_dot && p + 1 < n && s[p] == '.' && isdigit((unsigned char)s[p + 1])) {
         is_float = true;
-        buf[bn++] = '.';
+        if (bn < sizeof(buf) - 1) buf[bn++] = '.';
         p++;
         while (p < n && (isdigit((unsigned char)s[p]) || s[p] == '_')) {
             if (s[p] != '_' && bn < sizeof(buf) - 1) buf[bn++] = s[p];

@@ -105,6 +105,9 @@ bool jbuf_puts(jbuf *b, const char *s) { return jbuf_put(b, s, strlen(s)); }
 
 void jbuf_free(jbuf *b) {
     free(b->p);
+    free(b->tr);
     b->p = NULL;
+    b->tr = NULL;
     b->n = b->cap = 0;
+    b->tn = b->tcap = 0;
 }

@@ -70,6 +70,13 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
         }                                                                   \
         v[np++] = (x);                                                      \
     } while (0)
+    /* a piece of s, with its request ranges */
+#define PUSH_SUB(off, len)                                                  \
+    do {                                                                    \
+        jv piece_;                                                          \
+        if (!jx_substr(cx, s, (off), (len), &piece_)) return false;         \
+        PUSH(piece_);                                                       \
+    } while (0)
     if (!sepv || sepv->type == JV_NONE) {
         size_t adv = 0;
         if (!from_right) {
@@ -79,12 +86,12 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
                 while (i < n && py_space_at(p, n, i, &adv)) i += adv;
                 if (i >= n) break;
                 if (maxsplit >= 0 && done >= maxsplit) { /* the rest keeps its trailing space */
-                    PUSH(jv_str(p + i, n - i));
+                    PUSH_SUB(i, n - i);
                     break;
                 }
                 size_t st = i;
                 while (i < n && !py_space_at(p, n, i, &adv)) i = utf8_next(p, n, i);
-                PUSH(jv_str(p + st, i - st));
+                PUSH_SUB(st, i - st);
                 done++;
             }
         } else {
@@ -94,7 +101,7 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
                 while (e > 0 && py_space_before(p, e, &adv)) e -= adv;
                 if (e == 0) break;
                 if (maxsplit >= 0 && done >= maxsplit) { /* the rest keeps its leading space */
-                    PUSH(jv_str(p, e));
+                    PUSH_SUB(0, e);
                     break;
                 }
                 size_t st = e;
@@ -102,7 +109,7 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
                     st--;
                     while (st > 0 && ((unsigned char)p[st] & 0xC0u) == 0x80u) st--;
                 }
-                PUSH(jv_str(p + st, e - st));
+                PUSH_SUB(st, e - st);
                 e = st;
                 done++;
             }
@@ -117,10 +124,10 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
             for (;;) {
                 const char *hit = (maxsplit < 0 || done < maxsplit) ? memmem(p + i, n - i, sep.u.s.p, sep.u.s.n) : NULL;
                 if (!hit) {
-                    PUSH(jv_str(p + i, n - i));
+                    PUSH_SUB(i, n - i);
                     break;
                 }
-                PUSH(jv_str(p + i, (size_t)(hit - p) - i));
+                PUSH_SUB(i, (size_t)(hit - p) - i);
                 i = (size_t)(hit - p) + sep.u.s.n;
                 done++;
             }
@@ -134,15 +141,16 @@ static bool str_split(jctx *cx, jv s, const jargs *a, bool from_right, jv *out) 
                         if (memcmp(p + k, sep.u.s.p, sep.u.s.n) == 0) { hit = k; break; }
                 }
                 if (hit == SIZE_MAX) {
-                    PUSH(jv_str(p, e));
+                    PUSH_SUB(0, e);
                     break;
                 }
-                PUSH(jv_str(p + hit + sep.u.s.n, e - hit - sep.u.s.n));
+                PUSH_SUB(hit + sep.u.s.n, e - hit - sep.u.s.n);
                 e = hit;
                 done++;
             }
         }
     }
+#undef PUSH_SUB
 #undef PUSH
     jv_list *l;
     if (!new_list(cx, np, &l, out)) return false;
@@ -173,7 +181,7 @@ static bool affix(jctx *cx, jv s, const jv *arg, bool prefix, bool *r) {
 static bool str_case(jctx *cx, jv s, jcase mode, jv *out) {
     jbuf b;
     jbuf_init(&b, cx->max_output);
-    jinja_case(&b, s.u.s.p, s.u.s.n, mode);
+    jinja_case(&b, s, mode);
     return jx_buf_to_str(cx, &b, out);
 }
 
@@ -250,8 +258,8 @@ static bool str_method(jctx *cx, jv s, const char *name, size_t n, const jargs *
                 return jx_fail(cx, RB_E_INVALID, "sequence item %zu: expected str instance, %s found", i,
                                jv_type_name(items->v[i]));
             }
-            if (i) jbuf_put(&b, s.u.s.p, s.u.s.n);
-            jbuf_put(&b, items->v[i].u.s.p, items->v[i].u.s.n);
+            if (i) jbuf_put_t(&b, s.u.s.p, s.u.s.n, s.u.s.t);
+            jbuf_put_t(&b, items->v[i].u.s.p, items->v[i].u.s.n, items->v[i].u.s.t);
         }
         return jx_buf_to_str(cx, &b, out);
     }
@@ -271,7 +279,7 @@ static bool str_method(jctx *cx, jv s, const char *name, size_t n, const jargs *
                 v = nv;
                 cap *= 2;
             }
-            v[cnt++] = jv_str(p + i, e - i);
+            if (!jx_substr(cx, s, i, e - i, &v[cnt++])) return false;
             if (e < len && p[e] == '\r' && e + 1 < len && p[e + 1] == '\n') e++;
             i = e + 1;
         }
@@ -420,6 +428,7 @@ bool jinja_call_builtin(jctx *cx, const jv_func *fn, const jargs *a, jv *out) {
         char *s = jmem_strdup(cx->mem, buf, len);
         if (!s) return jx_oom(cx);
         *out = jv_str(s, len);
+        if (jtaint_hit(fmt.u.s.t, 0, fmt.u.s.n)) out->u.s.t = &jtaint_all; /* text made from a request format */
         return true;
     }
     default:

@@ -278,12 +278,6 @@ bool py_space_before(const char *s, size_t end, size_t *adv) {
 
 /* ---- str() / repr() ---- */
 
-static bool write_int(jbuf *b, int64_t i) {
-    char t[32];
-    int n = snprintf(t, sizeof(t), "%lld", (long long)i);
-    return jbuf_put(b, t, (size_t)n);
-}
-
 static bool cp_needs_escape(uint32_t c) {
     if (c < 0x20 || c == 0x7F) return true;
     if (c >= 0x80 && c <= 0xA0) return true;
@@ -322,19 +316,29 @@ static bool write_str_repr(jbuf *b, const char *s, size_t n) {
     return jbuf_putc(b, q);
 }
 
+/* Writes a scalar's text, as request text when it came from the request. */
+static bool write_scalar(jbuf *b, jv v, const char *text) {
+    size_t start = b->n;
+    if (!jbuf_puts(b, text)) return false;
+    return (v.flags & JV_F_REQ) ? jbuf_mark(b, start, b->n) : true;
+}
+
 bool jv_write_repr(jbuf *b, jv v, int depth) {
     if (depth > JINJA_MAX_DEPTH_DATA) {
         b->failed = true;
         return false;
     }
     char t[32];
+    size_t start = b->n;
     switch ((jv_type)v.type) {
-    case JV_STR: return write_str_repr(b, v.u.s.p, v.u.s.n);
+    case JV_STR:
+        if (!write_str_repr(b, v.u.s.p, v.u.s.n)) return false;
+        return jtaint_hit(v.u.s.t, 0, v.u.s.n) ? jbuf_mark(b, start, b->n) : true;
     case JV_UNDEF: return true;
-    case JV_NONE: return jbuf_puts(b, "None");
-    case JV_BOOL: return jbuf_puts(b, v.u.b ? "True" : "False");
-    case JV_INT: return write_int(b, v.u.i);
-    case JV_FLOAT: jv_format_float(v.u.f, t); return jbuf_puts(b, t);
+    case JV_NONE: return write_scalar(b, v, "None");
+    case JV_BOOL: return write_scalar(b, v, v.u.b ? "True" : "False");
+    case JV_INT: snprintf(t, sizeof(t), "%lld", (long long)v.u.i); return write_scalar(b, v, t);
+    case JV_FLOAT: jv_format_float(v.u.f, t); return write_scalar(b, v, t);
     case JV_LIST: {
         bool tup = (v.flags & JV_F_TUPLE) != 0;
         jbuf_putc(b, tup ? '(' : '[');
@@ -362,6 +366,6 @@ bool jv_write_repr(jbuf *b, jv v, int depth) {
 }
 
 bool jv_write_str(jbuf *b, jv v) {
-    if (v.type == JV_STR) return jbuf_put(b, v.u.s.p, v.u.s.n);
+    if (v.type == JV_STR) return jbuf_put_t(b, v.u.s.p, v.u.s.n, v.u.s.t);
     return jv_write_repr(b, v, 0);
 }

@@ -136,6 +136,11 @@ static rb_status step(const rb_tokenizer *t, const tok_dec *d, const tok_words *
 
 rb_status tok_decode_ids(const rb_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, tok_buf *out,
                          rb_error *err) {
+    return tok_decode_ids_steps(t, ids, n, flags, t->n_decs, out, err);
+}
+
+rb_status tok_decode_ids_steps(const rb_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, size_t n_steps,
+                               tok_buf *out, rb_error *err) {
     tok_words a = {0}, b = {0};
     rb_status st = RB_OK;
     for (size_t i = 0; i < n && !st; i++) {
@@ -151,7 +156,7 @@ rb_status tok_decode_ids(const rb_tokenizer *t, const int32_t *ids, size_t n, un
         st = tok_words_push(&a, s, len);
     }
     tok_words *cur = &a, *nxt = &b;
-    for (size_t i = 0; i < t->n_decs && !st; i++) {
+    for (size_t i = 0; i < n_steps && i < t->n_decs && !st; i++) {
         tok_words_clear(nxt);
         st = step(t, &t->decs[i], cur, nxt);
         tok_words *x = cur;
@@ -168,4 +173,17 @@ rb_status tok_decode_ids(const rb_tokenizer *t, const int32_t *ids, size_t n, un
     tok_words_free(&a);
     tok_words_free(&b);
     return st;
+}
+
+rb_status tok_decoder_check(const rb_tokenizer *t, rb_error *err) {
+    bool fused = false;
+    for (size_t i = 0; i < t->n_decs; i++) {
+        tok_dec_kind k = t->decs[i].kind;
+        if (fused && k != DEC_STRIP)
+            return rb_error_set(err, RB_E_UNSUPPORTED,
+                                "decoder: only Strip steps may follow Fuse or ByteLevel (a streamed decode could not "
+                                "reproduce step %zu)", i);
+        if (k == DEC_FUSE || k == DEC_BYTELEVEL) fused = true;
+    }
+    return RB_OK;
 }

@@ -402,6 +402,12 @@ static rb_status build(const json_t *root, const json_t *cfg, rb_tokenizer **out
             return rb_error_set(err, RB_E_FORMAT, "added_tokens[%zu] needs an id and a content", i);
         if (id > max_id) max_id = id;
     }
+    /* ids may leave holes, but not so many that a few bytes of JSON make the
+     * per-id tables huge (one id of 2^27 alone would take gigabytes) */
+    size_t n_tokens = json_object_size(vocab) + json_array_size(added);
+    if ((size_t)max_id >= 2 * n_tokens + ((size_t)1 << 20))
+        return rb_error_set(err, RB_E_FORMAT, "token ids reach %lld for %zu tokens: the id space is too sparse",
+                            (long long)max_id, n_tokens);
     rb_tokenizer *t;
     rb_status st = tok_new((int32_t)max_id + 1, &t, err);
     if (st) return st;
@@ -437,6 +443,7 @@ static rb_status build(const json_t *root, const json_t *cfg, rb_tokenizer **out
     if ((st = parse_pre(t, json_object_get(root, "pre_tokenizer"), 0, err)) != RB_OK) goto fail;
     if ((st = parse_post(t, json_object_get(root, "post_processor"), 0, err)) != RB_OK) goto fail;
     if ((st = parse_decoder(t, json_object_get(root, "decoder"), 0, err)) != RB_OK) goto fail;
+    if ((st = tok_decoder_check(t, err)) != RB_OK) goto fail;
     if ((st = apply_config(t, cfg, err)) != RB_OK) goto fail;
     tok_flags_from_template(t);
     t->kind = RB_TOKENIZER_SPM;

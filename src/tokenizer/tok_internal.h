@@ -180,6 +180,12 @@ rb_status tok_bpe_word(const rb_tokenizer *t, const char *w, size_t len, tok_scr
 /* Decodes ids (already filtered) into out. */
 rb_status tok_decode_ids(const rb_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, tok_buf *out,
                          rb_error *err);
+/* The same through the first n_steps decoder steps only. */
+rb_status tok_decode_ids_steps(const rb_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, size_t n_steps,
+                               tok_buf *out, rb_error *err);
+/* Decoder chains a stream can reproduce: after a step that joins tokens
+ * (Fuse, ByteLevel) only Strip steps (RB_E_UNSUPPORTED otherwise). */
+rb_status tok_decoder_check(const rb_tokenizer *t, rb_error *err);
 
 /* NFC (Unicode canonical composition) of valid UTF-8. */
 rb_status tok_nfc(const char *s, size_t len, tok_buf *out);

@@ -1,6 +1,7 @@
 /* Public tokenizer API: construction helpers shared by the loaders, the
  * encode pipeline (added-token split -> normalizer -> pre-tokenizer -> BPE ->
- * post-processor template), decode, and accessors. */
+ * post-processor template), with optional plain ranges where no special
+ * token may be matched, decode, and accessors. */
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_utf8.h"
 
@@ -151,15 +152,35 @@ typedef struct enc_ctx {
     tok_buf norm;
 } enc_ctx;
 
+/* Byte ranges where special tokens are not matched (all: the whole text). */
+typedef struct plain_set {
+    const rb_text_range *r;
+    size_t n;
+    bool all;
+} plain_set;
+
+static bool plain_hit(const plain_set *ps, size_t b, size_t e) {
+    if (b >= e) return false;
+    if (ps->all) return true;
+    size_t lo = 0, hi = ps->n; /* first range ending after b */
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+        if (ps->r[m].end <= b) lo = m + 1;
+        else hi = m;
+    }
+    return lo < ps->n && ps->r[lo].begin < e;
+}
+
 static bool is_word_cp(uint32_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
            (c >= 0x80 && !tok_cp_is_ws(c));
 }
 
-/* Finds the leftmost added-token match in s[from..len) allowed by the flags;
+/* Finds the leftmost added-token match in s[from..len) allowed by the flags
+ * (a special token only with parse_special and none of its bytes plain);
  * returns its added index and the (possibly lstrip/rstrip-extended) range. */
 static int32_t find_added(const rb_tokenizer *t, const tok_trie *tr, const char *s, size_t len, size_t from,
-                          bool parse_special, size_t *ms, size_t *me) {
+                          bool parse_special, const plain_set *ps, size_t *ms, size_t *me) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t pos = from; pos < len;) {
         size_t ml = 0;
@@ -168,7 +189,7 @@ static int32_t find_added(const rb_tokenizer *t, const tok_trie *tr, const char 
         if (!cl) cl = 1;
         if (idx >= 0) {
             const tok_added *a = &t->added[idx];
-            bool ok = parse_special || !a->special;
+            bool ok = !a->special || (parse_special && !plain_hit(ps, pos, pos + ml));
             if (ok && a->single_word) {
                 if (pos > 0) {
                     size_t k = pos - 1;
@@ -221,8 +242,11 @@ static rb_status encode_words(enc_ctx *c, const char *s, size_t len, bool first)
     return st;
 }
 
-/* A chunk of raw text between added tokens: normalize, split on normalized added tokens, BPE. */
-static rb_status encode_chunk(enc_ctx *c, const char *s, size_t len, bool first, bool parse_special) {
+/* A chunk of raw text between added tokens: normalize, split on normalized
+ * added tokens, BPE. Offsets do not survive normalization, so a chunk with
+ * any plain byte (ps->all) matches no normalized special token. */
+static rb_status encode_chunk(enc_ctx *c, const char *s, size_t len, bool first, bool parse_special,
+                              const plain_set *ps) {
     if (len == 0) return RB_OK;
     const rb_tokenizer *t = c->t;
     c->norm.len = 0;
@@ -233,7 +257,7 @@ static rb_status encode_chunk(enc_ctx *c, const char *s, size_t len, bool first,
     size_t from = 0;
     while (!st && t->trie_norm.n) {
         size_t ms, me;
-        int32_t idx = find_added(t, &t->trie_norm, nb.p, nb.len, from, parse_special, &ms, &me);
+        int32_t idx = find_added(t, &t->trie_norm, nb.p, nb.len, from, parse_special, ps, &ms, &me);
         if (idx < 0) break;
         st = encode_words(c, nb.p + from, ms - from, first && from == 0);
         if (!st) st = tok_ids_push(&c->ids, t->added[idx].id);
@@ -246,10 +270,30 @@ static rb_status encode_chunk(enc_ctx *c, const char *s, size_t len, bool first,
 
 rb_status rb_tokenizer_encode(const rb_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                               size_t *n_ids, rb_error *err) {
+    return rb_tokenizer_encode_plain(t, text, len, flags, NULL, 0, ids, n_ids, err);
+}
+
+/* The plain set of a chunk [b, e) of the text, for its normalized matches. */
+static plain_set chunk_plain(const plain_set *ps, size_t b, size_t e) {
+    plain_set c = {NULL, 0, plain_hit(ps, b, e)};
+    return c;
+}
+
+rb_status rb_tokenizer_encode_plain(const rb_tokenizer *t, const char *text, size_t len, unsigned flags,
+                                    const rb_text_range *plain, size_t n_plain, int32_t **ids, size_t *n_ids,
+                                    rb_error *err) {
     rb_error_clear(err);
-    if (!t || !ids || !n_ids || (!text && len)) return rb_error_set(err, RB_E_INVALID, "encode: NULL argument");
+    if (!t || !ids || !n_ids || (!text && len) || (!plain && n_plain))
+        return rb_error_set(err, RB_E_INVALID, "encode: NULL argument");
     *ids = NULL;
     *n_ids = 0;
+    for (size_t i = 0; i < n_plain; i++) {
+        if (plain[i].begin >= plain[i].end || plain[i].end > len || (i && plain[i].begin < plain[i - 1].end))
+            return rb_error_set(err, RB_E_INVALID,
+                                "encode: plain range %zu [%zu, %zu) is empty, past the text's %zu bytes or out of order",
+                                i, plain[i].begin, plain[i].end, len);
+    }
+    const plain_set ps = {plain, n_plain, false};
     size_t bad;
     if (!tok_utf8_validate(text, len, &bad))
         return rb_error_set(err, RB_E_INVALID, "encode: input is not valid UTF-8 (byte 0x%02X at offset %zu)",
@@ -260,14 +304,18 @@ rb_status rb_tokenizer_encode(const rb_tokenizer *t, const char *text, size_t le
     size_t from = 0;
     for (;;) {
         size_t ms = len, me = len;
-        int32_t idx = find_added(t, &t->trie_raw, text, len, from, parse_special, &ms, &me);
+        int32_t idx = find_added(t, &t->trie_raw, text, len, from, parse_special, &ps, &ms, &me);
         if (idx < 0) break;
-        st = encode_chunk(&c, text + from, ms - from, from == 0, parse_special);
+        plain_set cps = chunk_plain(&ps, from, ms);
+        st = encode_chunk(&c, text + from, ms - from, from == 0, parse_special, &cps);
         if (!st) st = tok_ids_push(&c.ids, t->added[idx].id);
         if (st) break;
         from = me;
     }
-    if (!st) st = encode_chunk(&c, text + from, len - from, from == 0, parse_special);
+    if (!st) {
+        plain_set cps = chunk_plain(&ps, from, len);
+        st = encode_chunk(&c, text + from, len - from, from == 0, parse_special, &cps);
+    }
     tok_ids res = {0};
     if (!st && (flags & RB_TOK_ADD_SPECIAL) && t->n_tpl) {
         for (size_t i = 0; i < t->n_tpl && !st; i++) {

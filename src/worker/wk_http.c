@@ -1,21 +1,18 @@
 /* Implementation of wk_http.h and wk_req.h: libmicrohttpd setup (address
- * family, TLS), the access handler (CORS preflight, routing, auth, body
- * collection, dispatch) and the reply helpers every handler uses. */
-#include "worker/wk_auth.h"
+ * family, TLS), the access handler (the head's verdict from wk_dispatch.h,
+ * body collection, dispatch) and the reply helpers every handler uses. */
 #include "worker/wk_conn.h"
-#include "worker/wk_cors.h"
+#include "worker/wk_dispatch.h"
 #include "worker/wk_http_internal.h"
 #include "worker/wk_util.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -156,13 +153,11 @@ bool wk_reply_unavailable(wk_req *r, const char *code, const char *msg) {
 
 /* ---- the access handler ---- */
 
-static bool reply_preflight(wk_req *r, const char *allow) {
+static bool reply_preflight(wk_req *r, const wk_dispatch *d) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return wk_http_queue(r, 500, NULL);
-    char hdrs[512];
-    wk_cors_allow_headers(wk_req_header(r, "Access-Control-Request-Headers"), hdrs, sizeof hdrs);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", hdrs);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", d->allow);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", d->allow_headers);
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     return wk_http_queue(r, 204, resp);
 }
@@ -185,115 +180,71 @@ static bool reply_plain_error(wk_req *r, int status, const char *code, const cha
     return wk_reply_error(r, status, code, "invalid_request_error", msg);
 }
 
-/* A request method is an RFC 9110 token. */
-static bool method_ok(const char *m) {
-    if (!*m) return false;
-    for (const char *p = m; *p; p++)
-        if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
-    return strlen(m) < 16;
+/* The head as wk_dispatch.h reads it: libmicrohttpd's header table. */
+static const char *mhd_header(void *ctx, const char *name) {
+    return MHD_lookup_connection_value(ctx, MHD_HEADER_KIND, name);
 }
 
-typedef struct header_scan {
-    int n_length;
-    bool length_differs;
-    const char *length;
-    size_t length_len;
-} header_scan;
+typedef struct each_ctx { wk_header_fn fn; void *acc; } each_ctx;
 
-static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+static enum MHD_Result each_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                    const char *value, size_t value_size) {
     (void)kind;
-    header_scan *h = cls;
-    if (key_size == 14 && strncasecmp(key, "Content-Length", 14) == 0 && value) {
-        if (h->n_length > 0 && (value_size != h->length_len || memcmp(value, h->length, value_size) != 0))
-            h->length_differs = true;
-        h->length = value;
-        h->length_len = value_size;
-        h->n_length++;
-    }
+    const each_ctx *e = cls;
+    e->fn(e->acc, key, key_size, value, value_size);
     return MHD_YES;
 }
 
-/* Framing a proxy and this server could read differently is refused:
- * Transfer-Encoding other than chunked (501), chunked with a length, or two
- * different lengths (400). */
-static bool check_framing(wk_req *r, bool *replied) {
-    *replied = false;
-    header_scan hs = {0};
-    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, scan_header, &hs);
-    const char *te = wk_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (te) {
-        while (*te == ' ') te++;
-        size_t n = strlen(te);
-        while (n > 0 && te[n - 1] == ' ') n--;
-        if (n != 7 || strncasecmp(te, "chunked", 7) != 0) {
-            *replied = true;
-            return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "UNSUPPORTED_TRANSFER_ENCODING",
-                                     "only the chunked transfer encoding is supported");
-        }
-        if (hs.n_length > 0) {
-            *replied = true;
-            return reply_plain_error(r, 400, "BAD_FRAMING", "Content-Length together with Transfer-Encoding");
-        }
+static void mhd_each(void *ctx, wk_header_fn fn, void *acc) {
+    each_ctx e = {fn, acc};
+    MHD_get_connection_values_n(ctx, MHD_HEADER_KIND, each_header, &e);
+}
+
+/* Applies the head's verdict: true (reply queued or none needed) or false. */
+static bool apply_verdict(wk_req *r, const wk_dispatch *d) {
+    char msg[200];
+    switch (d->verdict) {
+    case WK_GO: return true;
+    case WK_BAD_METHOD:
+        return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "BAD_METHOD", "the request method is not a valid token");
+    case WK_BAD_TE:
+        return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "UNSUPPORTED_TRANSFER_ENCODING",
+                                 "only the chunked transfer encoding is supported");
+    case WK_BAD_FRAMING: return reply_plain_error(r, 400, "BAD_FRAMING", d->msg);
+    case WK_CORS_DENIED:
+        return wk_reply_error(r, 403, "CORS_ORIGIN_NOT_ALLOWED", "invalid_request_error",
+                              "this origin may not call the API (see --cors-origin)");
+    case WK_PREFLIGHT: return reply_preflight(r, d);
+    case WK_UNAUTHORIZED: return reply_unauthorized(r, d->code);
+    case WK_NOT_ALLOWED: {
+        snprintf(msg, sizeof msg, "method %.16s is not allowed here (allowed: %s)", r->method, d->allow);
+        json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", "METHOD_NOT_ALLOWED", "message", msg, "type",
+                              "invalid_request_error");
+        return wk_reply_json_hdr(r, 405, j, MHD_HTTP_HEADER_ALLOW, d->allow);
     }
-    if (hs.length_differs) {
-        *replied = true;
-        return reply_plain_error(r, 400, "BAD_FRAMING", "two different Content-Length headers");
+    case WK_TOO_BIG:
+        r->too_big = true;
+        return reply_body_too_big(r);
     }
-    return true;
+    return false;
 }
 
 /* First call for a request: headers only. Returns MHD_YES to go on reading
  * the body, or the result of an early reply. */
 static enum MHD_Result begin(wk_http *h, wk_req *r, const char *url, const char *method) {
-    const wk_config *cfg = h->o.cfg;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (ci && ci->socket_context) wk_conns_head_done(&h->conns, ci->socket_context);
-    if (!method_ok(method)) {
-        snprintf(r->method, sizeof r->method, "?");
-        r->path = strdup("");
-        return reply_plain_error(r, MHD_HTTP_NOT_IMPLEMENTED, "BAD_METHOD", "the request method is not a valid token")
-                   ? MHD_YES
-                   : MHD_NO;
-    }
-    snprintf(r->method, sizeof r->method, "%s", method);
-    r->path = strdup(url);
+    wk_head head = {.method = method, .url = url, .ctx = r->conn, .header = mhd_header, .each = mhd_each};
+    wk_dispatch d;
+    wk_dispatch_head(h->o.cfg, h->o.router, &head, &d);
+    bool bad_method = d.verdict == WK_BAD_METHOD;
+    snprintf(r->method, sizeof r->method, "%s", bad_method ? "?" : method);
+    r->path = strdup(bad_method ? "" : url);
     if (!r->path) return MHD_NO;
-    bool replied = false;
-    bool ok = check_framing(r, &replied);
-    if (replied) return ok ? MHD_YES : MHD_NO;
-    const char *origin = wk_req_header(r, "Origin");
-    if (cfg->cors_origin && origin) wk_cors_allow(cfg->cors_origin, origin, r->cors, sizeof r->cors);
-    char allow[128];
-    r->route = wk_router_match(h->o.router, method, url, &r->params, allow, sizeof allow);
-    if (cfg->cors_origin && strcmp(method, "OPTIONS") == 0 && origin &&
-        wk_req_header(r, "Access-Control-Request-Method")) {
-        if (!r->cors[0])
-            return wk_reply_error(r, 403, "CORS_ORIGIN_NOT_ALLOWED", "invalid_request_error",
-                                  "this origin may not call the API (see --cors-origin)")
-                       ? MHD_YES
-                       : MHD_NO;
-        if (allow[0]) return reply_preflight(r, allow) ? MHD_YES : MHD_NO;
-    }
-    if (!r->route || !(r->route->flags & WK_ROUTE_PUBLIC)) {
-        const char *code = wk_auth_check(wk_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), cfg->api_token);
-        if (code) return reply_unauthorized(r, code) ? MHD_YES : MHD_NO;
-    }
-    if (!r->route && allow[0]) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "method %.16s is not allowed here (allowed: %s)", method, allow);
-        json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", "METHOD_NOT_ALLOWED", "message", msg, "type",
-                              "invalid_request_error");
-        return wk_reply_json_hdr(r, 405, j, MHD_HTTP_HEADER_ALLOW, allow) ? MHD_YES : MHD_NO;
-    }
-    const char *cl = wk_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        char *end = NULL;
-        unsigned long long v = strtoull(cl, &end, 10);
-        if (end != cl && v > (unsigned long long)cfg->max_body_bytes) r->too_big = true;
-    }
-    if (r->too_big) return reply_body_too_big(r) ? MHD_YES : MHD_NO;
-    return MHD_YES;
+    r->route = d.route;
+    r->params = d.params;
+    memcpy(r->cors, d.cors, sizeof r->cors);
+    return apply_verdict(r, &d) ? MHD_YES : MHD_NO;
 }
 
 /* A chunked body that crosses --max-body-bytes is not stored; the rest is

@@ -49,7 +49,7 @@ void llm_chat_destroy(llm_chat *c) {
     memset(c, 0, sizeof *c);
 }
 
-rb_status llm_chat_render(llm_chat *c, const char *messages_json, char **text, size_t *len, unsigned *flags,
+rb_status llm_chat_render(llm_chat *c, const char *messages_json, rb_chat_rendered *out, unsigned *flags,
                           rb_error *err) {
     rb_chat_options o;
     memset(&o, 0, sizeof o);
@@ -57,11 +57,13 @@ rb_status llm_chat_render(llm_chat *c, const char *messages_json, char **text, s
     o.limits.max_output_bytes = (size_t)4 << 20;
     o.limits.max_memory_bytes = (size_t)64 << 20;
     pthread_mutex_lock(&c->mu);
-    rb_status s = rb_chat_template_apply_json(c->tpl, messages_json, &o, text, len, err);
+    rb_status s = rb_chat_template_render_json(c->tpl, messages_json, &o, out, err);
     pthread_mutex_unlock(&c->mu);
     if (s != RB_OK) return s;
+    /* a BOS the template wrote itself; BOS text from a message is plain text */
     size_t bl = strlen(c->bos_text);
-    bool has_bos = bl > 0 && *len >= bl && memcmp(*text, c->bos_text, bl) == 0;
+    bool has_bos = bl > 0 && out->len >= bl && memcmp(out->text, c->bos_text, bl) == 0 &&
+                   !(out->n_request > 0 && out->request[0].begin < bl);
     *flags = RB_TOK_PARSE_SPECIAL | (has_bos ? 0u : (unsigned)RB_TOK_ADD_SPECIAL);
     return RB_OK;
 }

@@ -1,6 +1,8 @@
 /* Turns an OpenAI chat conversation into prompt tokens: renders the model's
  * own chat template (or, for models that ship none, a small plain-text
- * fallback template) and picks the encode flags that avoid a double BOS. */
+ * fallback template), keeps the ranges of the prompt that came from the
+ * request (to be encoded as plain text: a message cannot forge a turn with
+ * special-token text) and picks the encode flags that avoid a double BOS. */
 #ifndef RBEE_LLM_CHAT_H
 #define RBEE_LLM_CHAT_H
 
@@ -24,9 +26,11 @@ extern const char llm_chat_fallback_template[];
 rb_status llm_chat_init(llm_chat *c, const rb_tokenizer *tok, rb_error *err);
 void llm_chat_destroy(llm_chat *c);
 
-/* messages_json: array of {role, content}. On success *text is malloc'ed
- * and *flags holds the tokenizer flags to encode it with. */
-rb_status llm_chat_render(llm_chat *c, const char *messages_json, char **text, size_t *len, unsigned *flags,
+/* messages_json: array of {role, content}. On success *out holds the prompt
+ * and its request ranges (release with rb_chat_rendered_free) and *flags
+ * the flags to encode it with, through rb_tokenizer_encode_plain with
+ * out->request as the plain ranges. */
+rb_status llm_chat_render(llm_chat *c, const char *messages_json, rb_chat_rendered *out, unsigned *flags,
                           rb_error *err);
 
 #endif

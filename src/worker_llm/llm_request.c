@@ -204,12 +204,13 @@ json_t *llm_request_read_chat(json_t *o, wk_errors *errs) {
 }
 
 void llm_request_set_prompt(llm_gen_request *req, const rb_tokenizer *tok, const char *text, size_t len,
-                            unsigned encode_flags, int64_t ctx_size, int64_t default_max_tokens, wk_errors *errs) {
+                            unsigned encode_flags, const rb_text_range *plain, size_t n_plain, int64_t ctx_size,
+                            int64_t default_max_tokens, wk_errors *errs) {
     rb_error err;
     rb_error_clear(&err);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (rb_tokenizer_encode(tok, text, len, encode_flags, &ids, &n, &err) != RB_OK) {
+    if (rb_tokenizer_encode_plain(tok, text, len, encode_flags, plain, n_plain, &ids, &n, &err) != RB_OK) {
         free(ids);
         wk_errors_add(errs, "prompt", "tokenize", "the prompt cannot be tokenized: %s", err.msg);
         return;

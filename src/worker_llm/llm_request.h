@@ -40,8 +40,11 @@ json_t *llm_request_read_chat(json_t *obj, wk_errors *errs);
 
 /* Tokenizes text into req->prompt and checks it against ctx_size: the
  * prompt must leave room for one token and prompt + max_tokens must fit.
+ * The plain ranges of text (request text inside a rendered chat prompt)
+ * never become special tokens (rb_tokenizer_encode_plain).
  * default_max_tokens (0: all the room left) fills an absent max_tokens. */
 void llm_request_set_prompt(llm_gen_request *req, const rb_tokenizer *tok, const char *text, size_t len,
-                            unsigned encode_flags, int64_t ctx_size, int64_t default_max_tokens, wk_errors *errs);
+                            unsigned encode_flags, const rb_text_range *plain, size_t n_plain, int64_t ctx_size,
+                            int64_t default_max_tokens, wk_errors *errs);
 
 #endif

@@ -1,7 +1,7 @@
 /* The LLM half of the rbee job API: POST /v1/jobs and /v1/inference
  * validate a generation request, queue it and answer {job_id, sse_url};
  * the stream, status and cancel routes are the worker layer's. */
-#include "worker_llm/llm_request.h"
+#include "worker_llm/llm_prompt.h"
 #include "worker_llm/llm_worker.h"
 
 #include <stdio.h>
@@ -18,11 +18,8 @@ static bool route_jobs_create(wk_req *r, void *ctx) {
     if (!body) return wk_reply_invalid(r, &errs);
     llm_gen_request req;
     memset(&req, 0, sizeof req);
-    const char *prompt = NULL;
-    llm_request_read_rbee(body, &prompt, &errs);
-    llm_request_read_params(body, LLM_API_RBEE, &req, &errs);
-    if (errs.n == 0)
-        llm_request_set_prompt(&req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, lw->ctx_size, 0, &errs);
+    const llm_prompt_ctx pc = {.tok = lw->tok, .chat = &lw->chat, .ctx_size = lw->ctx_size};
+    llm_prompt_build(&pc, body, LLM_API_RBEE, &req, &errs);
     json_decref(body);
     if (errs.n > 0) {
         llm_gen_request_free(&req);

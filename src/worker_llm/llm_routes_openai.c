@@ -4,44 +4,13 @@
  * cancels it if the client disconnects meanwhile. Fields this worker does
  * not implement are refused, not ignored. */
 #include "worker_llm/llm_openai.h"
-#include "worker_llm/llm_request.h"
+#include "worker_llm/llm_prompt.h"
 #include "worker_llm/llm_worker.h"
 #include "worker/wk_sse.h"
 #include "worker/wk_util.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Builds the prompt tokens for either API into req. */
-static void build_prompt(llm_worker *lw, json_t *body, bool chat, llm_gen_request *req, wk_errors *errs) {
-    if (!chat) {
-        const char *prompt = NULL;
-        llm_request_read_completion(body, &prompt, errs);
-        if (errs->n == 0)
-            llm_request_set_prompt(req, lw->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, lw->ctx_size, 0, errs);
-        return;
-    }
-    json_t *msgs = llm_request_read_chat(body, errs);
-    if (!msgs) return;
-    char *mj = json_dumps(msgs, JSON_COMPACT);
-    json_decref(msgs);
-    if (!mj) {
-        wk_errors_add(errs, "messages", "memory", "out of memory");
-        return;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    unsigned flags = 0;
-    rb_error err;
-    rb_error_clear(&err);
-    if (llm_chat_render(&lw->chat, mj, &text, &len, &flags, &err) != RB_OK) {
-        wk_errors_add(errs, "messages", "chat_template", "the chat template failed on these messages: %s", err.msg);
-    } else if (errs->n == 0) {
-        llm_request_set_prompt(req, lw->tok, text, len, flags, lw->ctx_size, 0, errs);
-    }
-    free(text);
-    free(mj);
-}
 
 /* Waits for j to finish; false if the client went away first. */
 static bool wait_finished(wk_req *r, wk_job *j) {
@@ -101,9 +70,8 @@ static bool route_generate(wk_req *r, llm_worker *lw, bool chat) {
     const llm_api api = chat ? LLM_API_CHAT : LLM_API_COMPLETION;
     llm_gen_request req;
     memset(&req, 0, sizeof req);
-    llm_request_read_params(body, api, &req, &errs);
-    llm_request_refuse_unsupported(body, api, &errs);
-    if (errs.n == 0) build_prompt(lw, body, chat, &req, &errs);
+    const llm_prompt_ctx pc = {.tok = lw->tok, .chat = &lw->chat, .ctx_size = lw->ctx_size};
+    llm_prompt_build(&pc, body, api, &req, &errs);
     json_decref(body);
     if (errs.n > 0) {
         llm_gen_request_free(&req);

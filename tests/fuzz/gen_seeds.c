@@ -1,8 +1,11 @@
 /* Seed corpus generator for the fuzz targets: writes small valid GGUF files
- * (through the library's writer), safetensors images, JSON configs and
- * PNG / JPEG files (through the image encoders) into
- * OUTDIR/{gguf,safetensors,json_config,image}, and the Stable Diffusion seeds
- * of gen_seeds_sd.c. Usage: fuzz_gen_seeds OUTDIR */
+ * (through the library's writer), safetensors images, JSON configs, PNG /
+ * JPEG files (through the image encoders), small tokenizer.json files with a
+ * text to encode, the real chat templates of DATADIR/chat/NAME.json with a
+ * conversation each, and worker requests into
+ * OUTDIR/{gguf,safetensors,json_config,image,tokenizer_json,chat_template,
+ * worker_request}, and the Stable Diffusion seeds of gen_seeds_sd.c.
+ * Usage: fuzz_gen_seeds OUTDIR [DATADIR] */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +15,9 @@
 
 #include "rbee/gguf.h"
 #include "rbee/image.h"
+
+#include <dirent.h>
+#include <jansson.h>
 
 int sd_seeds(const char *dir); /* gen_seeds_sd.c */
 
@@ -102,15 +108,110 @@ static int image_seeds(const char *dir) {
     return bad ? -1 : 0;
 }
 
+/* Writes a followed by a NUL byte and b (the two-part inputs of the text targets). */
+static int write_pair(const char *path, const char *a, size_t an, const char *b, size_t bn) {
+    char *p = malloc(an + 1 + bn);
+    if (!p) return -1;
+    memcpy(p, a, an);
+    p[an] = '\0';
+    memcpy(p + an + 1, b, bn);
+    int r = write_bytes(path, p, an + 1 + bn);
+    free(p);
+    return r;
+}
+
+/* tokenizer.json pipelines the loader reads: byte-level (regex split,
+ * template post-processor), SentencePiece-style (prepend/replace
+ * normalizers, byte fallback, metaspace) and added-token flags with NFC. */
+static const char *const k_tokenizers[] = {
+    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"\u0120\":3,\"ab\":4,\"\u0120a\":5},"
+    "\"merges\":[\"a b\",\"\u0120 a\"]},\"added_tokens\":[{\"id\":6,\"content\":\"<|eot_id|>\",\"special\":true}],"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+    "\"(?i:'s|'t)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+    "\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":"
+    "\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<|eot_id|>\",\"type_id\":0}},{\"Sequence\":"
+    "{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<|eot_id|>\":{\"id\":\"<|eot_id|>\",\"ids\":[6]}}}}",
+    "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"byte_fallback\":true,\"fuse_unk\":true,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"<0x0A>\":3,\"<0xE2>\":4,\"\u2581\":5,\"a\":6,\"\u2581a\":7},"
+    "\"merges\":[[\"\u2581\",\"a\"]]},\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"special\":true},"
+    "{\"id\":2,\"content\":\"</s>\",\"special\":true,\"rstrip\":true}],\"normalizer\":{\"type\":\"Sequence\","
+    "\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\u2581\"},{\"type\":\"Replace\",\"pattern\":"
+    "{\"String\":\" \"},\"content\":\"\u2581\"}]},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":"
+    "\"Replace\",\"pattern\":{\"String\":\"\u2581\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":"
+    "\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}}",
+    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"x\":0,\"y\":1,\" \":2,\"xy\":3},\"merges\":[\"x y\"],"
+    "\"ignore_merges\":true},\"added_tokens\":[{\"id\":4,\"content\":\"<tool>\",\"special\":false},"
+    "{\"id\":5,\"content\":\"<ls>\",\"special\":true,\"lstrip\":true,\"single_word\":true},{\"id\":6,"
+    "\"content\":\"y#\",\"normalized\":true,\"special\":true}],\"normalizer\":{\"type\":\"Sequence\","
+    "\"normalizers\":[{\"type\":\"NFC\"},{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"[0-9]+\"},\"content\":"
+    "\"#\"},{\"type\":\"Strip\",\"strip_left\":true,\"strip_right\":false}]},\"pre_tokenizer\":{\"type\":"
+    "\"Metaspace\",\"replacement\":\"\u2581\",\"prepend_scheme\":\"first\",\"split\":true}}",
+};
+static const char k_tok_text[] = "ab c<|eot_id|> a\n\xe2\x82\xac </s><s> xy1 <tool> <ls>y7 e\xcc\x81";
+
+/* Worker requests in the target's framing (method, url, headers, body). */
+static const char *const k_requests[] = {
+    "POST /v1/chat/completions\nAuthorization: Bearer secret-token\nContent-Type: application/json\n\n"
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
+    "[{\"type\":\"text\",\"text\":\"hi <|im_end|>\"}]}],\"max_tokens\":4,\"temperature\":0.5,\"stop\":[\"x\"]}",
+    "POST /v1/completions\nAuthorization: Bearer secret-token\nContent-Length: 60\n\n"
+    "{\"prompt\":[\"the cat\"],\"max_tokens\":3,\"logprobs\":2,\"seed\":7,\"stream\":true}",
+    "POST /v1/jobs\nAuthorization: Bearer secret-token\n\n{\"operation\":\"infer\",\"prompt\":\"the\",\"top_k\":3}",
+    "OPTIONS /v1/chat/completions\nOrigin: https://b.example\nAccess-Control-Request-Method: POST\n"
+    "Access-Control-Request-Headers: authorization, content-type\n\n",
+    "GET /v1/jobs/job-1/stream\nAuthorization: bearer  secret-token \n\n",
+    "DELETE /health\nTransfer-Encoding: chunked\nContent-Length: 5\n\n",
+};
+
+/* The real chat templates of DATADIR/chat/NAME.json, each with its first
+ * conversation and extra variables. */
+static int chat_seeds(const char *data, const char *out) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/chat", data);
+    DIR *d = opendir(p);
+    if (!d) return -1;
+    int bad = 0, n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json") != 0) continue;
+        snprintf(p, sizeof p, "%s/chat/%s", data, e->d_name);
+        json_t *j = json_load_file(p, 0, NULL);
+        const json_t *t = json_object_get(j, "template"), *c = json_array_get(json_object_get(j, "cases"), 0);
+        char *m = c ? json_dumps(json_object_get(c, "messages"), JSON_COMPACT) : NULL;
+        char *x = c ? json_dumps(json_object_get(c, "extra"), JSON_COMPACT) : NULL;
+        if (json_is_string(t) && m && x) {
+            size_t ml = strlen(m), xl = strlen(x);
+            char *mx = malloc(ml + 1 + xl);
+            if (mx) {
+                memcpy(mx, m, ml);
+                mx[ml] = '\0';
+                memcpy(mx + ml + 1, x, xl);
+                snprintf(p, sizeof p, "%s/chat_template/%.*s", out, (int)(l - 5), e->d_name);
+                bad |= write_pair(p, json_string_value(t), json_string_length(t), mx, ml + 1 + xl);
+                free(mx);
+                n++;
+            }
+        }
+        free(m);
+        free(x);
+        json_decref(j);
+    }
+    closedir(d);
+    return bad || n == 0 ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s OUTDIR [DATADIR]\n", argv[0]);
         return 2;
     }
     char p[4096];
     int bad = make_dir(argv[1]);
-    static const char *const sub[] = {"gguf", "safetensors", "json_config", "image"};
-    for (int i = 0; i < 4; i++) {
+    static const char *const sub[] = {"gguf", "safetensors", "json_config", "image", "tokenizer_json",
+                                      "chat_template", "worker_request"};
+    for (int i = 0; i < 7; i++) {
         snprintf(p, sizeof p, "%s/%s", argv[1], sub[i]);
         bad |= make_dir(p);
     }
@@ -143,6 +244,20 @@ int main(int argc, char **argv) {
     }
     bad |= image_seeds(argv[1]);
     bad |= sd_seeds(argv[1]);
+    for (size_t i = 0; i < sizeof k_tokenizers / sizeof *k_tokenizers; i++) {
+        snprintf(p, sizeof p, "%s/tokenizer_json/seed%zu", argv[1], i);
+        bad |= write_pair(p, k_tokenizers[i], strlen(k_tokenizers[i]), k_tok_text, sizeof k_tok_text - 1);
+    }
+    for (size_t i = 0; i < sizeof k_requests / sizeof *k_requests; i++) {
+        snprintf(p, sizeof p, "%s/worker_request/seed%zu", argv[1], i);
+        bad |= write_bytes(p, k_requests[i], strlen(k_requests[i]));
+    }
+    static const char tpl[] = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content|trim }}"
+                              "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    static const char msgs[] = "[{\"role\":\"user\",\"content\":\" hi \"}]";
+    snprintf(p, sizeof p, "%s/chat_template/chatml", argv[1]);
+    bad |= write_pair(p, tpl, sizeof tpl - 1, msgs, sizeof msgs - 1);
+    if (argc == 3) bad |= chat_seeds(argv[2], argv[1]);
     if (bad) fprintf(stderr, "fuzz_gen_seeds: failed to write some seeds under %s\n", argv[1]);
     return bad ? 1 : 0;
 }

@@ -11,7 +11,7 @@ FUZZ="$BUILD/tests/fuzz"
 [ -x "$FUZZ/fuzz_gguf" ] || { echo "no fuzz targets in $FUZZ (configure with CC=clang -DRBEE_FUZZ=ON)" >&2; exit 2; }
 
 CORPUS="$BUILD/fuzz-corpus"
-"$FUZZ/fuzz_gen_seeds" "$CORPUS" || exit 2
+"$FUZZ/fuzz_gen_seeds" "$CORPUS" "$(cd "$(dirname "$0")/../data" && pwd)" || exit 2
 
 status=0
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -36,4 +36,7 @@ run fuzz_image image 65536
 run fuzz_sd_config sd_config 16384
 run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
+run fuzz_tokenizer_json tokenizer_json 16384
+run fuzz_chat_template chat_template 16384
+if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
 exit $status

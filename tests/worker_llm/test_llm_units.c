@@ -262,24 +262,24 @@ static void test_context_fit(void **state) {
     TU_OK(rb_tokenizer_encode(tok, p, strlen(p), RB_TOK_ADD_SPECIAL, &ids, &n, NULL));
     free(ids);
     /* default max_tokens fills the room */
-    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, 32, 0, &e);
+    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, NULL, 0, 32, 0, &e);
     assert_int_equal(e.n, 0);
     assert_int_equal(r.n_prompt, n);
     assert_int_equal(r.max_tokens, 32 - (int64_t)n);
     llm_gen_request_free(&r);
     /* exactly fits / one too many */
     r.max_tokens = 32 - (int64_t)n;
-    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, 32, 0, &e);
+    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, NULL, 0, 32, 0, &e);
     assert_int_equal(e.n, 0);
     llm_gen_request_free(&r);
     r.max_tokens = 33 - (int64_t)n;
-    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, 32, 0, &e);
+    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, NULL, 0, 32, 0, &e);
     assert_true(has_error(&e, "max_tokens", "range"));
     assert_null(r.prompt);
     llm_gen_request_free(&r);
     /* prompt alone too long */
     e.n = 0;
-    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, (int64_t)n, 0, &e);
+    llm_request_set_prompt(&r, tok, p, strlen(p), RB_TOK_ADD_SPECIAL, NULL, 0, (int64_t)n, 0, &e);
     assert_true(has_error(&e, "prompt", "context"));
     llm_gen_request_free(&r);
     rb_tokenizer_free(tok);

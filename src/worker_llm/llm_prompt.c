@@ -1,0 +1,42 @@
+/* Implementation of llm_prompt.h. */
+#include "worker_llm/llm_prompt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The conversation of a chat body through the chat template. */
+static void chat_prompt(const llm_prompt_ctx *pc, json_t *body, llm_gen_request *req, wk_errors *errs) {
+    json_t *msgs = llm_request_read_chat(body, errs);
+    if (!msgs) return;
+    char *mj = json_dumps(msgs, JSON_COMPACT);
+    json_decref(msgs);
+    if (!mj) {
+        wk_errors_add(errs, "messages", "memory", "out of memory");
+        return;
+    }
+    rb_chat_rendered rd;
+    unsigned flags = 0;
+    rb_error err;
+    rb_error_clear(&err);
+    if (llm_chat_render(pc->chat, mj, &rd, &flags, &err) != RB_OK)
+        wk_errors_add(errs, "messages", "chat_template", "the chat template failed on these messages: %s", err.msg);
+    else if (errs->n == 0)
+        llm_request_set_prompt(req, pc->tok, rd.text, rd.len, flags, rd.request, rd.n_request, pc->ctx_size, 0, errs);
+    rb_chat_rendered_free(&rd);
+    free(mj);
+}
+
+void llm_prompt_build(const llm_prompt_ctx *pc, json_t *body, llm_api api, llm_gen_request *req, wk_errors *errs) {
+    const char *prompt = NULL;
+    if (api == LLM_API_RBEE) llm_request_read_rbee(body, &prompt, errs);
+    llm_request_read_params(body, api, req, errs);
+    llm_request_refuse_unsupported(body, api, errs);
+    if (errs->n > 0) return;
+    if (api == LLM_API_CHAT) {
+        chat_prompt(pc, body, req, errs);
+        return;
+    }
+    if (api == LLM_API_COMPLETION) llm_request_read_completion(body, &prompt, errs);
+    if (errs->n == 0)
+        llm_request_set_prompt(req, pc->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, NULL, 0, pc->ctx_size, 0, errs);
+}
