@@ -35,6 +35,8 @@ void cv_hf_map_free(cv_hf_map *map) {
 rb_status cv_hf_map_build(const rb_model_config *c, const float *rope_factors, const float *rope_factors_long,
                           cv_hf_map *m, rb_error *err) {
     memset(m, 0, sizeof *m);
+    if (c->arch >= RB_ARCH_QWEN3) /* q/k norms, post-norm layouts, sinks and experts are not mapped yet */
+        return rb_error_set(err, RB_E_UNSUPPORTED, "converting %s to GGUF is not implemented yet", rb_arch_name(c->arch));
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff, V = c->n_vocab;
     const bool permute = c->arch == RB_ARCH_LLAMA || c->arch == RB_ARCH_MISTRAL;
     const bool gemma = c->arch == RB_ARCH_GEMMA || c->arch == RB_ARCH_GEMMA2;

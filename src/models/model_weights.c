@@ -138,6 +138,7 @@ typedef struct name_table {
     const char *tok_embd, *out_norm, *output;
     const char *attn_norm, *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv, *bqkv, *bo;
     const char *post_attn_norm, *ffn_norm, *post_ffn_norm, *w_gate, *w_up, *w_gate_up, *w_down;
+    const char *q_norm, *k_norm, *sinks;
 } name_table;
 
 static const name_table k_gguf_names = {
@@ -147,6 +148,7 @@ static const name_table k_gguf_names = {
     "attn_v.bias", "attn_qkv.bias", "attn_output.bias",
     "post_attention_norm.weight", "ffn_norm.weight", "post_ffw_norm.weight",
     "ffn_gate.weight", "ffn_up.weight", "ffn_up.weight", "ffn_down.weight",
+    "attn_q_norm.weight", "attn_k_norm.weight", "attn_sinks.weight",
 };
 
 static const name_table k_hf_names = {
@@ -161,6 +163,7 @@ static const name_table k_hf_names = {
     "post_attention_layernorm.weight", "post_feedforward_layernorm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.gate_up_proj.weight", "mlp.down_proj.weight",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", "self_attn.sinks",
 };
 
 /* ---- fused projections (see the top of the file) ---- */
@@ -288,7 +291,24 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
         rb_layer_weights *L = &m->layers[il];
         char name[256];
 #define NAME(sfx) (snprintf(name, sizeof name, hf ? "model.layers.%d.%s" : "blk.%d.%s", il, (sfx)), name)
-        if ((s = bind(m, NAME(nt->attn_norm), E, 1, true, &L->attn_norm, NULL, err)) != RB_OK) return s;
+        if (c->pre_norms && (s = bind(m, NAME(nt->attn_norm), E, 1, true, &L->attn_norm, NULL, err)) != RB_OK)
+            return s;
+        if (c->qk_norm) { /* per head ([D]) or over the whole projection */
+            const int64_t nq = c->qk_norm == 1 ? D : Hq * D, nk = c->qk_norm == 1 ? D : Hkv * D;
+            if ((s = bind(m, NAME(nt->q_norm), nq, 1, true, &L->q_norm, NULL, err)) != RB_OK) return s;
+            if ((s = bind(m, NAME(nt->k_norm), nk, 1, true, &L->k_norm, NULL, err)) != RB_OK) return s;
+            L->has_qk_norm = true;
+            if (hf && c->embd_scale) { /* gemma3: (1 + w) */
+                if ((s = make_plus_one(m, &L->q_norm, err)) != RB_OK) return s;
+                if ((s = make_plus_one(m, &L->k_norm, err)) != RB_OK) return s;
+            }
+        }
+        if (c->attn_sinks) {
+            if ((s = bind(m, NAME(nt->sinks), Hq, 1, true, &L->sinks, NULL, err)) != RB_OK) return s;
+            if (L->sinks.dtype != RB_F32)
+                return rb_error_set(err, RB_E_UNSUPPORTED, "'%s' must be f32 (is %s)", name, rb_dtype_name(L->sinks.dtype));
+            L->has_sinks = true;
+        }
         if (c->fused_qkv) {
             if ((s = bind(m, NAME(nt->wqkv), E, (Hq + 2 * Hkv) * D, true, &L->wqkv, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->bqkv), (Hq + 2 * Hkv) * D, 1, false, &L->bqkv, &L->has_bqkv, err)) != RB_OK)
@@ -317,8 +337,12 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
                 return s;
         }
         const char *ffn_norm_name = gemma2_hf ? "pre_feedforward_layernorm.weight" : nt->ffn_norm;
-        if ((s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK) return s;
-        if (c->fused_gate_up) {
+        if (c->pre_norms && (s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK)
+            return s;
+        if ((s = rb_model_bind_experts(m, hf, il, L, &L->moe, err)) != RB_OK) return s;
+        if (L->moe) {
+            /* the experts replace the dense MLP */
+        } else if (c->fused_gate_up) {
             if ((s = bind(m, NAME(nt->w_gate_up), E, 2 * F, true, &L->w_gate_up, NULL, err)) != RB_OK) return s;
         } else if (cat_gu) {
             const cat_part w[2] = {{nt->w_gate, E, F}, {nt->w_up, E, F}};
@@ -327,7 +351,7 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->w_gate), E, F, true, &L->w_gate, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->w_up), E, F, true, &L->w_up, NULL, err)) != RB_OK) return s;
         }
-        if ((s = bind(m, NAME(nt->w_down), F, E, true, &L->w_down, NULL, err)) != RB_OK) return s;
+        if (!L->moe && (s = bind(m, NAME(nt->w_down), F, E, true, &L->w_down, NULL, err)) != RB_OK) return s;
 #undef NAME
         if (hf && c->embd_scale) { /* gemma family: (1 + w) norms */
             if ((s = make_plus_one(m, &L->attn_norm, err)) != RB_OK) return s;
@@ -354,7 +378,7 @@ static void count_main_dtype(rb_model *m) {
 rb_status rb_model_bind_gguf(rb_model *m, rb_error *err) {
     rb_status s = bind_all(m, &k_gguf_names, false, err);
     if (s != RB_OK) return s;
-    if (m->cfg.has_rope_factors) {
+    if (m->cfg.has_rope_factors && m->cfg.rope_yarn_factor <= 0) { /* yarn: computed by the loader */
         const int64_t half = m->cfg.n_rot / 2;
         bool present = false;
         s = bind(m, "rope_freqs.weight", half, 1, false, &m->rope_factors, &present, err);
