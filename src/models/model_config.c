@@ -601,13 +601,15 @@ static rb_status hf_layer_types(const rb_json_config *j, rb_model_config *c, rb_
 }
 
 /* Mixture-of-experts sizes: mixtral and gpt_oss (num_local_experts, the
- * experts' width in intermediate_size), qwen3_moe (num_experts,
- * moe_intermediate_size, norm_topk_prob). */
+ * experts' width in intermediate_size), qwen3_moe (num_experts or
+ * num_local_experts, moe_intermediate_size, norm_topk_prob). */
 static rb_status hf_moe(const rb_json_config *j, rb_model_config *c, rb_error *err) {
     rb_status s;
     if (c->arch != RB_ARCH_MIXTRAL && c->arch != RB_ARCH_QWEN3MOE && c->arch != RB_ARCH_GPTOSS) return RB_OK;
     const bool qwen = c->arch == RB_ARCH_QWEN3MOE;
-    if ((s = hf_int(j, qwen ? "num_experts" : "num_local_experts", &c->n_expert, true, err)) != RB_OK) return s;
+    /* published Qwen3-MoE configs say num_experts; transformers 5 writes num_local_experts for all three */
+    if ((s = hf_int(j, "num_local_experts", &c->n_expert, false, err)) != RB_OK) return s;
+    if (c->n_expert <= 0 && (s = hf_int(j, "num_experts", &c->n_expert, true, err)) != RB_OK) return s;
     if ((s = hf_int(j, "num_experts_per_tok", &c->n_expert_used, false, err)) != RB_OK) return s;
     if (c->n_expert_used <= 0 && (s = hf_int(j, "experts_per_token", &c->n_expert_used, true, err)) != RB_OK)
         return s;

@@ -2,8 +2,9 @@
  * rb_matmul_id takes them ([n_embd, n_ff_exp, E] for gate and up,
  * [n_ff_exp, n_embd, E] for down), from each layout the files use:
  *   GGUF (llama.cpp): blk.N.ffn_{gate,up,down}_exps (+ .bias), ffn_gate_inp
- *   HF per expert: mlp.experts.E.{w1,w3,w2} (Mixtral) or
- *     mlp.experts.E.{gate,up,down}_proj (Qwen3-MoE): copied into one stack
+ *   HF per expert: block_sparse_moe.experts.E.{w1,w3,w2} (Mixtral, router
+ *     block_sparse_moe.gate) or mlp.experts.E.{gate,up,down}_proj
+ *     (Qwen3-MoE, router mlp.gate): copied into one stack
  *   HF stacked (transformers 5 without the checkpoint conversion):
  *     mlp.experts.gate_up_proj [E, 2F, H] (gate rows first) and down_proj
  *     [E, H, F]: used in place as strided views
@@ -78,13 +79,20 @@ static rb_status bind_exact(rb_model *m, const char *name, int64_t a, int64_t b,
     return st;
 }
 
-/* E per-expert matrices model.layers.IL.mlp.experts.E.<part>.weight copied into one [a, b, E] stack. */
+/* The HF module holding a layer's router and experts: Mixtral's
+ * block_sparse_moe, the others' mlp. */
+static const char *hf_moe_module(const rb_model *m) {
+    return m->cfg.arch == RB_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+}
+
+/* E per-expert matrices model.layers.IL.<module>.experts.E.<part>.weight copied into one [a, b, E] stack. */
 static rb_status stack_experts(rb_model *m, const char *part, int il, int64_t a, int64_t b, rb_tensor *out,
                                rb_error *err) {
     const int64_t E = m->cfg.n_expert;
     char name[256];
     exp_src s0;
-    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s.weight", il, 0, part);
+    const char *mod = hf_moe_module(m);
+    snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", il, mod, 0, part);
     if (!find3(m, name, &s0)) return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", name);
     if (!weight_dtype(s0.dtype)) return rb_error_set(err, RB_E_UNSUPPORTED, "tensor '%s' has dtype %s", name,
                                                     rb_dtype_name(s0.dtype));
@@ -99,7 +107,7 @@ static rb_status stack_experts(rb_model *m, const char *part, int il, int64_t a,
     }
     for (int64_t e = 0; e < E; e++) {
         exp_src s;
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s.weight", il, (int)e, part);
+        snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", il, mod, (int)e, part);
         if (!find3(m, name, &s)) return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", name);
         if (s.ne[0] != a || s.ne[1] != b || s.ne[2] != 1 || s.ne[3] != 1) return bad_shape(name, &s, a, b, 1, err);
         if (s.dtype != s0.dtype || s.nbytes != per)
@@ -218,7 +226,9 @@ rb_status rb_model_bind_experts(rb_model *m, bool hf, int il, rb_layer_weights *
     *is_moe = false;
     if (E <= 0) return RB_OK;
     if (!hf) snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
-    else snprintf(n, sizeof n, "model.layers.%d.mlp.%s.weight", il, m->cfg.arch == RB_ARCH_GPTOSS ? "router" : "gate");
+    else
+        snprintf(n, sizeof n, "model.layers.%d.%s.%s.weight", il, hf_moe_module(m),
+                 m->cfg.arch == RB_ARCH_GPTOSS ? "router" : "gate");
     exp_src s0;
     if (!find3(m, n, &s0)) {
         /* qwen3_moe's mlp_only_layers are dense; the other archs have experts everywhere */
