@@ -325,7 +325,8 @@ rb_status rb_model_config_from_gguf(const rb_gguf *g, rb_model_config *c, rb_err
                       rb_gguf_find_tensor(g, "blk.0.attn_qkv.bias") != NULL;
         c->fused_qkv = rb_gguf_find_tensor(g, "blk.0.attn_qkv.weight") != NULL;
         c->fused_gate_up = c->arch == RB_ARCH_PHI3 && rb_gguf_find_tensor(g, "blk.0.ffn_gate.weight") == NULL;
-        c->has_rope_factors = rb_gguf_find_tensor(g, "rope_freqs.weight") != NULL ||
+        c->has_rope_factors = c->rope_yarn_factor > 0 || /* yarn: computed from the metadata by the loader */
+                              rb_gguf_find_tensor(g, "rope_freqs.weight") != NULL ||
                               rb_gguf_find_tensor(g, "rope_factors_short.weight") != NULL;
         c->has_rope_long = rb_gguf_find_tensor(g, "rope_factors_long.weight") != NULL;
     }

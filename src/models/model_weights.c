@@ -336,7 +336,11 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->post_ffn_norm), E, 1, true, &L->post_ffn_norm, NULL, err)) != RB_OK)
                 return s;
         }
-        const char *ffn_norm_name = gemma2_hf ? "pre_feedforward_layernorm.weight" : nt->ffn_norm;
+        /* the MLP's input norm: HF gemma2/3 call it pre_feedforward_layernorm; llama.cpp's gpt-oss
+         * stores it as post_attention_norm (what the HF file calls post_attention_layernorm) */
+        const char *ffn_norm_name = gemma2_hf                           ? "pre_feedforward_layernorm.weight"
+                                    : !hf && c->arch == RB_ARCH_GPTOSS ? "post_attention_norm.weight"
+                                                                        : nt->ffn_norm;
         if (c->pre_norms && (s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK)
             return s;
         if ((s = rb_model_bind_experts(m, hf, il, L, &L->moe, err)) != RB_OK) return s;
