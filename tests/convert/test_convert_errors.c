@@ -119,12 +119,12 @@ static void test_type_helpers(void **state) {
     assert_true(rb_convert_type_ok(RB_Q4_K));
     assert_false(rb_convert_type_ok(RB_Q8_K));
     assert_false(rb_convert_type_ok(RB_F64));
-    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 256), RB_Q4_K);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 64), RB_F16);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 96), RB_Q8_0);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 48), RB_F16);
-    assert_int_equal(rb_convert_weight_dtype(RB_BF16, 7), RB_BF16);
-    assert_int_equal(rb_convert_weight_dtype(RB_F32, 3), RB_F32);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 256, false), RB_Q4_K);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 64, false), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 96, false), RB_Q8_0);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 48, false), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_BF16, 7, false), RB_BF16);
+    assert_int_equal(rb_convert_weight_dtype(RB_F32, 3, false), RB_F32);
 }
 
 int main(void) {
