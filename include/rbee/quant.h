@@ -9,6 +9,8 @@
 #include "rbee/dtype.h"
 #include "rbee/status.h"
 
+#include <string.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -96,8 +98,15 @@ _Static_assert(sizeof(rb_block_q8_K) == 292, "q8_K layout");
 
 /* The 16 values an mxfp4 nibble stands for (E2M1 doubled: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives). */
 extern const int8_t rb_mxfp4_values[16];
-/* 2^(e - 128) as f32 (subnormal for e < 2): an mxfp4 block's scale. */
-float rb_e8m0_half_to_f32(uint8_t e);
+/* 2^(e - 128) as f32 (subnormal for e < 2): an mxfp4 block's scale. Inline:
+ * the SIMD dot products call it per block. */
+static inline float rb_e8m0_half_to_f32(uint8_t e) {
+    /* a subnormal bit pattern for e < 2, else a biased exponent of e - 1 */
+    const uint32_t bits = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* Decodes n elements (a multiple of the block size) of type t into f32.
  * Works for every dtype (plain types are converted). RB_E_INVALID if n is not

@@ -12,14 +12,6 @@
 
 const int8_t rb_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-float rb_e8m0_half_to_f32(uint8_t e) {
-    /* 2^(e - 128): a subnormal bit pattern for e < 2, else a biased exponent of e - 1 */
-    const uint32_t bits = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static int nearest_index(float x, float d) {
     int best = 0;
     float best_err = fabsf((float)rb_mxfp4_values[0] * d - x);
