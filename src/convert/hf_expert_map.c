@@ -6,7 +6,7 @@
  *   per expert: <module>.experts.E.{w1,w3,w2}.weight (Mixtral, module
  *     block_sparse_moe) or mlp.experts.E.{gate,up,down}_proj.weight
  *     (Qwen3-MoE), stacked;
- *   stacked (transformers 5 without its checkpoint conversion):
+ *   stacked (transformers 5's layout in memory, module mlp for all):
  *     mlp.experts.gate_up_proj [E, 2F, H] (gate rows first), down_proj [E, H, F];
  *   gpt-oss: mlp.experts.gate_up_proj [E, H, 2F] with gate and up columns
  *     interleaved, down_proj [E, F, H], biases [E, 2F] / [E, H], router
@@ -17,8 +17,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *module_of(const rb_model_config *c) {
-    return c->arch == RB_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+/* Mixtral's published checkpoints keep layer il's router and experts in
+ * block_sparse_moe, the others (and transformers 5's own Mixtral layout) in mlp. */
+static const char *module_of(const rb_model_config *c, int64_t il, cv_has_tensor_fn has, void *ud) {
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%lld.block_sparse_moe.gate.weight", (long long)il);
+    return c->arch == RB_ARCH_MIXTRAL && has(ud, n) ? "block_sparse_moe" : "mlp";
 }
 
 /* A CV_SRC_GATHER entry over the HF tensor hf (ggml-order shape src_ne of src_dims dims). */
@@ -112,7 +116,7 @@ rb_status cv_hf_map_experts(cv_hf_map *m, const rb_model_config *c, int64_t il, 
     const bool gptoss = c->arch == RB_ARCH_GPTOSS;
     char blk[32], hf[96], g[64], h[128];
     snprintf(blk, sizeof blk, "blk.%lld", (long long)il);
-    snprintf(hf, sizeof hf, "model.layers.%lld.%s", (long long)il, module_of(c));
+    snprintf(hf, sizeof hf, "model.layers.%lld.%s", (long long)il, module_of(c, il, has, ud));
     snprintf(h, sizeof h, "%s.%s.weight", hf, gptoss ? "router" : "gate");
     /* qwen3_moe's mlp_only_layers are dense; elsewhere a missing router is reported as missing */
     if (c->arch == RB_ARCH_QWEN3MOE && !has(ud, h)) return RB_OK;

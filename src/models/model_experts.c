@@ -79,10 +79,13 @@ static rb_status bind_exact(rb_model *m, const char *name, int64_t a, int64_t b,
     return st;
 }
 
-/* The HF module holding a layer's router and experts: Mixtral's
- * block_sparse_moe, the others' mlp. */
-static const char *hf_moe_module(const rb_model *m) {
-    return m->cfg.arch == RB_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+/* The HF module holding layer il's router and experts: Mixtral's published
+ * checkpoints say block_sparse_moe, the others (and transformers 5's own
+ * layout of Mixtral) mlp. */
+static const char *hf_moe_module(const rb_model *m, int il) {
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", il);
+    return m->cfg.arch == RB_ARCH_MIXTRAL && rb_st_find(m->st, n) ? "block_sparse_moe" : "mlp";
 }
 
 /* E per-expert matrices model.layers.IL.<module>.experts.E.<part>.weight copied into one [a, b, E] stack. */
@@ -91,7 +94,7 @@ static rb_status stack_experts(rb_model *m, const char *part, int il, int64_t a,
     const int64_t E = m->cfg.n_expert;
     char name[256];
     exp_src s0;
-    const char *mod = hf_moe_module(m);
+    const char *mod = hf_moe_module(m, il);
     snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", il, mod, 0, part);
     if (!find3(m, name, &s0)) return rb_error_set(err, RB_E_FORMAT, "missing tensor '%s'", name);
     if (!weight_dtype(s0.dtype)) return rb_error_set(err, RB_E_UNSUPPORTED, "tensor '%s' has dtype %s", name,
@@ -227,7 +230,7 @@ rb_status rb_model_bind_experts(rb_model *m, bool hf, int il, rb_layer_weights *
     if (E <= 0) return RB_OK;
     if (!hf) snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
     else
-        snprintf(n, sizeof n, "model.layers.%d.%s.%s.weight", il, hf_moe_module(m),
+        snprintf(n, sizeof n, "model.layers.%d.%s.%s.weight", il, hf_moe_module(m, il),
                  m->cfg.arch == RB_ARCH_GPTOSS ? "router" : "gate");
     exp_src s0;
     if (!find3(m, n, &s0)) {

@@ -109,8 +109,10 @@ static rb_status bind(rb_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return s;
 }
 
-/* Gemma's HF norms compute x * (1 + w); GGUF stores 1 + w. Make an f32 copy with +1. */
-static rb_status make_plus_one(rb_model *m, rb_tensor *t, rb_error *err) {
+/* Replaces vector t by an f32 copy of w + add: gemma's HF norms compute
+ * x * (1 + w) where GGUF stores 1 + w (add 1); attention sinks, which the
+ * attention op reads as f32, from bf16/f16 checkpoints (add 0). */
+static rb_status f32_copy_plus(rb_model *m, rb_tensor *t, float add, rb_error *err) {
     int64_t n = t->ne[0];
     float *tmp = malloc(sizeof(float) * (size_t)n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
@@ -122,7 +124,7 @@ static rb_status make_plus_one(rb_model *m, rb_tensor *t, rb_error *err) {
     if ((s = rb_tensor_get(t, src, nbytes)) == RB_OK) s = rb_dequantize_row(t->dtype, src, tmp, n);
     free(src);
     if (s != RB_OK) { free(tmp); return rb_error_set(err, s, "cannot read norm weights"); }
-    for (int64_t i = 0; i < n; i++) tmp[i] += 1.0f;
+    for (int64_t i = 0; i < n; i++) tmp[i] += add;
     rb_tensor nt;
     const int64_t ne[1] = {n};
     if ((s = rb_tensor_alloc(m->be, RB_F32, 1, ne, &nt)) != RB_OK) { free(tmp); return rb_error_set(err, s, "out of memory"); }
@@ -299,14 +301,13 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->k_norm), nk, 1, true, &L->k_norm, NULL, err)) != RB_OK) return s;
             L->has_qk_norm = true;
             if (hf && c->embd_scale) { /* gemma3: (1 + w) */
-                if ((s = make_plus_one(m, &L->q_norm, err)) != RB_OK) return s;
-                if ((s = make_plus_one(m, &L->k_norm, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->q_norm, 1.0f, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->k_norm, 1.0f, err)) != RB_OK) return s;
             }
         }
         if (c->attn_sinks) {
             if ((s = bind(m, NAME(nt->sinks), Hq, 1, true, &L->sinks, NULL, err)) != RB_OK) return s;
-            if (L->sinks.dtype != RB_F32)
-                return rb_error_set(err, RB_E_UNSUPPORTED, "'%s' must be f32 (is %s)", name, rb_dtype_name(L->sinks.dtype));
+            if (L->sinks.dtype != RB_F32 && (s = f32_copy_plus(m, &L->sinks, 0.0f, err)) != RB_OK) return s;
             L->has_sinks = true;
         }
         if (c->fused_qkv) {
@@ -358,15 +359,15 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
         if (!L->moe && (s = bind(m, NAME(nt->w_down), F, E, true, &L->w_down, NULL, err)) != RB_OK) return s;
 #undef NAME
         if (hf && c->embd_scale) { /* gemma family: (1 + w) norms */
-            if ((s = make_plus_one(m, &L->attn_norm, err)) != RB_OK) return s;
-            if ((s = make_plus_one(m, &L->ffn_norm, err)) != RB_OK) return s;
+            if ((s = f32_copy_plus(m, &L->attn_norm, 1.0f, err)) != RB_OK) return s;
+            if ((s = f32_copy_plus(m, &L->ffn_norm, 1.0f, err)) != RB_OK) return s;
             if (c->post_norms) {
-                if ((s = make_plus_one(m, &L->post_attn_norm, err)) != RB_OK) return s;
-                if ((s = make_plus_one(m, &L->post_ffn_norm, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->post_attn_norm, 1.0f, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->post_ffn_norm, 1.0f, err)) != RB_OK) return s;
             }
         }
     }
-    if (hf && c->embd_scale && (s = make_plus_one(m, &m->out_norm, err)) != RB_OK) return s;
+    if (hf && c->embd_scale && (s = f32_copy_plus(m, &m->out_norm, 1.0f, err)) != RB_OK) return s;
     /* the forward pass now takes the fused paths (the layouts above are theirs) */
     if (cat_qkv) m->cfg.fused_qkv = true;
     if (cat_gu) m->cfg.fused_gate_up = true;
