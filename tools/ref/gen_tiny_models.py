@@ -81,31 +81,35 @@ SPECS = [
                        "long_factor": longrope_factors(8, 1.5, 6.0, 2)},
          greedy_prompt_len=18),
     # ---- the models people run today ----
-    spec("qwen3", "qwen3", vocab_size=331, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
-         rope_theta=1000000.0, use_sliding_window=False),
-    spec("qwen3_tied", "qwen3", vocab_size=305, hidden_size=48, num_key_value_heads=1, head_dim=16,
-         intermediate_size=96, tie_word_embeddings=True, rms_norm_eps=1e-6, use_sliding_window=False),
-    spec("qwen3_moe", "qwen3_moe", vocab_size=312, hidden_size=48, num_key_value_heads=2, head_dim=16,
-         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, intermediate_size=96, norm_topk_prob=True,
+    # Kept small (the repository travels with a size limit): hidden 32 where
+    # the feature does not need more (rows then hold whole 32-blocks), 48 in
+    # qwen3_tied and mixtral_sw8 (rows that are not: the f16 fallback),
+    # vocabularies of 150..160.
+    spec("qwen3", "qwen3", vocab_size=160, hidden_size=32, num_key_value_heads=2, head_dim=16,
+         intermediate_size=64, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False),
+    spec("qwen3_tied", "qwen3", vocab_size=150, hidden_size=48, num_key_value_heads=1, head_dim=16,
+         intermediate_size=64, tie_word_embeddings=True, rms_norm_eps=1e-6, use_sliding_window=False),
+    spec("qwen3_moe", "qwen3_moe", vocab_size=160, hidden_size=32, num_key_value_heads=2, head_dim=16,
+         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, intermediate_size=64, norm_topk_prob=True,
          decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6, use_sliding_window=False),
-    spec("qwen3_moe_nonorm", "qwen3_moe", vocab_size=309, hidden_size=48, num_hidden_layers=3,
+    spec("qwen3_moe_nonorm", "qwen3_moe", vocab_size=150, hidden_size=32, num_hidden_layers=3,
          num_key_value_heads=2, head_dim=16, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=32,
-         intermediate_size=80, norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
+         intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
          tie_word_embeddings=True, use_sliding_window=False),
-    spec("mixtral", "mixtral", vocab_size=321, hidden_size=48, num_key_value_heads=2, num_local_experts=4,
-         num_experts_per_tok=2, intermediate_size=64, sliding_window=None, router_jitter_noise=0.0),
-    spec("mixtral_sw8", "mixtral", vocab_size=317, hidden_size=48, num_key_value_heads=1, num_local_experts=5,
-         num_experts_per_tok=2, intermediate_size=48, sliding_window=8, router_jitter_noise=0.0,
+    spec("mixtral", "mixtral", vocab_size=160, hidden_size=32, num_key_value_heads=2, num_local_experts=4,
+         num_experts_per_tok=2, intermediate_size=32, sliding_window=None, router_jitter_noise=0.0),
+    spec("mixtral_sw8", "mixtral", vocab_size=150, hidden_size=48, num_key_value_heads=1, num_local_experts=5,
+         num_experts_per_tok=2, intermediate_size=32, sliding_window=8, router_jitter_noise=0.0,
          rope_theta=1000000.0),
-    spec("gemma3", "gemma3_text", vocab_size=314, hidden_size=48, num_hidden_layers=3, num_key_value_heads=2,
-         head_dim=16, intermediate_size=96, hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh",
+    spec("gemma3", "gemma3_text", vocab_size=160, hidden_size=32, num_hidden_layers=3, num_key_value_heads=2,
+         head_dim=16, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh",
          query_pre_attn_scalar=24, sliding_window=8,
          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
          rope_theta=1000000.0, rope_local_base_freq=10000.0, final_logit_softcapping=None,
          attn_logit_softcapping=None, tie_word_embeddings=True, rms_norm_eps=1e-6, pad_token_id=0,
          rope_check={"sliding_attention": (10000.0, 1.0), "full_attention": (1000000.0, 1.0)}),
-    spec("gemma3_linear_softcap", "gemma3_text", vocab_size=306, hidden_size=48, num_hidden_layers=4,
-         num_attention_heads=2, num_key_value_heads=1, head_dim=32, intermediate_size=96,
+    spec("gemma3_linear_softcap", "gemma3_text", vocab_size=150, hidden_size=32, num_hidden_layers=4,
+         num_attention_heads=2, num_key_value_heads=1, head_dim=32, intermediate_size=64,
          hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh", query_pre_attn_scalar=32,
          sliding_window=8,
          layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
@@ -113,13 +117,15 @@ SPECS = [
          final_logit_softcapping=5.0, attn_logit_softcapping=None, tie_word_embeddings=False, rms_norm_eps=1e-6,
          pad_token_id=0,
          rope_check={"sliding_attention": (10000.0, 1.0), "full_attention": (1000000.0, 4.0)}),
-    spec("olmo2", "olmo2", vocab_size=323, num_key_value_heads=2, rms_norm_eps=1e-6),
-    spec("olmo2_tied", "olmo2", vocab_size=303, hidden_size=48, num_hidden_layers=3, num_key_value_heads=4,
-         intermediate_size=96, tie_word_embeddings=True),
+    spec("olmo2", "olmo2", vocab_size=160, hidden_size=32, num_key_value_heads=2, intermediate_size=64,
+         rms_norm_eps=1e-6),
+    spec("olmo2_tied", "olmo2", vocab_size=150, hidden_size=32, num_hidden_layers=3, num_key_value_heads=4,
+         intermediate_size=64, tie_word_embeddings=True),
     # gpt-oss: experts [E, H, 2I] with gate/up interleaved, sinks, yarn (factor 4 over an original 16
-    # positions, truncate false: the ramp covers dims 0..0.81), sliding window 8 on even layers
-    spec("gpt_oss", "gpt_oss", vocab_size=326, num_hidden_layers=2, num_key_value_heads=2, head_dim=16,
-         num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, sliding_window=8,
+    # positions, truncate false: the ramp covers dims 0..0.81), sliding window 8 on even layers; hidden
+    # and expert width multiples of 32 (MXFP4 blocks)
+    spec("gpt_oss", "gpt_oss", vocab_size=160, hidden_size=32, num_hidden_layers=2, num_key_value_heads=2,
+         head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=8,
          layer_types=["sliding_attention", "full_attention"], max_position_embeddings=64, attention_bias=True,
          rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                            "truncate": False, "original_max_position_embeddings": 16},
@@ -171,8 +177,8 @@ def init_weights(model, arch, seed, out_scale):
                 w = rn(0.15)
             elif any(k in name for k in ("o_proj", "down_proj")):
                 w = rn(0.08 * out_scale)
-            elif arch == "gpt_oss" and "gate_up_proj" in name:
-                w = rn(0.35)
+            elif arch == "gpt_oss" and "gate_up_proj" in name:   # the same clamp share at any width
+                w = rn(0.35 * (64.0 / model.config.hidden_size) ** 0.5)
             else:
                 w = rn(0.08)
             p.copy_(w.to(p.dtype))
