@@ -118,6 +118,10 @@ void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, cons
         if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 2) { /* transposed shape */
             x->shape[0] = t->ne[0];
             x->shape[1] = t->ne[1];
+        } else if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 3) { /* rotated shape */
+            x->shape[0] = t->ne[1];
+            x->shape[1] = t->ne[0];
+            x->shape[2] = t->ne[2];
         }
         x->data = t->data;
         x->nbytes = t->nbytes;

@@ -33,7 +33,8 @@ void ct_write_safetensors(const char *path, const ct_st_entry *e, size_t n);
 
 /* Copies src_dir's config.json into dst_dir and rewrites its safetensors
  * there without the tensor named drop (NULL: keep all) and with the tensor
- * named reshape (NULL: none) given a wrong shape. */
+ * named reshape (NULL: none) given a wrong shape (2-D: transposed, 3-D: the
+ * two inner dimensions of the row-major shape swapped with the outer one). */
 void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, const char *reshape);
 /* Copies src_dir's config.json into dst_dir and rewrites every float tensor
  * of its safetensors in dtype (f16 or bf16, rounded to nearest even), as a
