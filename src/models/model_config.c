@@ -212,6 +212,14 @@ static rb_status gguf_float(const rb_gguf *g, const char *arch, const char *suff
     return RB_OK;
 }
 
+/* llama.cpp's gemma2 / gemma3 files carry no attention scale: their 27B
+ * models (46 / 62 layers) scale by query_pre_attn_scalar = n_embd / n_head
+ * (144, 168), the others by head_dim (check_config's default). 0: not those. */
+static float gemma_27b_attn_scale(const rb_model_config *c) {
+    const bool is27b = (c->arch == RB_ARCH_GEMMA2 && c->n_layer == 46) || (c->arch == RB_ARCH_GEMMA3 && c->n_layer == 62);
+    return is27b && c->n_head > 0 ? 1.0f / sqrtf((float)c->n_embd / (float)c->n_head) : 0.0f;
+}
+
 rb_status rb_model_config_from_gguf(const rb_gguf *g, rb_model_config *c, rb_error *err) {
     config_init(c);
     char *arch = NULL;
@@ -341,6 +349,7 @@ rb_status rb_model_config_from_gguf(const rb_gguf *g, rb_model_config *c, rb_err
     if ((c->arch == RB_ARCH_GEMMA2 || c->arch == RB_ARCH_GEMMA3 || c->arch == RB_ARCH_GPTOSS) &&
         c->sliding_window == 0)
         c->swa_pattern = 0;
+    if (c->attn_scale <= 0) c->attn_scale = gemma_27b_attn_scale(c);
     s = check_config(c, err);
 done:
     if (s != RB_OK && err && err->msg[0] == '\0') rb_error_set(err, s, "invalid GGUF model metadata");
