@@ -56,15 +56,17 @@ static rb_status lay(cv_hf_map *m, int64_t il, const char *g, const char *h, int
     return cv_hf_map_add(m, gn, hn, nd, a, b, 1, req, xf, err);
 }
 
+/* L(...): lay() one tensor of layer il, returning the failure (the map builders below) */
+#define L(g, h, nd, a, b, req, xf)                                                                              \
+    do {                                                                                                        \
+        if ((s = lay(m, il, (g), (h), (nd), (a), (b), (req), (xf), err)) != RB_OK) return s;                    \
+    } while (0)
+
 static rb_status map_attention(cv_hf_map *m, const rb_model_config *c, int64_t il, rb_error *err) {
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv;
     const cv_xform norm = is_gemma(c) ? CV_XF_PLUS_ONE : CV_XF_NONE;
     const cv_xform pq = permutes_qk(c) ? CV_XF_PERMUTE_Q : CV_XF_NONE, pk = permutes_qk(c) ? CV_XF_PERMUTE_K : CV_XF_NONE;
     rb_status s = RB_OK;
-#define L(g, h, nd, a, b, req, xf)                                                                              \
-    do {                                                                                                        \
-        if ((s = lay(m, il, (g), (h), (nd), (a), (b), (req), (xf), err)) != RB_OK) return s;                    \
-    } while (0)
     if (c->pre_norms) L("attn_norm.weight", "input_layernorm.weight", 1, E, 1, true, norm);
     if (c->fused_qkv) {
         L("attn_qkv.weight", "self_attn.qkv_proj.weight", 2, E, (Hq + 2 * Hkv) * D, true, CV_XF_NONE);
