@@ -15,8 +15,10 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: rbee convert HF_DIR -o OUT.gguf [--type TYPE] [--name NAME] [--quiet]\n\n"
                "Converts a Hugging Face model folder (config.json, *.safetensors, optional tokenizer.json and\n"
-               "tokenizer_config.json) to GGUF. TYPE applies to 2-D weights (default f16): %s.\n"
-               "Norms and biases stay f32; weights whose rows are not whole blocks are written as f16.\n\n"
+               "tokenizer_config.json) to GGUF. TYPE applies to weight matrices (default f16): %s;\n"
+               "mxfp4 writes the experts' stacked matrices as mxfp4 and the other matrices as q8_0.\n"
+               "Norms, biases and expert routers stay f32; weights whose rows are not whole blocks are\n"
+               "written as f16.\n\n"
                "       rbee convert SD_PIPELINE_DIR|CHECKPOINT.safetensors -o OUT.gguf [--type TYPE] [--config DIR]\n\n"
                "Converts a Stable Diffusion diffusers pipeline folder or single-file checkpoint to GGUF in the\n"
                "original LDM names with its configs (TYPE applies to linear weights; convolution kernels f16).\n"
@@ -74,7 +76,8 @@ int rb_cmd_convert(int argc, char **argv) {
     }
     if (!quiet)
         fprintf(stderr, "wrote %s: %lld tensors, %lld weights as %s, %lld as f16 (fallback), %.2f MiB\n", out,
-                (long long)st.n_tensors, (long long)st.n_quantized, rb_dtype_name(type), (long long)st.n_fallback,
+                (long long)st.n_tensors, (long long)st.n_quantized,
+                type == RB_MXFP4 ? "mxfp4 (experts) or q8_0" : rb_dtype_name(type), (long long)st.n_fallback,
                 (double)st.bytes_out / (1024.0 * 1024.0));
     return 0;
 }

@@ -1,4 +1,4 @@
-/* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every 2-D weight of a
+/* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every weight matrix of a
  * GGUF file in another type (see rb_quantize_gguf), keeping metadata; a
  * Stable Diffusion file with the SD converter's rules (sd_requantize_gguf). */
 #include "commands.h"
@@ -11,7 +11,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: rbee quantize IN.gguf OUT.gguf TYPE [--quiet]\n\n"
-               "Requantizes every 2-D weight to TYPE (%s); 1-D tensors become f32,\n"
+               "Requantizes every weight matrix to TYPE (%s; mxfp4: the experts' stacked\n"
+               "matrices as mxfp4, the other matrices as q8_0); 1-D tensors and expert routers become f32,\n"
                "metadata is copied with general.file_type updated.\n",
             rb_convert_type_list());
 }
@@ -53,7 +54,8 @@ int rb_cmd_quantize(int argc, char **argv) {
     }
     if (!quiet)
         fprintf(stderr, "wrote %s: %lld tensors, %lld weights as %s, %lld as f16 (fallback), %.2f MiB\n", out,
-                (long long)st.n_tensors, (long long)st.n_quantized, rb_dtype_name(type), (long long)st.n_fallback,
+                (long long)st.n_tensors, (long long)st.n_quantized,
+                type == RB_MXFP4 ? "mxfp4 (experts) or q8_0" : rb_dtype_name(type), (long long)st.n_fallback,
                 (double)st.bytes_out / (1024.0 * 1024.0));
     return 0;
 }

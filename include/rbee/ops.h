@@ -57,6 +57,13 @@ rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_te
  * same view as gate or up. On the CPU the results are bit-identical to the
  * unfused two calls. */
 rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
+/* gpt-oss's clamped SwiGLU, elementwise over f32 tensors of one shape (any
+ * strides; dst may be the same view as gate or up):
+ *   g = min(gate, limit), u = clamp(up, -limit, limit)
+ *   dst = (u + 1) * g * sigmoid(alpha * g)
+ * (transformers' GptOssExperts: alpha 1.702, limit 7). limit > 0, alpha finite. */
+rb_status rb_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                          float limit);
 /* dst = cond != 0 ? a : b; cond is i32 or float, all three broadcast to dst. */
 rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
 /* Copies src into dst converting dtype (same element count per dim): any
@@ -123,6 +130,19 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
  * query attention style). Quantized a may quantize b internally (to q8_0 /
  * q8_1 / q8_K blocks) as ggml does. */
 rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+
+/* Expert-indexed matrix product (mixture-of-experts layers):
+ *   a   [K, N, E]  the E experts' weights, one [K, N] matrix each (any weight
+ *                  dtype, as rb_matmul's a; rows contiguous, nb[2] any)
+ *   b   [K, S, T]  activations of T tokens: S == 1, one row per token used by
+ *                  all its experts; or S == k, one row per (slot, token)
+ *   ids i32 [k, T] the experts of each token, in slot order (each in 0..E-1)
+ *   dst [N, k, T]  f32: dst[:, j, t] = a[:, :, ids[j, t]] * b[:, S == 1 ? 0 : j, t]
+ * The rows of b are grouped by expert, so each expert's weights are read
+ * once per call, and experts no token selected are not read at all (a
+ * decode step reads only the k selected experts). Ids outside 0..E-1 fail
+ * with RB_E_RANGE before anything is written. */
+rb_status rb_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b, const rb_tensor *ids);
 
 /* rb_matmul with the passes around it fused in. In decode every op over one
  * row is a kernel launch on a GPU, so the norm before a projection, the gate
@@ -210,6 +230,10 @@ typedef struct rb_attn_params {
      * appends to). A backend may then read those rows before the ops ahead
      * have finished. */
     bool keys_settled;
+    /* nullable f32 [Hq] on the backend: attention sinks (gpt-oss), a learned
+     * logit per query head that joins every softmax denominator without a
+     * value: out = sum_j exp(s_j) v_j / (exp(sink_h) + sum_j exp(s_j)) */
+    const rb_tensor *sinks;
 } rb_attn_params;
 
 /* Scaled dot-product attention with grouped-query heads:

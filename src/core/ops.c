@@ -252,6 +252,22 @@ rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb
     return be->vt->glu(be, dst, gate, up, act);
 }
 
+rb_status rb_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                          float limit) {
+    NEED_BE();
+    opc c = {be, "rb_swiglu_clamp"};
+    if (!(limit > 0.0f) || !isfinite(limit) || !isfinite(alpha))
+        return fail(&c, RB_E_INVALID, "limit %g must be finite and > 0, alpha %g finite", (double)limit, (double)alpha);
+    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_dtype(&c, "gate", gate, RB_F32));
+    TRY(check_dtype(&c, "up", up, RB_F32));
+    TRY(same_shape(&c, "dst", dst, "gate", gate));
+    TRY(same_shape(&c, "dst", dst, "up", up));
+    TRY(writable(&c, "dst", dst));
+    if (!be->vt->swiglu_clamp) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->swiglu_clamp(be, dst, gate, up, alpha, limit);
+}
+
 rb_status rb_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
     NEED_BE();
     opc c = {be, "rb_cast"};
@@ -559,6 +575,32 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     return be->vt->matmul(be, dst, a, b);
 }
 
+rb_status rb_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b, const rb_tensor *ids) {
+    NEED_BE();
+    opc c = {be, "rb_matmul_id"};
+    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_t(&c, "a", a));
+    TRY(check_float(&c, "b", b));
+    TRY(check_dtype(&c, "ids", ids, RB_I32));
+    if (!is_float(a->dtype) && !is_quant(a->dtype))
+        return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
+    const int64_t K = a->ne[0], N = a->ne[1], E = a->ne[2], k = ids->ne[0], T = ids->ne[1], S = b->ne[1];
+    if (a->ne[3] != 1 || E <= 0) return fail(&c, RB_E_INVALID, "a %s must be [K, N, E] with E > 0", D(a).s);
+    if (is_quant(a->dtype) && a->nb[0] != rb_dtype_info((int)a->dtype)->type_size)
+        return fail(&c, RB_E_INVALID, "a %s: quantized weights need contiguous rows", D(a).s);
+    if (ids->ne[2] != 1 || ids->ne[3] != 1 || k <= 0)
+        return fail(&c, RB_E_INVALID, "ids %s must be [k, T] with k > 0", D(ids).s);
+    if (b->ne[0] != K || b->ne[2] != T || b->ne[3] != 1 || (S != 1 && S != k))
+        return fail(&c, RB_E_INVALID, "b %s must be [K = %lld, 1 or k = %lld, T = %lld]", D(b).s, (long long)K,
+                    (long long)k, (long long)T);
+    if (dst->ne[0] != N || dst->ne[1] != k || dst->ne[2] != T || dst->ne[3] != 1)
+        return fail(&c, RB_E_INVALID, "dst %s must be [N = %lld, k = %lld, T = %lld]", D(dst).s, (long long)N,
+                    (long long)k, (long long)T);
+    TRY(writable(&c, "dst", dst));
+    if (!be->vt->matmul_id) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->matmul_id(be, dst, a, b, ids);
+}
+
 /* What rb_rope (and rb_matmul_fused's rope) require of its operands. */
 static rb_status check_rope(const opc *c, const rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,
                             const rb_rope_params *p) {
@@ -765,6 +807,11 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
         if (p->mask->ne[0] != Tk || p->mask->ne[1] != Tq || p->mask->ne[2] != 1 || p->mask->ne[3] != 1)
             return fail(&c, RB_E_INVALID, "mask %s must be [Tk = %lld, Tq = %lld]", D(p->mask).s, (long long)Tk,
                         (long long)Tq);
+    }
+    if (p->sinks) {
+        TRY(check_dtype(&c, "sinks", p->sinks, RB_F32));
+        if (!nelem_is(p->sinks, Hq))
+            return fail(&c, RB_E_INVALID, "sinks %s must be [Hq = %lld]", D(p->sinks).s, (long long)Hq);
     }
     if (p->q_pos) {
         TRY(check_dtype(&c, "q_pos", p->q_pos, RB_I32));

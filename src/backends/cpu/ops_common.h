@@ -17,6 +17,11 @@ rb_status rb_cpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_
 rb_status rb_cpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 rb_status rb_cpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
 rb_status rb_cpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
+/* mixture-of-experts ops (ops_moe.c) */
+rb_status rb_cpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                           const rb_tensor *ids);
+rb_status rb_cpu_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                              float limit);
 rb_status rb_cpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);

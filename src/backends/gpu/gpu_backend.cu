@@ -503,6 +503,12 @@ static rb_status g_conv1d(rb_backend *be, rb_tensor *, const rb_tensor *, const 
                           int, int, int) {
     return unsupported(be, "rb_conv1d");
 }
+static rb_status g_matmul_id(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *) {
+    return unsupported(be, "rb_matmul_id");
+}
+static rb_status g_swiglu_clamp(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, float, float) {
+    return unsupported(be, "rb_swiglu_clamp");
+}
 
 /* Page-locked host memory (rb_backend_host_alloc): copies into it run as
  * one DMA at the bus's rate; NULL when the driver has none to give (the
@@ -539,7 +545,7 @@ static const rb_backend_vtable k_gpu_vtable = {
     gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
     g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
     gpu_upsample,      gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
-    g_buffer_wrap_host, gpu_group_norm_act,
+    g_buffer_wrap_host, gpu_group_norm_act, g_matmul_id, g_swiglu_clamp,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

@@ -418,6 +418,7 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     gpu_backend *g = gb(be);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
+    if (p->sinks) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: attention sinks are not on the GPU yet");
     if (Dv > ATT_DV_MAX || D > 512)
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_attention: head dims D = %lld, Dv = %lld exceed the GPU kernel's limits (512, %d)",
