@@ -28,7 +28,7 @@ rb_dtype sdc_dtype(sdc_class c, rb_dtype t, int64_t ne0, bool *fallback) {
     case SDC_CONV: return t == RB_F32 || t == RB_BF16 ? t : RB_F16;
     case SDC_EMB: return fl ? t : RB_F16;
     case SDC_MAT: {
-        const rb_dtype d = rb_convert_weight_dtype(t, ne0);
+        const rb_dtype d = rb_convert_weight_dtype(t, ne0, false);
         *fallback = d != t;
         return d;
     }
