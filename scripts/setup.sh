@@ -9,7 +9,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev libcurl4-openssl-dev
   zlib1g-dev libpng-dev libjpeg62-turbo-dev
-  nodejs python3 curl openssl
+  nodejs python3 curl jq openssl
   chromium
 )
 # npm: the machine image may ship its own npm; Debian's is only needed when none is present.
