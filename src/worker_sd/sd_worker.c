@@ -384,8 +384,7 @@ int sd_worker_main(int argc, char **argv) {
     memset(&sw, 0, sizeof sw);
     sw.sd_version = "auto";
     sw.max_size = 2048;
-    sw.a1111 = (sd_a1111_options){.clip_stop_at_last_layers = 1, .rng = RB_TORCH_RNG_CUDA,
-                                  .show_progress_every_n_steps = 10, .live_previews_enable = true};
+    sd_a1111_options_init(&sw.a1111);
     pthread_rwlock_init(&sw.engine_lock, NULL);
     pthread_mutex_init(&sw.opts_mu, NULL);
     wk_opt opts[8];

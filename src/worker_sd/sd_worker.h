@@ -11,19 +11,12 @@
 #include "rbee/backend.h"
 #include "rbee/sd_pipeline.h"
 #include "worker/wk_worker.h"
+#include "worker_sd/sd_a1111.h"
 #include "worker_sd/sd_engine.h"
 #include "worker_sd/sd_metrics.h"
 #include "worker_sd/sd_request.h"
 
 #include <pthread.h>
-
-/* AUTOMATIC1111 settings that change what its API does here. */
-typedef struct sd_a1111_options {
-    int clip_stop_at_last_layers; /* CLIP_stop_at_last_layers: 1 = the last layer */
-    rb_torch_rng_kind rng;        /* randn_source: "GPU" (A1111's default) or "CPU" */
-    int show_progress_every_n_steps; /* previews for /sdapi/v1/progress; 0 or -1: none */
-    bool live_previews_enable;
-} sd_a1111_options;
 
 typedef struct sd_worker {
     wk_worker *w;
