@@ -192,6 +192,16 @@ rb_unet *rb_sd_model_unet(rb_sd_model *m);
 rb_vae *rb_sd_model_vae(rb_sd_model *m);
 rb_clip_text *rb_sd_model_text_encoder(rb_sd_model *m, int i);
 rb_backend *rb_sd_model_backend(rb_sd_model *m);
+/* Replaces the model's scheduler configuration (e.g. a family's published
+ * one, rb_sd_sched_config_family, for a single-file SDXL-Turbo checkpoint,
+ * whose tensors look like SDXL's); the default sampler follows it. */
+rb_status rb_sd_model_set_sched_config(rb_sd_model *m, const rb_sd_sched_config *c, rb_error *err);
+/* Replaces the model's VAE with the one in a diffusers vae/ folder
+ * (config.json + diffusion_pytorch_model[.fp16].safetensors), loaded with
+ * opts' dtypes (opts may be NULL); its own scaling factor is used, as a
+ * diffusers pipeline given vae= does. RB_E_FORMAT when its latent channels
+ * or scale differ from the model's. */
+rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model_opts *opts, rb_error *err);
 
 /* ---------------------------------------------------------------- parameters */
 
