@@ -272,7 +272,16 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
         mo.act_dtype = RB_F16;
     }
     if ((s = rb_sd_model_load(w->model_path, sw->be, &mo, &sw->model, err)) != RB_OK) return s;
-    if (sw->vae_path) return rb_error_set(err, RB_E_UNSUPPORTED, "--vae is not implemented yet");
+    if (sw->vae_path && (s = rb_sd_model_set_vae(sw->model, sw->vae_path, &mo, err)) != RB_OK) {
+        rb_error_prefix(err, "--vae: ");
+        return s;
+    }
+    if (turbo) { /* SDXL-Turbo's scheduler (Euler ancestral, trailing), which a single file cannot show */
+        rb_sd_sched_config sc;
+        if ((s = rb_sd_sched_config_family(&sc, RB_SD_FAMILY_SDXL_TURBO, err)) != RB_OK ||
+            (s = rb_sd_model_set_sched_config(sw->model, &sc, err)) != RB_OK)
+            return s;
+    }
     rb_sd_model_get_info(sw->model, &sw->info);
     if (arch_set && sw->info.arch != want)
         return rb_error_set(err, RB_E_INVALID, "--sd-version %s expects a %s model, but %s is %s", sw->sd_version,
