@@ -2,12 +2,16 @@
  * MHD_PostProcessor in one call; its iterator delivers each part in
  * chunks (offset 0 starts a part), which are appended here. The post
  * processor reports a body that ends before its closing boundary when it
- * is destroyed. */
+ * is destroyed. It also refuses anything after the closing boundary, but
+ * RFC 2046 allows an epilogue there (to be ignored) and clients send one
+ * (the openai package ends its bodies with an extra CRLF): the body is fed
+ * up to the end of the close-delimiter line. */
 #include "worker/wk_form.h"
 #include "worker/wk_http_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -71,6 +75,41 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_YES;
 }
 
+/* The boundary parameter of a multipart Content-Type (quotes removed), or
+ * false. */
+static bool boundary_of(const char *ct, char *out, size_t cap) {
+    const char *b = strcasestr(ct, "boundary=");
+    if (!b) return false;
+    b += 9;
+    size_t n = 0;
+    if (*b == '"') {
+        b++;
+        while (b[n] && b[n] != '"') n++;
+    } else {
+        while (b[n] && b[n] != ';' && b[n] != ' ' && b[n] != '\t') n++;
+    }
+    if (n == 0 || n + 1 > cap) return false;
+    memcpy(out, b, n);
+    out[n] = '\0';
+    return true;
+}
+
+/* Length of body up to the end of its close delimiter ("--" boundary "--",
+ * at the start or after CRLF) and that line's CRLF; len when there is none. */
+static size_t without_epilogue(const char *body, size_t len, const char *boundary) {
+    char delim[128];
+    const int dn = snprintf(delim, sizeof delim, "--%s--", boundary);
+    if (dn <= 0 || (size_t)dn >= sizeof delim || (size_t)dn > len) return len;
+    for (size_t i = 0; i + (size_t)dn <= len; i++) {
+        if (memcmp(body + i, delim, (size_t)dn) != 0) continue;
+        if (i != 0 && (i < 2 || body[i - 2] != '\r' || body[i - 1] != '\n')) continue;
+        size_t end = i + (size_t)dn;
+        if (end + 2 <= len && body[end] == '\r' && body[end + 1] == '\n') end += 2;
+        return end;
+    }
+    return len;
+}
+
 rb_status wk_req_form(wk_req *r, wk_form *out, rb_error *err) {
     memset(out, 0, sizeof *out);
     const char *ct = wk_req_header(r, "Content-Type");
@@ -81,6 +120,9 @@ rb_status wk_req_form(wk_req *r, wk_form *out, rb_error *err) {
                             "application/x-www-form-urlencoded");
     size_t len = 0;
     const char *body = wk_req_body(r, &len);
+    char boundary[100];
+    if (strncasecmp(ct, "multipart/", 10) == 0 && boundary_of(ct, boundary, sizeof boundary))
+        len = without_epilogue(body, len, boundary);
     enum MHD_Result res = len ? MHD_post_process(pp, body, len) : MHD_YES;
     enum MHD_Result fin = MHD_destroy_post_processor(pp);
     if (out->oom) return rb_error_set(err, RB_E_NOMEM, "out of memory reading the form");

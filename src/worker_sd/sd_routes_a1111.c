@@ -205,7 +205,7 @@ static bool route_options_post(wk_req *r, void *ctx) {
     pthread_mutex_unlock(&sw->opts_mu);
     json_decref(body);
     if (errs.n > 0) return reply_invalid(r, &errs);
-    return wk_reply_json(r, 200, json_null());
+    return wk_reply_text(r, 200, "application/json", strdup("null")); /* what A1111 answers */
 }
 
 static bool route_png_info(wk_req *r, void *ctx) {

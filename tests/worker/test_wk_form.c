@@ -5,7 +5,8 @@
  * every byte value), a file larger than the parser's buffer, empty and
  * repeated fields, url-encoded forms, and the refusals: a body cut before
  * the closing boundary, a content type that is no form, a multipart type
- * without a boundary, too many parts. */
+ * without a boundary, too many parts; an epilogue after the closing
+ * boundary is ignored, as RFC 2046 says. */
 #include "testutil.h"
 
 #include "worker/wk_base64.h"
@@ -213,6 +214,23 @@ static void test_multipart(void **state) {
     check_part(parts, 5, "mask", "m.bin", big.p, big.n);
     json_decref(j);
 
+    /* an epilogue after the close delimiter is ignored (RFC 2046; the openai
+     * package sends an extra CRLF) */
+    buf epi = {0};
+    put(&epi, b.p, b.n);
+    puts_(&epi, "\r\nthis is the epilogue\r\n");
+    j = post(s, ct, epi.p, epi.n, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "parts")), 6);
+    check_part(json_object_get(j, "parts"), 5, "mask", "m.bin", big.p, big.n);
+    json_decref(j);
+    free(epi.p);
+    /* the boundary quoted in the content type */
+    char qct[128];
+    snprintf(qct, sizeof qct, "multipart/form-data; boundary=\"%s\"", bnd);
+    j = post(s, qct, b.p, b.n, &st);
+    assert_int_equal(st, 200);
+    json_decref(j);
     /* cut before the closing boundary, in the middle of a part */
     j = post(s, ct, b.p, b.n - 300, &st);
     assert_int_equal(st, 400);
