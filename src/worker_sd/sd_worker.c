@@ -271,7 +271,12 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
         mo.weight_dtype = RB_F16;
         mo.act_dtype = RB_F16;
     }
-    if ((s = rb_sd_model_load(w->model_path, sw->be, &mo, &sw->model, err)) != RB_OK) return s;
+    /* random:sd15|sd21|sdxl: random weights at the published shapes, for benchmarks without a
+     * download (the weights `rbee bench-sd --random` times: seed 1) */
+    if (strncmp(w->model_path, "random:", 7) == 0) s = rb_sd_model_create_random(w->model_path + 7, sw->be, &mo, 1,
+                                                                                  &sw->model, err);
+    else s = rb_sd_model_load(w->model_path, sw->be, &mo, &sw->model, err);
+    if (s != RB_OK) return s;
     if (sw->vae_path && (s = rb_sd_model_set_vae(sw->model, sw->vae_path, &mo, err)) != RB_OK) {
         rb_error_prefix(err, "--vae: ");
         return s;
@@ -405,7 +410,8 @@ int sd_worker_main(int argc, char **argv) {
                    "rbee jobs with live progress, AUTOMATIC1111's /sdapi/v1 and the OpenAI images API.",
         .opts = opts,
         .n_opts = n_opts,
-        .env_help = NULL,
+        .env_help = "--model random:sd15 (or sd21, sdxl) serves random weights at the published shapes, as `rbee "
+                    "bench-sd --random` times them (benchmarks without a download).\n",
         .max_body_default = (int64_t)64 << 20,
         .user = &sw,
         .default_model = default_model,
