@@ -267,6 +267,7 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     rb_sd_model_opts mo;
     rb_sd_model_opts_init(&mo);
     mo.prediction = pred;
+    mo.config_dir = sw->config_dir;
     if (sw->use_f16) {
         mo.weight_dtype = RB_F16;
         mo.act_dtype = RB_F16;
@@ -382,6 +383,9 @@ int sd_worker_options(sd_worker *sw, wk_opt *out, int max) {
          "default) or xl-refiner; a model of another family is refused"},
         {"use-f16", WK_OPT_FLAG, &sw->use_f16, 0, 0, NULL, "half-precision weights and activations (default f32)"},
         {"vae", WK_OPT_STRING, &sw->vae_path, 0, 0, "DIR", "a diffusers vae/ folder used instead of the model's VAE"},
+        {"config-dir", WK_OPT_STRING, &sw->config_dir, 0, 0, "DIR",
+         "single-file and GGUF models: configs, tokenizers and scheduler from this diffusers folder (for "
+         "checkpoints whose structure the tensors cannot show)"},
         {"taesd", WK_OPT_STRING, &sw->taesd_path, 0, 0, "DIR",
          "not supported: the engine has no TAESD decoder; previews use the latent-to-RGB approximation"},
         {"max-size", WK_OPT_INT, &sw->max_size, 64, RB_SD_MAX_SIDE, "N",

@@ -21,7 +21,7 @@
 typedef struct sd_worker {
     wk_worker *w;
     /* flags */
-    const char *sd_version, *vae_path, *taesd_path;
+    const char *sd_version, *vae_path, *taesd_path, *config_dir;
     bool use_f16;
     int64_t max_size;
     sd_metrics metrics;

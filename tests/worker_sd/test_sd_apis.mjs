@@ -414,6 +414,21 @@ test('heartbeats say implementation "sd-worker-rbee"; --vae swaps the VAE', asyn
   hive.close();
 });
 
+test('a single-file checkpoint (with --config-dir) and its GGUF serve the folder\'s pictures', async () => {
+  const body = { prompt: 'a kite', width: 64, height: 64, steps: 3, seed: 21, sampler: 'euler' };
+  const want = (await job(body)).events.find((e) => e.type === 'image').png;
+  const gguf = path.join(tmp, 'sd15.gguf');
+  cli(['convert', MODEL, '-o', gguf, '--type', 'f32', '--quiet']);
+  const single = path.join(path.dirname(path.dirname(MODEL)), 'single_file', 'sd15.safetensors');
+  for (const args of [['--model', single, '--config-dir', MODEL], ['--model', gguf]]) {
+    const w2 = await startWorker(['--local-mode', '--no-warmup', ...args]);
+    const r = await request(w2, 'POST', '/v1/jobs', body);
+    const got = (await streamJob(w2, json(r).job_id)).events.find((e) => e.type === 'image').png;
+    assert.equal(got, want, args.join(' '));
+    assert.equal((await w2.stop()).code, 0);
+  }
+});
+
 test('startup: --taesd, a missing model, a model of another family, --help and the environment', async () => {
   const run = (args, env = {}) => new Promise((resolve) => {
     const p = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -437,7 +452,7 @@ test('startup: --taesd, a missing model, a model of another family, --help and t
   assert.match(r.out, /--vae: VAE \/nonexistent: not a folder/);
   r = await run(['--help']);
   assert.equal(r.code, 0);
-  for (const f of ['--sd-version', '--use-f16', '--vae', '--taesd', '--max-size', '--queue-depth', '--hive-url',
+  for (const f of ['--sd-version', '--use-f16', '--vae', '--taesd', '--max-size', '--config-dir', '--queue-depth', '--hive-url',
     '--cuda-device', '--rocm-device', '--local-mode', '--worker-id', '--callback-url', '--backend'])
     assert.ok(r.out.includes(f), f);
   assert.match(r.out, /--max-body-bytes N +request body cap \(default 67108864\)/);
