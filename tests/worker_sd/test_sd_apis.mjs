@@ -398,7 +398,7 @@ test('heartbeats say implementation "sd-worker-rbee"; --vae swaps the VAE', asyn
   await new Promise((r) => hive.listen(0, '127.0.0.1', r));
   const w2 = await startWorker(['--local-mode', '--model', MODEL, '--vae', OTHER_VAE, '--no-warmup', '--hive-url',
     `http://127.0.0.1:${hive.address().port}`, '--heartbeat-interval-ms', '100', '--worker-id', 'sd-1']);
-  for (let i = 0; i < 300 && !beats.some((b) => b.worker.status === 'ready'); i++) await sleep(20);
+  for (let i = 0; i < 1500 && !beats.some((b) => b.worker.status === 'ready'); i++) await sleep(20);
   const hb = beats.find((b) => b.worker.status === 'ready');
   assert.ok(hb, 'a ready heartbeat');
   assert.equal(hb.worker.implementation, 'sd-worker-rbee');
