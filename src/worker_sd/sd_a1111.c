@@ -191,6 +191,9 @@ void sd_a1111_parse(json_t *o, bool img2img, const sd_model_limits *lim, sd_a111
     sd_read_seed(o, "seed", r, errs);
     if (wk_get_int(o, "batch_size", 1, SD_MAX_BATCH, &iv, errs)) r->batch = (int)iv;
     if (wk_get_int(o, "n_iter", 1, SD_MAX_ITER, &iv, errs)) r->n_iter = (int)iv;
+    if (r->batch * r->n_iter > SD_MAX_IMAGES)
+        wk_errors_add(errs, "n_iter", "max_images:64", "batch_size x n_iter is %d images; at most %d per request",
+                      r->batch * r->n_iter, SD_MAX_IMAGES);
     if (wk_get_number(o, "eta", 0, 10, &dv, errs)) r->eta = dv;
     bool b;
     if (wk_get_bool(o, "send_images", &b, errs)) r->send_images = b;

@@ -23,6 +23,7 @@
 #define SD_MAX_CFG 30.0
 #define SD_MAX_BATCH 8
 #define SD_MAX_ITER 32
+#define SD_MAX_IMAGES 64 /* batch x iterations of one request */
 #define SD_MAX_PROMPT_BYTES 16384
 #define SD_MIN_SIDE 8
 

@@ -442,6 +442,9 @@ static void test_a1111_request(void **state) {
                            "script_name:unsupported_parameter alwayson_scripts:unsupported_parameter "
                            "infotext:unsupported_parameter");
     sd_request_free(&r);
+    a1111("{\"batch_size\": 8, \"n_iter\": 9, \"width\": 64, \"height\": 64}", false, &o, &r, e, sizeof e);
+    assert_string_equal(e, "n_iter:max_images:64");
+    sd_request_free(&r);
     a1111("{\"sampler_name\": \"DPM2 a\", \"scheduler\": \"Align Your Steps\", \"width\": 64, \"height\": 64}", false,
           &o, &r, e, sizeof e);
     assert_string_equal(e, "sampler_name:enum scheduler:enum");
