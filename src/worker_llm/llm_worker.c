@@ -34,12 +34,17 @@ static bool default_model(char *buf, size_t len) {
     const char *env = getenv("RBEE_DEFAULT_MODEL");
     if (env && *env) {
         snprintf(buf, len, "%s", env);
-        return exists(env, false) || exists(env, true);
+        if (exists(env, false) || exists(env, true)) return true;
+        snprintf(buf, len, "RBEE_DEFAULT_MODEL=%s does not exist; pass --model", env);
+        return false;
     }
     snprintf(buf, len, "%s/rbee-default-q8_0.gguf", RBEE_DEFAULT_MODEL_DIR);
     if (exists(buf, false)) return true;
     snprintf(buf, len, "%s/hf", RBEE_DEFAULT_MODEL_DIR);
-    return exists(buf, true);
+    if (exists(buf, true)) return true;
+    snprintf(buf, len, "looked for %s/rbee-default-q8_0.gguf and %s/hf; set RBEE_DEFAULT_MODEL or pass --model",
+             RBEE_DEFAULT_MODEL_DIR, RBEE_DEFAULT_MODEL_DIR);
+    return false;
 }
 
 rb_status llm_worker_submit(llm_worker *lw, wk_job *j) {
