@@ -5,6 +5,7 @@
 #include "worker/wk_util.h"
 #include "worker/wk_web.h"
 
+#include "rbee/data_path.h"
 #include "rbee/gguf.h"
 
 #include <stdio.h>
@@ -19,16 +20,13 @@
 extern const rb_embedded_file llm_web_files[];
 extern const int llm_web_n_files;
 
-#ifndef RBEE_DEFAULT_MODEL_DIR
-#define RBEE_DEFAULT_MODEL_DIR "models/default"
-#endif
-
 static bool exists(const char *p, bool dir) {
     struct stat st;
     return stat(p, &st) == 0 && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
 }
 
-/* $RBEE_DEFAULT_MODEL, else the build's bundled folder:
+/* $RBEE_DEFAULT_MODEL, else the bundled model (rb_data_path: the installed
+ * share/rbee of this executable's prefix, or the source tree):
  * rbee-default-q8_0.gguf when present, else its hf/ folder. */
 static bool default_model(char *buf, size_t len) {
     const char *env = getenv("RBEE_DEFAULT_MODEL");
@@ -36,10 +34,9 @@ static bool default_model(char *buf, size_t len) {
         snprintf(buf, len, "%s", env);
         return exists(env, false) || exists(env, true);
     }
-    snprintf(buf, len, "%s/rbee-default-q8_0.gguf", RBEE_DEFAULT_MODEL_DIR);
-    if (exists(buf, false)) return true;
-    snprintf(buf, len, "%s/hf", RBEE_DEFAULT_MODEL_DIR);
-    return exists(buf, true);
+    if (rb_data_path("models/default/rbee-default-q8_0.gguf", buf, len, NULL) == RB_OK && exists(buf, false))
+        return true;
+    return rb_data_path("models/default/hf", buf, len, NULL) == RB_OK && exists(buf, true);
 }
 
 rb_status llm_worker_submit(llm_worker *lw, wk_job *j) {
