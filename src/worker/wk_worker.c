@@ -154,9 +154,7 @@ static rb_status init(wk_worker *w, const wk_worker_def *def, rb_error *err) {
     if (w->cfg.model_path) {
         snprintf(w->model_path, sizeof w->model_path, "%s", w->cfg.model_path);
     } else if (def->default_model && !def->default_model(w->model_path, sizeof w->model_path)) {
-        return rb_error_set(err, RB_E_NOT_FOUND,
-                            "no --model given and the bundled default model was not found (looked for %s); set "
-                            "RBEE_DEFAULT_MODEL or pass --model",
+        return rb_error_set(err, RB_E_NOT_FOUND, "no --model given and the bundled default model was not found: %s",
                             w->model_path);
     }
     derive_model_id(w);
@@ -263,7 +261,7 @@ int wk_worker_main(const wk_worker_def *def, int argc, char **argv) {
     w->def = def;
     wk_config_defaults(&w->cfg, def->name);
     wk_config_info ci = {.name = def->name, .version = def->version, .summary = def->summary, .opts = def->opts,
-                         .n_opts = def->n_opts, .env_help = def->env_help};
+                         .n_opts = def->n_opts, .env_help = def->env_help, .max_body_default = def->max_body_default};
     int pr = wk_config_parse(&w->cfg, &ci, argc, argv);
     if (pr != 0 || !startup_checks(def, &w->cfg)) {
         if (def->destroy) def->destroy(def->user);

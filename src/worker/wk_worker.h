@@ -31,9 +31,11 @@ typedef struct wk_worker_def {
     const wk_opt *opts;         /* the worker's own flags */
     int n_opts;
     const char *env_help;       /* extra environment lines for --help (may be NULL) */
+    int64_t max_body_default;   /* --max-body-bytes default; 0: the layer's (1 MiB) */
     void *user;
     /* The bundled model used without --model: writes its path into buf; false
-     * when there is none (buf then says where it looked). May be NULL. */
+     * when there is none (buf then says where it looked and what to do). May
+     * be NULL. */
     bool (*default_model)(char *buf, size_t len);
     /* Before listening: checks the options, registers routes and metrics. */
     rb_status (*setup)(wk_worker *w, void *user, rb_error *err);

@@ -32,11 +32,16 @@ static bool default_model(char *buf, size_t len) {
     const char *env = getenv("RBEE_DEFAULT_MODEL");
     if (env && *env) {
         snprintf(buf, len, "%s", env);
-        return exists(env, false) || exists(env, true);
+        if (exists(env, false) || exists(env, true)) return true;
+        snprintf(buf, len, "RBEE_DEFAULT_MODEL=%s does not exist; pass --model", env);
+        return false;
     }
-    if (rb_data_path("models/default/rbee-default-q8_0.gguf", buf, len, NULL) == RB_OK && exists(buf, false))
+    rb_error err = {0};
+    if (rb_data_path("models/default/rbee-default-q8_0.gguf", buf, len, &err) == RB_OK && exists(buf, false))
         return true;
-    return rb_data_path("models/default/hf", buf, len, NULL) == RB_OK && exists(buf, true);
+    if (rb_data_path("models/default/hf", buf, len, NULL) == RB_OK && exists(buf, true)) return true;
+    snprintf(buf, len, "%s (or its hf/ folder); set RBEE_DEFAULT_MODEL or pass --model", err.msg);
+    return false;
 }
 
 rb_status llm_worker_submit(llm_worker *lw, wk_job *j) {
