@@ -27,6 +27,10 @@ install(FILES models/default/rbee-default-q8_0.gguf models/default/MODEL_CARD.md
   DESTINATION ${RBEE_DATA_DEST}/models/default)
 install(FILES models/clip/bpe_simple_vocab_16e6.txt.gz models/clip/LICENSE
   DESTINATION ${RBEE_DATA_DEST}/models/clip)
+# The bundled SD model (issue 34), once the repository has one.
+if(EXISTS ${CMAKE_SOURCE_DIR}/models/default-sd)
+  install(DIRECTORY models/default-sd DESTINATION ${RBEE_DATA_DEST}/models)
+endif()
 
 # Public headers.
 install(DIRECTORY include/rbee DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
