@@ -4,7 +4,9 @@
 # fixture case is skipped with the path named, the other case still runs,
 # and the program exits 77 (ctest: skipped); with CI=true a missing fixture
 # fails (exit 1); a failing case is a failure (1), never a skip, even when
-# a fixture is missing too. tu_program_needs_fixture: 0 / 77 / 1 alike.
+# a fixture is missing too. tu_program_needs_fixture: 0 / 77 / 1 alike; so
+# is with_fixture.sh, the wrapper of script and node tests, which otherwise
+# passes the command's own exit status through.
 # usage: test_fixture_skip.sh PROBE_BINARY
 set -u
 PROBE=$1
@@ -43,5 +45,12 @@ expect program-missing 77 "skipped: fixture missing: $TMP/empty/tu_fixture_probe
     -- RBEE_FIXTURES_DIR="$TMP/empty" TU_PROBE_PROGRAM=1
 expect program-missing-under-ci 1 "fixture missing: $TMP/empty/tu_fixture_probe (CI=true" \
     -- RBEE_FIXTURES_DIR="$TMP/empty" TU_PROBE_PROGRAM=1 CI=true
+# with_fixture.sh: the probe (or false) behind the wrapper
+W="bash $(dirname "$0")/with_fixture.sh"
+expect wrap-present 0 "[  PASSED  ] 2 test(s)." -- RBEE_FIXTURES_DIR="$TMP/full" $W "$TMP/full/tu_fixture_probe" --
+expect wrap-status 1 "[  FAILED  ] test_plain" -- RBEE_FIXTURES_DIR="$TMP/full" TU_PROBE_FAIL=1 \
+    $W "$TMP/full/tu_fixture_probe" --
+expect wrap-missing 77 "skipped: fixture missing: $TMP/empty/x" -- $W "$TMP/full" "$TMP/empty/x" --
+expect wrap-missing-under-ci 1 "fixture missing: $TMP/empty/x (CI=true" -- CI=true $W "$TMP/empty/x" --
 [ "$fails" = 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"

@@ -16,12 +16,6 @@
 set -u
 RBEE=$1
 FIX=$2/diffusers
-if [ ! -d "$FIX" ]; then # a clone without the fixtures: skipped (77), except under CI
-    case ${CI:-} in
-    true | 1) echo "fixture missing: $FIX (CI=true: every fixture is required)"; exit 1 ;;
-    *) echo "skipped: fixture missing: $FIX"; exit 77 ;;
-    esac
-fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0

@@ -10,20 +10,13 @@
 // chunk. Cancel stops a long run within a step; a bad size shows the
 // worker's own error; --no-webui leaves the page out. Screenshots of a run
 // in progress and of the result go to the build directory. Without the
-// fixtures: skipped (exit 77) unless CI=true.
+// fixtures: skipped (tests/common/with_fixture.sh) unless CI=true.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, test } from 'node:test';
-
-const FIXTURE = `${process.env.RBEE_FIXTURES_DIR}/diffusers/pipelines/sd15`;
-if (!fs.existsSync(FIXTURE)) {
-  if (['true', '1'].includes(process.env.CI)) throw new Error(`fixture missing: ${FIXTURE} (CI=true: every fixture is required)`);
-  console.log(`skipped: fixture missing: ${FIXTURE}`);
-  process.exit(77);
-}
-const { chromium } = await import('playwright-core');
-const { killAll, request, startWorker } = await import('./worker_harness.mjs');
-const { MODEL, json, readPng, streamJob } = await import('./sd_harness.mjs');
+import { chromium } from 'playwright-core';
+import { killAll, request, startWorker } from './worker_harness.mjs';
+import { MODEL, json, readPng, streamJob } from './sd_harness.mjs';
 
 after(killAll);
 const CHROMIUM = process.env.RBEE_CHROMIUM || '/usr/bin/chromium';
