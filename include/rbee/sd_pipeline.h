@@ -137,7 +137,7 @@ typedef struct rb_sd_model_opts {
     const char *config_dir; /* single files: configs, tokenizers and scheduler from this diffusers folder */
     rb_sd_predict_opt prediction;
     const char *vocab_path; /* single files without config_dir: OpenAI's bpe_simple_vocab_16e6.txt.gz;
-                               NULL = the copy shipped in models/clip of this source tree */
+                               NULL = the copy shipped in models/clip (rbee/data_path.h) */
     rb_dtype act_dtype;     /* activations between ops: RB_F32 (0), RB_F16 or RB_BF16 (rb_unet_set_act_dtype) */
 } rb_sd_model_opts;
 

@@ -5,15 +5,12 @@
  * other: text widths = the UNet's cross-attention width, SDXL's pooled
  * width + time ids = the UNet's added-embedding input, latent channels). */
 #include "sd/sd_pipeline_internal.h"
+#include "rbee/data_path.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#ifndef RBEE_CLIP_VOCAB_PATH
-#define RBEE_CLIP_VOCAB_PATH "models/clip/bpe_simple_vocab_16e6.txt.gz"
-#endif
 
 const char *rb_sd_arch_name(rb_sd_arch a) {
     switch (a) {
@@ -127,13 +124,21 @@ void rb_sd_model_free(rb_sd_model *m) {
 
 rb_status sd_model_default_tokenizers(rb_sd_model *m, const char *vocab_path, const char *const *pads, bool required,
                                       rb_error *err) {
-    const char *path = vocab_path ? vocab_path : RBEE_CLIP_VOCAB_PATH;
+    char shipped[4096];
+    const char *path = vocab_path;
+    if (!path) { /* the copy shipped in models/clip (installed share/rbee, or the source tree) */
+        rb_status s = rb_data_path("models/clip/bpe_simple_vocab_16e6.txt.gz", shipped, sizeof shipped, err);
+        if (s != RB_OK) {
+            if (!required) return RB_OK;
+            rb_error_prefix(err, "CLIP vocabulary (pass its path: bpe_simple_vocab_16e6.txt.gz): ");
+            return s;
+        }
+        path = shipped;
+    }
     struct stat st;
-    if (stat(path, &st) != 0) {
-        if (!required && !vocab_path) return RB_OK;
+    if (stat(path, &st) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "CLIP vocabulary %s not found (pass its path: bpe_simple_vocab_16e6.txt.gz)",
                             path);
-    }
     for (int i = 0; i < m->n_enc; i++) {
         rb_clip_special_tokens sp = {0};
         if (pads && pads[i])

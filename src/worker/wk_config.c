@@ -116,7 +116,7 @@ static bool set_value(const char *name, const char *from, const wk_opt *o, const
 }
 
 static void usage(FILE *f, const wk_config_info *in, const wk_opt *all, int n) {
-    fprintf(f, "usage: %s [options]\n", in->name);
+    fprintf(f, "Usage: %s [options]\n", in->name); /* "Usage:" as GNU tools write it: help2man's synopsis */
     if (in->summary) fprintf(f, "%s\n", in->summary);
     fprintf(f, "\n");
     for (int i = 0; i < n; i++) {
@@ -124,7 +124,8 @@ static void usage(FILE *f, const wk_config_info *in, const wk_opt *all, int n) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", all[i].name, all[i].metavar ? " " : "",
                  all[i].metavar ? all[i].metavar : "");
-        fprintf(f, "  %-26s %s\n", left, all[i].help);
+        /* two spaces at least between a flag and its text, so help2man can split them */
+        fprintf(f, "  %-26s%s%s\n", left, strlen(left) >= 26 ? "  " : " ", all[i].help);
     }
     fprintf(f, "  %-26s %s\n  %-26s %s\n", "--help", "this text", "--version", "print the version");
     fprintf(f,

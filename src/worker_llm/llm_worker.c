@@ -5,6 +5,7 @@
 #include "worker/wk_util.h"
 #include "worker/wk_web.h"
 
+#include "rbee/data_path.h"
 #include "rbee/gguf.h"
 
 #include <stdio.h>
@@ -19,16 +20,13 @@
 extern const rb_embedded_file llm_web_files[];
 extern const int llm_web_n_files;
 
-#ifndef RBEE_DEFAULT_MODEL_DIR
-#define RBEE_DEFAULT_MODEL_DIR "models/default"
-#endif
-
 static bool exists(const char *p, bool dir) {
     struct stat st;
     return stat(p, &st) == 0 && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
 }
 
-/* $RBEE_DEFAULT_MODEL, else the build's bundled folder:
+/* $RBEE_DEFAULT_MODEL, else the bundled model (rb_data_path: the installed
+ * share/rbee of this executable's prefix, or the source tree):
  * rbee-default-q8_0.gguf when present, else its hf/ folder. */
 static bool default_model(char *buf, size_t len) {
     const char *env = getenv("RBEE_DEFAULT_MODEL");
@@ -38,12 +36,11 @@ static bool default_model(char *buf, size_t len) {
         snprintf(buf, len, "RBEE_DEFAULT_MODEL=%s does not exist; pass --model", env);
         return false;
     }
-    snprintf(buf, len, "%s/rbee-default-q8_0.gguf", RBEE_DEFAULT_MODEL_DIR);
-    if (exists(buf, false)) return true;
-    snprintf(buf, len, "%s/hf", RBEE_DEFAULT_MODEL_DIR);
-    if (exists(buf, true)) return true;
-    snprintf(buf, len, "looked for %s/rbee-default-q8_0.gguf and %s/hf; set RBEE_DEFAULT_MODEL or pass --model",
-             RBEE_DEFAULT_MODEL_DIR, RBEE_DEFAULT_MODEL_DIR);
+    rb_error err = {0};
+    if (rb_data_path("models/default/rbee-default-q8_0.gguf", buf, len, &err) == RB_OK && exists(buf, false))
+        return true;
+    if (rb_data_path("models/default/hf", buf, len, NULL) == RB_OK && exists(buf, true)) return true;
+    snprintf(buf, len, "%s (or its hf/ folder); set RBEE_DEFAULT_MODEL or pass --model", err.msg);
     return false;
 }
 
