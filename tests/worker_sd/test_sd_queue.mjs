@@ -12,7 +12,7 @@ import { MODEL, json, streamJob } from './sd_harness.mjs';
 after(killAll);
 
 test('50 requests against --queue-depth 8: 9 accepted, 41 x 503 + Retry-After; memory back to baseline', async () => {
-  const w = await startWorker(['--local-mode', '--model', MODEL, '--queue-depth', '8', '--job-ttl-ms', '300']);
+  const w = await startWorker(['--local-mode', '--model', MODEL, '--queue-depth', '8', '--job-ttl-ms', '2000']);
   const small = { prompt: 'baseline', width: 64, height: 64, steps: 4, seed: 8 };
   const first = await streamJob(w, json(await request(w, 'POST', '/v1/jobs', small)).job_id);
   const png = first.events.find((e) => e.type === 'image').png;
