@@ -29,19 +29,15 @@ void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
  *   - otherwise the calling test case is skipped, printing
  *     "skipped: fixture missing: <path>", and the program exits 77 when no
  *     case failed, which ctest reports as skipped (rb_test sets
- *     SKIP_RETURN_CODE 77): the program's other cases still run.
- * Call it before allocating (a skipped case does not return). */
+ *     SKIP_RETURN_CODE 77): the program's other cases still run. Called
+ *     from a group setup, it ends the program there with 77 (no case ran).
+ * A skipped case does not return. */
 const char *tu_fixture(char *buf, size_t len, const char *relpath);
 
-/* For programs whose group setup needs a fixture (cmocka cannot skip from
- * a group setup): call first in main, `if ((rc = tu_program_needs_fixture(
- * "diffusers/pipelines/sd15"))) return rc;`. Returns 0 when relpath exists,
- * else prints the same line tu_fixture would and returns 77 (skipped), or
- * 1 under CI. */
-int tu_program_needs_fixture(const char *relpath);
-
-/* Runs a cmocka group; returns 1 if a case failed, else 77 if a case was
- * skipped for a missing fixture (tu_fixture), else 0. testutil.h maps
+/* Runs a cmocka group; returns 1 if a case failed, else 0 when no case was
+ * skipped for a missing fixture (tu_fixture); else it ends the program
+ * with status 77 (skipped) without the exit-time leak check, which would
+ * report what the skipped cases had allocated. testutil.h maps
  * cmocka_run_group_tests onto it, so every test program's
  * `return cmocka_run_group_tests(...)` reports fixture skips to ctest. */
 int tu_run_group(const char *name, const struct CMUnitTest *tests, size_t n, CMFixtureFunction setup,

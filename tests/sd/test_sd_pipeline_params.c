@@ -480,9 +480,5 @@ int main(void) {
         cmocka_unit_test(test_batches),        cmocka_unit_test(test_generators_and_defaults),
         cmocka_unit_test(test_infotext),
     };
-    int rc; /* the group setup loads the fixture pipeline(s) */
-    if ((rc = tu_program_needs_fixture("diffusers/pipelines/sd15")) != 0) return rc;
-    if ((rc = tu_program_needs_fixture("diffusers/pipelines/sd15-inpaint")) != 0) return rc;
-    if ((rc = tu_program_needs_fixture("diffusers/refs/sd15")) != 0) return rc;
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -272,7 +272,5 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_generate_tiled),
     };
-    int rc; /* the group setup loads the fixture pipeline(s) */
-    if ((rc = tu_program_needs_fixture("diffusers/pipelines/sd15")) != 0) return rc;
     return cmocka_run_group_tests(tests, setup, teardown);
 }

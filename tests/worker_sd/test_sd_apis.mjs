@@ -239,7 +239,7 @@ test('A1111 progress with current_image, interrupt and skip', async () => {
   assert.equal(json(r).images.length, 0); // interrupted in its only run
   await progressUntil((q) => q.state.job_count === 0);
   // skip ends the current run and goes on with the next
-  const two = request(w, 'POST', '/sdapi/v1/txt2img', { ...body, n_iter: 2, steps: 40,
+  const two = request(w, 'POST', '/sdapi/v1/txt2img', { ...body, n_iter: 2, steps: 60,
     override_settings: { randn_source: 'CPU' } });
   await progressUntil((q) => q.state.job_no === 0 && q.state.sampling_step >= 3);
   await request(w, 'POST', '/sdapi/v1/skip');

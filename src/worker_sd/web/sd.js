@@ -204,7 +204,8 @@ async function generate() {
     else status(`done: ${final.images} image(s), seed ${final.seed}, ${took}`, 'done');
     $('stage').hidden = true;
   } catch (e) {
-    status(String(e.message || e), 'error');
+    if (e.name === 'AbortError') status('cancelled', 'cancelled'); // cancelled before the job existed
+    else status(String(e.message || e), 'error');
   } finally {
     job = null;
     $('generate').disabled = false;
