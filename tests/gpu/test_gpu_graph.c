@@ -29,6 +29,7 @@
  * with gemma2's final soft-cap) with the bits of the read-back. */
 #include "testutil.h"
 
+#include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 #include "models/kv_cache_internal.h"
 #include "rbee/json_config.h"
@@ -721,8 +722,8 @@ static void test_gpu_graph_ids(void **state) {
 }
 
 /* A graph that fetches its own inputs: rb_buffer_set_queued from
- * page-locked host memory (a kernel reads it, or with RBEE_GPU_ULK=0 the
- * copy engine) captured with get_rows reads the ids written there before
+ * page-locked host memory (a kernel reads it, or with the tuning's
+ * upload_dma the copy engine) captured with get_rows reads the ids written there before
  * each replay; results read back into page-locked memory (a kernel writes
  * them, with the ids check's flag: a bad id reports RB_E_RANGE from that
  * read); a queued copy from plain memory is refused while capturing. */
@@ -791,10 +792,10 @@ static void test_gpu_graph_queued(void **state) {
     NEED_GPU(be);
     queued_replays(be);
     rb_backend_destroy(be);
-    setenv("RBEE_GPU_ULK", "0", 1); /* the copy-engine form of the queued copy */
     be = gpu_backend();
-    unsetenv("RBEE_GPU_ULK");
     assert_non_null(be);
+    const rb_gpu_tuning dma = {.upload_dma = true}; /* the copy-engine form of the queued copy */
+    assert_int_equal(rb_gpu_backend_tune(be, &dma), RB_OK);
     queued_replays(be);
     rb_backend_destroy(be);
 }
