@@ -6,7 +6,7 @@
  *    refusal of head dims beyond the kernel's limit.
  *  - decode (16-bit K/V in the model's cache layout, Tq < 16): same bound;
  *    the decode sets run on both decode kernels (att_decode_wide.cuh for D
- *    = 64 and 128, and att_decode.cuh, RBEE_GPU_ATT_WIDE=0).
+ *    = 64 and 128, and att_decode.cuh through the tuning's narrow_decode_att).
  *  - tensor cores (same layouts, Tq >= 16; Q and P rounded to the K/V type):
  *    rel L2 <= 2e-3 (f16) / 1e-2 (bf16) and max |diff| <= 2e-3 / 1e-2 against
  *    the f32 CPU result on the same K/V (outputs are averages of values in
@@ -27,6 +27,8 @@
  * writing the new k/v rows, the attention starting during it). GPU outputs start as NaN
  * (unwritten elements fail) and bytes outside the output view must stay. */
 #include "gpu_pair.h"
+
+#include "backends/gpu/gpu_tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -457,9 +459,10 @@ static void test_attention_16bit(void **state) {
 
     /* the decode sets on both decode kernels: the wide one, then att_decode.cuh's */
     decode_sets(c, g, &rng);
-    assert_int_equal(setenv("RBEE_GPU_ATT_WIDE", "0", 1), 0);
+    const rb_gpu_tuning narrow = {.narrow_decode_att = true}, dflt = {0};
+    assert_int_equal(rb_gpu_backend_tune(g, &narrow), RB_OK);
     decode_sets(c, g, &rng);
-    assert_int_equal(unsetenv("RBEE_GPU_ATT_WIDE"), 0);
+    assert_int_equal(rb_gpu_backend_tune(g, &dflt), RB_OK);
     /* long prefill with a window: whole-tile skipping on both sides */
     fcase lw = {128, 1000, 1000, 4, 2, 1, RB_F32, RB_F16, true, false, 333, 0.0f, 0, NULL, false};
     run_fast(c, g, &rng, &lw);

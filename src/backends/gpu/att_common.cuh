@@ -24,12 +24,9 @@ struct att_args {
     int hb, nsub;  /* query heads per block, warps per head */
     int minch;     /* fewest key chunks per warp before a row takes another block */
     unsigned *cnt; /* per row group: blocks that finished (the last resets it) */
-    int kco;       /* keys loaded coalesced where the shape allows (RBEE_GPU_ATT_KCO=0: off) */
     int early;     /* one query over settled rows (rb_attn_params.keys_settled): its position and first
                     * chunk's rows below it read before the dependency wait, 1 by every block, 2 by the
-                    * first block of each row (RBEE_GPU_ATT_EARLY=0: off) */
-    int sshort;    /* early, at most 64 keys: block 0 of a row spreads them over all its warps
-                    * (RBEE_GPU_ATT_SHORT=0: off) */
+                    * first block of each row */
     unsigned long long *trace; /* decode kernel: RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
 };
 

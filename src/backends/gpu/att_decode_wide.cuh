@@ -24,7 +24,7 @@
  * L2 (two heads a block, their query in shared memory: 16 bytes of spills,
  * Llama-3.2-1B q4_0 tg128 1870 against 1976-1985 tok/s with one, and at
  * 4096 keys 16.0 against 15.4 us).
- * RBEE_GPU_ATT_WIDE=0 turns it off (att_decode.cuh for every decode case). */
+ * A test's rb_gpu_tuning.narrow_decode_att sends these cases to att_decode.cuh. */
 #ifndef RBEE_GPU_ATT_DECODE_WIDE_CUH
 #define RBEE_GPU_ATT_DECODE_WIDE_CUH
 
@@ -118,7 +118,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         }
         load(s0 + wid, pos, ku, vu);
     }
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     gpu_trace_mark(a.trace, 1);
     if (!a.early && !range()) {
         gpu_trace_mark(a.trace, 3);

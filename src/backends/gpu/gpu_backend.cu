@@ -21,10 +21,12 @@
 #if defined(RBEE_GPU_HIP)
 #define RB_GPU_CREATE rb_rocm_backend_create
 #define RB_GPU_LIST rb_rocm_devices_list
+#define RB_GPU_TUNE rb_rocm_backend_tune
 #define RB_GPU_DEVICE_KIND RB_DEVICE_ROCM
 #else
 #define RB_GPU_CREATE rb_cuda_backend_create
 #define RB_GPU_LIST rb_cuda_devices_list
+#define RB_GPU_TUNE rb_cuda_backend_tune
 #define RB_GPU_DEVICE_KIND RB_DEVICE_CUDA
 #endif
 
@@ -323,7 +325,7 @@ static rb_status g_buffer_set_queued(rb_backend *be, rb_buffer *buf, size_t offs
     char *d = (char *)buf->impl + offs;
     const gpu_backend::gpu_pinned *b = pinned_find(g, src, n);
     rb_status st = RB_OK;
-    if (b && g->ul_kernel && copy_kernel(be, d, b->dev + ((const char *)src - b->host), n, &st)) return st;
+    if (b && !g->tune.upload_dma && copy_kernel(be, d, b->dev + ((const char *)src - b->host), n, &st)) return st;
     if (b) { /* page-locked: the DMA reads it when it runs, and a capture records it */
         cudaError_t e = cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, g->stream);
         return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
@@ -358,7 +360,7 @@ static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs,
     gpu_backend *g = gb(be);
     const char *src = (const char *)buf->impl + offs;
     const bool whole = n % 16 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
-    const gpu_backend::gpu_pinned *b = g->dl_kernel && whole ? pinned_find(g, dst, n) : NULL;
+    const gpu_backend::gpu_pinned *b = whole ? pinned_find(g, dst, n) : NULL;
     rb_status st = RB_OK;
     cudaError_t e = cudaSuccess;
     if (b && copy_kernel(be, b->dev + ((char *)dst - b->host), src, n, &st)) {
@@ -570,16 +572,9 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
     g->device = index;
     g->warp = prop.warpSize > 0 ? prop.warpSize : 32;
     g->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    const char *gm = getenv("RBEE_GPU_GEMM");
-    g->tiled_gemm = gm && strcmp(gm, "tiled") == 0;
 #if !defined(RBEE_GPU_HIP)
-    const char *pdl = getenv("RBEE_GPU_PDL");
-    g->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    g->pdl = prop.major >= 9;
 #endif
-    const char *dlk = getenv("RBEE_GPU_DLK");
-    g->dl_kernel = !(dlk && strcmp(dlk, "0") == 0);
-    const char *ulk = getenv("RBEE_GPU_ULK");
-    g->ul_kernel = !(ulk && strcmp(ulk, "0") == 0);
     rb_status s = RB_OK;
     const char *what = "stream";
     e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
@@ -643,6 +638,12 @@ extern "C" rb_status RB_GPU_CREATE(int index, const rb_backend_config *cfg, rb_b
     if (!out) return rb_error_set(err, RB_E_INVALID, "out is NULL");
     *out = NULL;
     return RB_GPU_NS::create(index, cfg, out, err);
+}
+
+extern "C" rb_status RB_GPU_TUNE(rb_backend *be, const rb_gpu_tuning *t) {
+    if (!be || !t || be->kind != RB_GPU_DEVICE_KIND) return RB_E_UNSUPPORTED;
+    RB_GPU_NS::gb(be)->tune = *t;
+    return RB_OK;
 }
 
 extern "C" rb_status RB_GPU_LIST(rb_device_info *infos, int max, int *n, rb_error *err) {

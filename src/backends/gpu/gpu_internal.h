@@ -12,6 +12,7 @@
 extern "C" {
 #include "core/backend_impl.h"
 }
+#include "backends/gpu/gpu_tuning.h"
 
 #if !defined(RBEE_GPU_HIP)
 #include <cublas_v2.h>
@@ -45,8 +46,8 @@ struct gpu_backend {
     bool ids_err_live; /* a graph ran since ids_err was last read */
     bool ids_err_exported; /* and its last kernel copies the flag to ids_err_host (no DMA to queue) */
     unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
-    bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
-    bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
+    rb_gpu_tuning tune; /* a test's alternatives to the kernel choices (gpu_tuning.h); all off */
+    bool pdl;           /* programmatic dependent launch usable (CUDA, sm_90+): gpu_pdl.h */
     struct gpu_trace *trace; /* RBEE_GPU_TRACE: decode-kernel timestamps (gpu_trace.h), else NULL */
     /* page-locked blocks of g_host_alloc the kernels can address (their
      * device view), so a read-back into one can be a kernel that writes it
@@ -56,8 +57,6 @@ struct gpu_backend {
         size_t size;
     } pinned[GPU_PINNED_MAX];
     int n_pinned;
-    bool dl_kernel; /* read-backs into those blocks by a kernel (not RBEE_GPU_DLK=0) */
-    bool ul_kernel; /* queued uploads from them by a kernel (not RBEE_GPU_ULK=0: by DMA) */
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif
