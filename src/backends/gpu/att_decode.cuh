@@ -140,9 +140,11 @@ __device__ __forceinline__ void att_split_put(const att_args &a, int64_t row, in
     pp[2 + d] = acc;
 }
 
-/* Column d of a row's output from its nbe partials at pp (D + 2 floats
- * apart): an online merge with 8 splits' loads in flight at a time. */
-__device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D, int d) {
+/* Column d of query head h's output from its row's nbe partials at pp
+ * (D + 2 floats apart): an online merge with 8 splits' loads in flight at a
+ * time, normalised by att_finish (sinks). */
+__device__ __forceinline__ float att_split_merge(const att_args &a, int64_t h, const float *pp, int nbe, int D,
+                                                 int d) {
     float mt = -INFINITY, lt = 0.0f, at = 0.0f;
     for (int s0 = 0; s0 < nbe; s0 += 8) {
         float ms[8], ls[8], as[8];
@@ -169,7 +171,7 @@ __device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D
         }
         mt = mb;
     }
-    return lt > 0.0f ? at / lt : 0.0f;
+    return att_finish(a, h, mt, lt, at);
 }
 
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
@@ -425,7 +427,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
                     lt = fmaf(cs, sml_sh[w2][hh][1], lt);
                     at = fmaf(cs, sacc_sh[w2][hh][d], at);
                 }
-                const float o = lt > 0.0f ? at / lt : 0.0f;
+                const float o = att_finish(a, h, mt, lt, at);
                 *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
                 if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
             }
@@ -561,7 +563,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             at += cs * acc_sh[s2 * hb + hh][d];
         }
         if (nbe == 1) {
-            const float o = lt > 0.0f ? at / lt : 0.0f;
+            const float o = att_finish(a, h, mt, lt, at);
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
@@ -576,7 +578,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
         const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-            att_split_merge(a.part + (grow + hh) * a.nsplit * (D + 2), nbe, D, d);
+            att_split_merge(a, h, a.part + (grow + hh) * a.nsplit * (D + 2), nbe, D, d);
     }
     gpu_trace_mark(a.trace, 3);
 }

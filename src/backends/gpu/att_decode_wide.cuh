@@ -207,7 +207,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
             at += acc_sh[w2][d];
         }
         if (nbe == 1) {
-            const float o = lt > 0.0f ? at / lt : 0.0f;
+            const float o = att_finish(a, h, mt, lt, at);
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (d == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
@@ -221,7 +221,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
     }
     for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS)
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-            att_split_merge(a.part + (int64_t)grp * a.nsplit * (D + 2), nbe, D, d);
+            att_split_merge(a, h, a.part + (int64_t)grp * a.nsplit * (D + 2), nbe, D, d);
     gpu_trace_mark(a.trace, 3);
 }
 

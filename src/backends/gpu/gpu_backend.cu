@@ -210,13 +210,15 @@ static rb_status ids_err_report(rb_backend *be) {
     g->ids_err_live = false;
     const int *h = g->ids_err_host;
     if (!h[0]) return RB_OK;
-    const int op = h[1], id = h[2], limit = h[3];
+    const int op = h[1] >= 0 && h[1] <= 2 ? h[1] : 0, id = h[2], limit = h[3];
     cudaError_t e = cudaMemsetAsync(g->ids_err, 0, 4 * sizeof(int), g->stream);
     if (e != cudaSuccess) return gpu_fail(be, e, "resetting the device ids check");
+    static const char *const ops[3] = {"rb_get_rows", "rb_set_rows", "rb_matmul_id"};
+    static const char *const what[3] = {"row 0 or the last row was read instead", "that row was not written",
+                                        "the products of that slot were not written"};
     return rb_backend_fail(be, RB_E_RANGE,
                            "%s: id %d out of range [0, %d) in a graph replay on %s (checked on the device; %s)",
-                           op ? "rb_set_rows" : "rb_get_rows", id, limit, be->name,
-                           op ? "that row was not written" : "row 0 or the last row was read instead");
+                           ops[op], id, limit, be->name, what[op]);
 }
 
 static rb_status g_sync(rb_backend *be) {
@@ -495,21 +497,9 @@ static rb_status unsupported(rb_backend *be, const char *op) {
 static rb_status g_index_select(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, int) {
     return unsupported(be, "rb_index_select");
 }
-static rb_status g_argsort(rb_backend *be, rb_tensor *, const rb_tensor *, bool) {
-    return unsupported(be, "rb_argsort");
-}
-static rb_status g_topk(rb_backend *be, rb_tensor *, rb_tensor *, const rb_tensor *, int) {
-    return unsupported(be, "rb_topk");
-}
 static rb_status g_conv1d(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *, int,
                           int, int, int) {
     return unsupported(be, "rb_conv1d");
-}
-static rb_status g_matmul_id(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *) {
-    return unsupported(be, "rb_matmul_id");
-}
-static rb_status g_swiglu_clamp(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, float, float) {
-    return unsupported(be, "rb_swiglu_clamp");
 }
 
 /* Page-locked host memory (rb_backend_host_alloc): copies into it run as
@@ -544,10 +534,10 @@ static const rb_backend_vtable k_gpu_vtable = {
     g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
     gpu_binary,        gpu_where,      gpu_glu,        gpu_cast,       gpu_reduce,         gpu_softmax,
     gpu_rms_norm,      gpu_add_rms_norm,
-    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
-    g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
+    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       gpu_argsort,
+    gpu_topk,          gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
     gpu_upsample,      gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
-    g_buffer_wrap_host, gpu_group_norm_act, g_matmul_id, g_swiglu_clamp,
+    g_buffer_wrap_host, gpu_group_norm_act, gpu_matmul_id, gpu_swiglu_clamp,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

@@ -150,6 +150,14 @@ rb_status gpu_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *sr
 rb_status gpu_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f);
+/* The mixture-of-experts ops: ops_matmul_id.cu (grouped expert products),
+ * ops_swiglu_clamp.cu, ops_sort.cu (routing: topk, and argsort). */
+rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                        const rb_tensor *ids);
+rb_status gpu_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                           float limit);
+rb_status gpu_argsort(rb_backend *be, rb_tensor *dst, const rb_tensor *src, bool descending);
+rb_status gpu_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const rb_tensor *src, int k);
 /* Own tiled GEMM (gemm_tiled.cu): C[m][n] = sum_k A[n][k] * B[m][k] on f16
  * (or f32) operands with row strides lda, ldb (elements), f32 out with row
  * stride ldc (floats). */

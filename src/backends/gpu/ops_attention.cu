@@ -12,8 +12,9 @@
  *    and sum (online softmax), and the lanes accumulate the value rows split
  *    over the head dimension.
  * All three support grouped-query heads, causal and sliding-window masks,
- * q_pos0 or per-query positions on the device (q_pos), an additive mask and
- * soft-capping, and keep memory linear in Tk. When the query rows cannot
+ * q_pos0 or per-query positions on the device (q_pos), an additive mask,
+ * soft-capping and attention sinks (att_common.cuh: att_out_scale, applied
+ * where a row's output is normalised), and keep memory linear in Tk. When the query rows cannot
  * fill the GPU the keys are split and k_att_merge combines the partial
  * results (the decode kernel merges inside itself); with q_pos the split
  * count depends on Tk only, so one launch serves every decode step (graph
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
         }
         return;
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = att_out_scale(a.sinks, a.sinks_nb, h, m, l);
     char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
 #pragma unroll
     for (int t = 0; t < ATT_ACC; t++) {
@@ -131,7 +132,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
  * row; splits that saw no key (m = -inf) are skipped without reading acc. */
 #define ATT_MERGE_THREADS 128
 #define ATT_SPLIT_MAX 256
-__global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow) {
+__global__ void __launch_bounds__(ATT_MERGE_THREADS)
+    k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow, const char *sinks, int64_t sinks_nb) {
     rb_grid_dep_trigger();
     rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     __shared__ float wsh[ATT_SPLIT_MAX];
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const f
             l += c * pp[s * (Dv + 2) + 1];
         }
         l = block_sum(l, red); /* its barriers also publish wsh */
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv = att_out_scale(sinks, sinks_nb, h, m, l);
         char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
         for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
             float acc = 0.0f;
@@ -407,7 +409,6 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     gpu_backend *g = gb(be);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
-    if (p->sinks) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: attention sinks are not on the GPU yet");
     if (Dv > ATT_DV_MAX || D > 512)
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_attention: head dims D = %lld, Dv = %lld exceed the GPU kernel's limits (512, %d)",
@@ -422,6 +423,10 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     if (p->q_pos) {
         a.qpos = (const char *)p->q_pos->buf->impl + p->q_pos->offs;
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
+    }
+    if (p->sinks) {
+        a.sinks = (const char *)p->sinks->buf->impl + p->sinks->offs;
+        a.sinks_nb = (int64_t)p->sinks->nb[0];
     }
     const att_kernel kern = att_choose(g, dst, q, k, v, p);
     if (kern == ATT_DECODE)
@@ -484,7 +489,7 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     }
     if (s != RB_OK || a.nsplit == 1) return s;
     (void)gpu_launch_pdl(g, true, k_att_merge, dim3(gpu_blocks(rows, 1)), dim3(ATT_MERGE_THREADS), 0, gd,
-                         (const float *)a.part, a.nsplit, rows);
+                         (const float *)a.part, a.nsplit, rows, a.sinks, a.sinks_nb);
     return gpu_check_launch(be, "attention merge");
 }
 

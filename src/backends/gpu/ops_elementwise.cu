@@ -297,7 +297,9 @@ bool gpu_plain_ok(rb_dtype t) {
     return t == RB_F32 || t == RB_F16 || t == RB_BF16 || t == RB_I32 || t == RB_I8 || t == RB_I16 || t == RB_I64 ||
            t == RB_F64;
 }
-bool gpu_quant_ok(rb_dtype t) { return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K; }
+bool gpu_quant_ok(rb_dtype t) {
+    return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K || t == RB_MXFP4;
+}
 
 rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value) {
     const int64_t n = nel(dst);

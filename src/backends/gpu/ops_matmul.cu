@@ -230,7 +230,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     gpu_backend *g = gb(be);
     const rb_dtype_traits *at = rb_dtype_info((int)a->dtype);
     const bool quant = at->is_quant;
-    if (quant && !gpu_quant_ok(a->dtype))
+    if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q6_K, "
                                "f32, f16, bf16 are)",
