@@ -31,11 +31,10 @@
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
-#   nopdl      bench7b for bf16 and q4_0 with RBEE_GPU_PDL=0 (the gain of gpu_pdl.h)
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
-#              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
+#              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
 #   t:PROG     one GPU test program on cuda:0 (h:PROG: on rocm:0, the HIP flavour);
 #              PROG_TIMEOUT=S limits each test program (default 300 s)
@@ -195,8 +194,6 @@ for s in "$@"; do
   env:*=*) v=${s#env:}; step "env $v"
            if [[ -z ${v#*=} ]]; then unset "${v%%=*}"; unset TAG; else export "$v"; export TAG="${v%%=*}-${v#*=}"; fi ;;
   benchtl) for ty in q8_0 q4_0; do bench tinyllama-1.1b $ty 3; done ;;
-  nopdl) export RBEE_GPU_PDL=0 TAG=nopdl; for ty in bf16 q4_0; do bench llama-2-7b $ty 2; done
-         unset RBEE_GPU_PDL TAG ;;
   profile)
     for ty in ${PROFILE_TYPES:-bf16 q8_0 q4_0}; do
       step "ncu 7b $ty"

@@ -8,8 +8,8 @@
  * named shape into a temporary GGUF (see bench_model.c), so no download is
  * needed; the file is unlinked as soon as the model has mapped it.
  * --compare-eager repeats the decode tests with graph capture off
- * (RBEE_NO_GRAPH=1, read when a KV cache is created), so one model load
- * gives both figures. */
+ * (rb_model_set_eager_decode, which applies to KV caches created after it),
+ * so one model load gives both figures. */
 #include "bench_model.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -178,7 +178,7 @@ static void usage(FILE *f) {
             "  --random SHAPE       synthesize random weights of a named shape: %s\n"
             "  --type T             weight type for --random: %s\n"
             "  --seed S             seed for --random (default 1)\n"
-            "  --compare-eager      repeat the decode tests with graph capture off (RBEE_NO_GRAPH=1)\n",
+            "  --compare-eager      repeat the decode tests with graph capture off (as RBEE_NO_GRAPH=1)\n",
             rb_bench_shape_names(), rb_bench_type_names());
 }
 
@@ -390,10 +390,10 @@ int rb_cmd_bench(int argc, char **argv) {
         }
         if (compare_eager && rc == 0 && n_gen > 0) { /* the same decode tests, graphs off */
             rb_kv_cache *kv2 = NULL;
-            if (setenv("RBEE_NO_GRAPH", "1", 1) != 0 ||
-                rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv2, &err) != RB_OK ||
+            rb_model_set_eager_decode(cm.model, true);
+            if (rb_kv_cache_create(cm.model, n_ctx, RB_F16, &kv2, &err) != RB_OK ||
                 fill_depth(cm.model, kv2, toks, depth, logits, &err) != RB_OK) {
-                fprintf(stderr, "bench: eager comparison: %s\n", err.msg[0] ? err.msg : "setenv failed");
+                fprintf(stderr, "bench: eager comparison: %s\n", err.msg);
                 rc = 1;
             }
             if (rc == 0) {
@@ -409,7 +409,7 @@ int rb_cmd_bench(int argc, char **argv) {
                 nres++;
             }
             rb_kv_cache_free(kv2);
-            unsetenv("RBEE_NO_GRAPH");
+            rb_model_set_eager_decode(cm.model, false);
         }
     }
     if (rc == 0) {

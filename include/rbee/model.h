@@ -84,15 +84,29 @@ typedef struct rb_model_config {
 
 typedef struct rb_model rb_model;
 
+/* Whether separate q/k/v and gate/up projections are concatenated at load
+ * into one matrix each (one product instead of three / two). */
+typedef enum rb_fuse_proj {
+    RB_FUSE_PROJ_AUTO = 0, /* where the backend copies the weights anyway (GPUs); the CPU keeps them mapped */
+    RB_FUSE_PROJ_ON,       /* always (on the CPU too: tests compare both forms) */
+    RB_FUSE_PROJ_OFF,      /* never */
+} rb_fuse_proj;
+
 typedef struct rb_model_load_opts {
-    int reserved; /* for future options (dtype override, progress callback) */
+    rb_fuse_proj fuse_proj;
 } rb_model_load_opts;
 
-/* path: a .gguf file or a folder with config.json + safetensors. Unknown
- * architectures fail with RB_E_UNSUPPORTED listing the supported ones; missing
- * or mis-shaped tensors with RB_E_FORMAT naming the tensor. */
+/* path: a .gguf file or a folder with config.json + safetensors; opts may be
+ * NULL (defaults). Unknown architectures fail with RB_E_UNSUPPORTED listing
+ * the supported ones; missing or mis-shaped tensors with RB_E_FORMAT naming
+ * the tensor. The environment variable RBEE_NO_GRAPH=1 (docs/ENVIRONMENT.md)
+ * is read here: as rb_model_set_eager_decode(m, true). */
 rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_opts *opts, rb_model **out,
                         rb_error *err);
+/* KV caches created after this call run single-token decode steps eagerly
+ * with per-step shapes instead of capturing them into graphs (for
+ * comparisons: rbee bench --compare-eager); false restores the default. */
+void rb_model_set_eager_decode(rb_model *m, bool eager);
 void rb_model_free(rb_model *m);
 const rb_model_config *rb_model_get_config(const rb_model *m);
 rb_backend *rb_model_backend(const rb_model *m);

@@ -1,7 +1,9 @@
 /* Backend registry: turns a spec string ("cpu", "cuda:1", "rocm") into a
  * backend of a kind compiled into this binary, lists the compiled kinds, and
- * enumerates devices of every compiled kind. RBEE_HAVE_CUDA / RBEE_HAVE_HIP
- * mark the optional GPU kinds. */
+ * enumerates devices of every compiled kind, and passes a test's GPU
+ * tuning (backends/gpu/gpu_tuning.h) to the kind it is for. RBEE_HAVE_CUDA /
+ * RBEE_HAVE_HIP mark the optional GPU kinds. */
+#include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 
 #include <errno.h>
@@ -112,4 +114,15 @@ rb_status rb_devices_list(rb_device_info *infos, int max, int *n, rb_error *err)
     }
     *n = total;
     return RB_OK;
+}
+
+rb_status rb_gpu_backend_tune(rb_backend *be, const rb_gpu_tuning *t) {
+    if (!be || !t) return RB_E_UNSUPPORTED;
+#if defined(RBEE_HAVE_CUDA)
+    if (be->kind == RB_DEVICE_CUDA) return rb_cuda_backend_tune(be, t);
+#endif
+#if defined(RBEE_HAVE_HIP)
+    if (be->kind == RB_DEVICE_ROCM) return rb_rocm_backend_tune(be, t);
+#endif
+    return RB_E_UNSUPPORTED;
 }

@@ -26,8 +26,7 @@ rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_c
     kv->n_ctx = n_ctx;
     kv->dtype = dtype;
     kv->serial = (uint64_t)atomic_fetch_add(&g_next_serial, 1);
-    const char *ng = getenv("RBEE_NO_GRAPH"); /* eager decode, for comparisons */
-    kv->decode_mode = ng && ng[0] && strcmp(ng, "0") != 0 ? RB_DECODE_LEGACY : RB_DECODE_AUTO;
+    kv->decode_mode = m->eager_decode ? RB_DECODE_LEGACY : RB_DECODE_AUTO; /* eager: for comparisons */
     kv->k = calloc((size_t)c->n_layer, sizeof *kv->k);
     kv->v = calloc((size_t)c->n_layer, sizeof *kv->v);
     if (!kv->k || !kv->v) {

@@ -8,7 +8,7 @@
 /* How rb_model_forward runs a one-token step of this cache. */
 typedef enum rb_decode_mode {
     RB_DECODE_AUTO = 0,     /* graphs where the backend has them, else as LEGACY */
-    RB_DECODE_LEGACY,       /* per-step shapes (attention over used keys): RBEE_NO_GRAPH=1 */
+    RB_DECODE_LEGACY,       /* per-step shapes (attention over used keys): rb_model_set_eager_decode */
     RB_DECODE_FIXED,        /* position-independent ops, always eager */
     RB_DECODE_GRAPH_NOWARM, /* test: capture on the first step, without the eager warm-up */
 } rb_decode_mode;

@@ -41,6 +41,8 @@ struct rb_model {
     size_t n_bufs, cap_bufs;
     size_t weight_bytes;
     rb_dtype main_dtype;
+    rb_fuse_proj fuse_proj; /* rb_model_load_opts */
+    bool eager_decode;      /* caches created now decode eagerly (rb_model_set_eager_decode) */
 };
 
 /* Fills cfg from GGUF metadata (arch-prefixed llama.cpp keys). */

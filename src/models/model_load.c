@@ -1,6 +1,7 @@
 /* Opening a model: decides between a GGUF file and a Hugging Face folder,
  * reads the config, binds the weights on the backend, and owns everything it
- * opened until rb_model_free. */
+ * opened until rb_model_free. Also the model's load options and its one
+ * run-time setting (eager decode, from RBEE_NO_GRAPH or the setter). */
 #include "models/model_internal.h"
 
 #include <stdio.h>
@@ -72,14 +73,19 @@ static rb_status load_gguf(rb_model *m, const char *path, rb_error *err) {
 
 rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_opts *opts, rb_model **out,
                         rb_error *err) {
-    (void)opts;
     if (!path || !be || !out) return rb_error_set(err, RB_E_INVALID, "rb_model_load: NULL argument");
     *out = NULL;
+    if (opts && ((int)opts->fuse_proj < (int)RB_FUSE_PROJ_AUTO || (int)opts->fuse_proj > (int)RB_FUSE_PROJ_OFF))
+        return rb_error_set(err, RB_E_INVALID, "rb_model_load: fuse_proj %d is not an rb_fuse_proj", (int)opts->fuse_proj);
     struct stat st;
     if (stat(path, &st) != 0) return rb_error_set(err, RB_E_NOT_FOUND, "model '%s' does not exist", path);
     rb_model *m = calloc(1, sizeof *m);
     if (!m) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     m->be = be;
+    m->fuse_proj = opts ? opts->fuse_proj : RB_FUSE_PROJ_AUTO;
+    /* eager decode, for comparisons (docs/ENVIRONMENT.md) */
+    const char *ng = getenv("RBEE_NO_GRAPH");
+    m->eager_decode = ng && ng[0] && strcmp(ng, "0") != 0;
     rb_status s = S_ISDIR(st.st_mode) ? load_hf(m, path, err) : load_gguf(m, path, err);
     if (s != RB_OK) {
         if (err && !strstr(err->msg, path)) rb_error_prefix(err, "%s: ", path); /* name the path once */
@@ -101,6 +107,10 @@ void rb_model_free(rb_model *m) {
     rb_st_close(m->st);
     free(m->hf_dir);
     free(m);
+}
+
+void rb_model_set_eager_decode(rb_model *m, bool eager) {
+    if (m) m->eager_decode = eager;
 }
 
 const rb_model_config *rb_model_get_config(const rb_model *m) { return &m->cfg; }

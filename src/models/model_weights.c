@@ -10,8 +10,9 @@
  * runs two matrix products and launches fewer. This needs every layer's parts
  * to share one dtype (the bytes then concatenate into a well-formed matrix,
  * block formats included); otherwise that fusion is skipped. The CPU keeps
- * the mapped, unfused tensors (no copies). RBEE_FUSE_PROJ=1 forces the
- * fusion (on the CPU too: for tests), RBEE_FUSE_PROJ=0 turns it off. */
+ * the mapped, unfused tensors (no copies). The load option fuse_proj
+ * (rb_model_load_opts) forces the fusion (on the CPU too: for tests) or
+ * turns it off. */
 #include "models/model_internal.h"
 #include "rbee/quant.h"
 
@@ -174,10 +175,10 @@ static void layer_name(char *buf, size_t n, bool hf, int il, const char *sfx) {
     snprintf(buf, n, hf ? "model.layers.%d.%s" : "blk.%d.%s", il, sfx);
 }
 
-/* Weights are fused where the backend copies them anyway (not host memory). */
+/* Weights are fused where the backend copies them anyway (not host memory),
+ * unless the load options say otherwise. */
 static bool want_fusion(const rb_model *m) {
-    const char *env = getenv("RBEE_FUSE_PROJ");
-    if (env && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+    if (m->fuse_proj != RB_FUSE_PROJ_AUTO) return m->fuse_proj == RB_FUSE_PROJ_ON;
     return rb_buffer_host_ptr(m->tok_embd.buf) == NULL;
 }
 

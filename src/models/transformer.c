@@ -18,8 +18,9 @@
  * replay the graph, which fetches them itself (rb_buffer_set_queued: no
  * separate upload before the launch; 1B q4_0 tg128 +2%), and read the logits. The
  * graph is rebuilt when the arena is reallocated and freed with the cache.
- * Longrope models (factors chosen by position) stay eager; RBEE_NO_GRAPH=1
- * keeps the per-step shapes of before, for comparison. */
+ * Longrope models (factors chosen by position) stay eager; an eager model
+ * (rb_model_set_eager_decode, RBEE_NO_GRAPH=1) keeps the per-step shapes of
+ * before, for comparison. */
 #include "models/kv_cache_internal.h"
 
 #include <math.h>

@@ -5,6 +5,7 @@
  * DIR` loads a model folder and times pp512 and tg128 the way llama-bench
  * does. Prints one JSON object per measurement. Inputs are seeded random
  * values (never zeros). */
+#include "backends/gpu/gpu_tuning.h"
 #include "rbee/backend.h"
 #include "rbee/model.h"
 #include "rbee/ops.h"
@@ -273,7 +274,8 @@ static int bench_model(rb_backend *be, const char *dir, double copy_bw) {
  * [D, Tq, Hq] view of [D, Hq, Tq], f16 KV-cache views [D, Tk, Hkv]), D = 128:
  * causal prefill (Tq = Tk) and one decode query over a cache with its
  * position on the device (q_pos). Each case runs with the automatic kernel
- * choice and with RBEE_GPU_ATTN=generic (the pre-tensor-core kernel), for a
+ * choice and, on a GPU backend, with the generic kernel only (the
+ * pre-tensor-core one: the GPU tuning's generic_attention), for a
  * before/after comparison. Inputs rotate over copies larger than the L2 in
  * all; the time per call is the median of 15 batches, each a graph replay
  * of n calls where the backend has graphs (no launch gaps), else n eager
@@ -336,8 +338,8 @@ static int bench_attn(rb_backend *be) {
                                         : 4.0 * (double)(D * c->Hq) * (double)(c->pos + 1);
         const double kvread = c->pos < 0 ? (double)kvbytes : 4.0 * (double)(D * c->Hkv) * (double)(c->pos + 1);
         for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
-            if (strcmp(modes[mi], "auto") == 0) unsetenv("RBEE_GPU_ATTN");
-            else setenv("RBEE_GPU_ATTN", modes[mi], 1);
+            const rb_gpu_tuning tune = {.generic_attention = strcmp(modes[mi], "generic") == 0};
+            if (rb_gpu_backend_tune(be, &tune) != RB_OK && tune.generic_attention) continue; /* no GPU: auto only */
             for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, &d, &q[r], &k[r], &v[r], &p));
             CHECK(rb_backend_sync(be));
             double t0 = now();
@@ -374,7 +376,8 @@ static int bench_attn(rb_backend *be) {
                    (int)c->pos, gr ? "true" : "false", n, t * 1e6, ts[0] * 1e6, flops / t / 1e12, kvread / t / 1e9);
             fflush(stdout);
         }
-        unsetenv("RBEE_GPU_ATTN");
+        const rb_gpu_tuning dflt = {0};
+        (void)rb_gpu_backend_tune(be, &dflt);
         for (int r = 0; r < nrot; r++) {
             rb_tensor_free(&qa[r]);
             rb_tensor_free(&ka[r]);

@@ -6,7 +6,7 @@
  *    refusal of head dims beyond the kernel's limit.
  *  - decode (16-bit K/V in the model's cache layout, Tq < 16): same bound;
  *    the decode sets run on both decode kernels (att_decode_wide.cuh for D
- *    = 64 and 128, and att_decode.cuh, RBEE_GPU_ATT_WIDE=0).
+ *    = 64 and 128, and att_decode.cuh through the tuning's narrow_decode_att).
  *  - tensor cores (same layouts, Tq >= 16; Q and P rounded to the K/V type):
  *    rel L2 <= 2e-3 (f16) / 1e-2 (bf16) and max |diff| <= 2e-3 / 1e-2 against
  *    the f32 CPU result on the same K/V (outputs are averages of values in
@@ -24,9 +24,13 @@
  * of the launch without (up to 64 keys it takes another path, summing in
  * another order; a row read too early is NaN); and
  * test_attention_settled runs the model's order (a long fused product
- * writing the new k/v rows, the attention starting during it). GPU outputs start as NaN
+ * writing the new k/v rows, the attention starting during it). test_attention_sinks
+ * runs gpt-oss's attention sinks through every kernel (sink_sets), against
+ * the double reference with sinks and the CPU backend. GPU outputs start as NaN
  * (unwritten elements fail) and bytes outside the output view must stay. */
 #include "gpu_pair.h"
+
+#include "backends/gpu/gpu_tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -132,6 +136,7 @@ typedef struct fcase {
     int64_t q_pos0;        /* positions q_pos0 + i when pos == NULL */
     const int32_t *pos;    /* non-NULL: passed as q_pos on the device */
     bool nan_past;         /* K/V rows past the largest position are NaN */
+    bool sinks;            /* a sink logit per query head (rb_attn_params.sinks) */
 } fcase;
 
 /* Sets the K/V elements of tokens [from, to) to NaN (x is a swapped
@@ -170,9 +175,10 @@ static void poison_out(gp *x) {
 }
 
 /* Naive double attention on decoded inputs: q [D,Tq,Hq,B], k [D,Tk,Hkv,B],
- * v [D,Tk,Hkv,B], mask [Tk,Tq] or NULL, pos[Tq]; out [D,Hq,Tq,B]. */
+ * v [D,Tk,Hkv,B], mask [Tk,Tq] or NULL, pos[Tq], sinks [Hq] or NULL (a
+ * logit in each softmax's denominator without a value); out [D,Hq,Tq,B]. */
 static void ref_attention(const fcase *f, const double *q, const double *k, const double *v, const double *mask,
-                          const int64_t *pos, double *out) {
+                          const int64_t *pos, const double *sinks, double *out) {
     const int64_t D = f->D, Tq = f->Tq, Tk = f->Tk, Hq = f->Hq, Hkv = f->Hkv, r = Hq / Hkv;
     const double scale = (double)(1.0f / sqrtf((float)D));
     double *s = malloc(sizeof(double) * (size_t)Tk);
@@ -197,7 +203,8 @@ static void ref_attention(const fcase *f, const double *q, const double *k, cons
                 double *o = out + D * (h + Hq * (i + Tq * b));
                 for (int64_t d = 0; d < D; d++) o[d] = 0;
                 if (mx == -INFINITY) continue;
-                double l = 0;
+                if (sinks && sinks[h] > mx) mx = sinks[h];
+                double l = sinks ? exp(sinks[h] - mx) : 0;
                 for (int64_t j = 0; j < Tk; j++) {
                     if (s[j] == -INFINITY) continue;
                     const double p = exp(s[j] - mx);
@@ -210,7 +217,7 @@ static void ref_attention(const fcase *f, const double *q, const double *k, cons
     free(s);
 }
 
-static bool tc_path(const fcase *f) { return f->Tq >= 16; }
+static bool tc_path(const fcase *f) { return f->Tq >= 16 && f->kvt != RB_F32; }
 
 /* gpu vs ref with the bound of the kernel that ran */
 static void check_out(const fcase *f, const gp *d, const double *ref, const char *name, const char *against) {
@@ -296,10 +303,11 @@ static void run_settled(rb_backend *c, rb_backend *g, const fcase *f, gp *q, gp 
 
 static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) {
     char name[160];
-    snprintf(name, sizeof name, "D%lld Tq%lld Tk%lld H%lld/%lld B%lld %s%s%s%s%s%s", (long long)f->D,
+    snprintf(name, sizeof name, "D%lld Tq%lld Tk%lld H%lld/%lld B%lld %s%s%s%s%s%s%s", (long long)f->D,
              (long long)f->Tq, (long long)f->Tk, (long long)f->Hq, (long long)f->Hkv, (long long)f->B,
              rb_dtype_name(f->kvt), f->causal ? " causal" : "", f->window ? " window" : "",
-             f->softcap > 0 ? " softcap" : "", f->mask ? " mask" : "", f->pos ? " q_pos" : "");
+             f->softcap > 0 ? " softcap" : "", f->mask ? " mask" : "", f->pos ? " q_pos" : "",
+             f->sinks ? " sinks" : "");
     const int64_t qne[4] = {f->D, f->Hq, f->Tq, f->B}, kne[4] = {f->D, f->Hkv, f->Tk, f->B},
                   dne[4] = {f->D, f->Hq, f->Tq, f->B}, mne[4] = {f->Tk, f->Tq, 1, 1};
     gp q = gp_make(c, g, rng, f->qt, qne, GP_CONTIG, -2, 2);
@@ -325,10 +333,21 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
     }
     gp qp = {0};
     if (f->pos) qp = gp_ids(c, g, f->pos, f->Tq, 1);
+    /* sinks: one head's far above every score (its output ~0), one's far below (none) */
+    const int64_t sne[4] = {f->Hq, 1, 1, 1};
+    gp sk = {0};
+    if (f->sinks) {
+        sk = gp_make(c, g, rng, RB_F32, sne, GP_CONTIG, -2, 4);
+        const float big = 25.0f, tiny = -30.0f;
+        memcpy(sk.orig, &big, 4);
+        if (f->Hq > 1) memcpy(sk.orig + 4, &tiny, 4);
+        TU_OK(rb_buffer_set(sk.cb, 0, sk.orig, sk.size));
+        TU_OK(rb_buffer_set(sk.gb, 0, sk.orig, sk.size));
+    }
     poison_out(&d);
     rb_attn_params pg = {.scale = 1.0f / sqrtf((float)f->D), .softcap = f->softcap, .causal = f->causal,
                          .window = f->window, .q_pos0 = f->pos ? 0 : f->q_pos0, .mask = f->mask ? &m.g : NULL,
-                         .q_pos = f->pos ? &qp.g : NULL};
+                         .q_pos = f->pos ? &qp.g : NULL, .sinks = f->sinks ? &sk.g : NULL};
     TU_OK(rb_attention(g, &d.g, &q.g, &k.g, &v.g, &pg));
     TU_OK(rb_backend_sync(g));
     if (!f->pos || consecutive) {
@@ -337,6 +356,7 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
         pc.q_pos = NULL;
         pc.q_pos0 = pos[0];
         pc.mask = f->mask ? &m.c : NULL;
+        pc.sinks = f->sinks ? &sk.c : NULL;
         TU_OK(rb_attention(c, &d.c, &q.c, &k.c, &v.c, &pc));
         double *ref = gp_read(&d, 0);
         check_out(f, &d, ref, name, "cpu");
@@ -344,10 +364,12 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
     }
     if (f->pos) {
         double *qd = gp_read(&q, 0), *kd = gp_read(&k, 0), *vd = gp_read(&v, 0), *md = f->mask ? gp_read(&m, 0) : NULL;
+        double *sd = f->sinks ? gp_read(&sk, 0) : NULL;
         double *ref = malloc(sizeof(double) * (size_t)rb_tensor_nelements(&d.g));
         assert_non_null(ref);
-        ref_attention(f, qd, kd, vd, md, pos, ref);
+        ref_attention(f, qd, kd, vd, md, pos, sd, ref);
         check_out(f, &d, ref, name, "double");
+        free(sd);
         free(qd);
         free(kd);
         free(vd);
@@ -359,6 +381,7 @@ static void run_fast(rb_backend *c, rb_backend *g, tu_rng *rng, const fcase *f) 
     if (f->pos && f->Tq == 1 && f->causal && !f->mask) run_settled(c, g, f, &q, &k, &v, &d, &pg, name);
     free(pos);
     if (f->pos) gp_free(&qp);
+    if (f->sinks) gp_free(&sk);
     gp_free(&q);
     gp_free(&k);
     gp_free(&v);
@@ -373,12 +396,12 @@ static void decode_sets(rb_backend *c, rb_backend *g, tu_rng *rng) {
     /* decode steps over a whole 4096-key cache, rows past the position NaN */
     const int32_t p100[1] = {100}, plast[1] = {4095}, pmid[1] = {2047};
     const fcase dec[] = {
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p100, true},
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, plast, false},
-        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, pmid, true},
-        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 512, 0.0f, 0, p100, true},
-        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 1024, 50.0f, 0, pmid, true},
-        {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false},
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p100, true, false},
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, plast, false, false},
+        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, pmid, true, false},
+        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 512, 0.0f, 0, p100, true, false},
+        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 1024, 50.0f, 0, pmid, true, false},
+        {80, 1, 4096, 4, 1, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false, false},
     };
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) run_fast(c, g, rng, &dec[i]);
     /* at most 64 visible keys (the settled launch's short path): a window
@@ -386,11 +409,11 @@ static void decode_sets(rb_backend *c, rb_backend *g, tu_rng *rng) {
      * keys (the last on the other path) */
     const int32_t p0[1] = {0}, p63[1] = {63}, p64[1] = {64};
     const fcase few[] = {
-        {128, 1, 4096, 8, 2, 1, RB_F32, RB_BF16, true, false, 50, 30.0f, 0, p100, true},
-        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 20, 0.0f, 0, pmid, true},
-        {64, 1, 4096, 32, 8, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p0, true},
-        {128, 1, 4096, 16, 4, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p63, true},
-        {128, 1, 4096, 16, 4, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, p64, true},
+        {128, 1, 4096, 8, 2, 1, RB_F32, RB_BF16, true, false, 50, 30.0f, 0, p100, true, false},
+        {64, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 20, 0.0f, 0, pmid, true, false},
+        {64, 1, 4096, 32, 8, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p0, true, false},
+        {128, 1, 4096, 16, 4, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p63, true, false},
+        {128, 1, 4096, 16, 4, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, p64, true, false},
     };
     for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) run_fast(c, g, rng, &few[i]);
 
@@ -405,19 +428,19 @@ static void decode_sets(rb_backend *c, rb_backend *g, tu_rng *rng) {
     for (int hc2 = 0; hc2 < 4; hc2++)
         for (size_t pi = 0; pi < sizeof sweep / sizeof sweep[0]; pi++) {
             fcase f = {sw_heads[hc2][2], 1, 4096, sw_heads[hc2][0], sw_heads[hc2][1], 1, RB_F32,
-                       (pi + hc2) % 2 ? RB_BF16 : RB_F16, true, false, 0, 0.0f, 0, &sweep[pi], true};
+                       (pi + hc2) % 2 ? RB_BF16 : RB_F16, true, false, 0, 0.0f, 0, &sweep[pi], true, false};
             if (hc2 == 2 && pi % 3 == 0) f.window = 300; /* a window that starts past 0 */
             run_fast(c, g, rng, &f);
         }
 
     /* unsorted positions of several sequences' queries (double reference) */
     const int32_t pscatter[3] = {4000, 17, 911};
-    fcase sc = {96, 3, 4096, 8, 1, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, pscatter, true};
+    fcase sc = {96, 3, 4096, 8, 1, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, pscatter, true, false};
     run_fast(c, g, rng, &sc);
     for (int i = 0; i < 40; i++) posbuf[i] = (int32_t)((i * 7919 + 13) % 700);
-    fcase sc2 = {128, 40, 701, 8, 2, 1, RB_F32, RB_F16, true, true, 300, 20.0f, 0, posbuf, false};
+    fcase sc2 = {128, 40, 701, 8, 2, 1, RB_F32, RB_F16, true, true, 300, 20.0f, 0, posbuf, false, false};
     run_fast(c, g, rng, &sc2);
-    fcase sc3 = {64, 40, 701, 4, 4, 2, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, posbuf, true};
+    fcase sc3 = {64, 40, 701, 4, 4, 2, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, posbuf, true, false};
     run_fast(c, g, rng, &sc3);
 }
 
@@ -457,12 +480,76 @@ static void test_attention_16bit(void **state) {
 
     /* the decode sets on both decode kernels: the wide one, then att_decode.cuh's */
     decode_sets(c, g, &rng);
-    assert_int_equal(setenv("RBEE_GPU_ATT_WIDE", "0", 1), 0);
+    const rb_gpu_tuning narrow = {.narrow_decode_att = true}, dflt = {0};
+    assert_int_equal(rb_gpu_backend_tune(g, &narrow), RB_OK);
     decode_sets(c, g, &rng);
-    assert_int_equal(unsetenv("RBEE_GPU_ATT_WIDE"), 0);
+    assert_int_equal(rb_gpu_backend_tune(g, &dflt), RB_OK);
     /* long prefill with a window: whole-tile skipping on both sides */
-    fcase lw = {128, 1000, 1000, 4, 2, 1, RB_F32, RB_F16, true, false, 333, 0.0f, 0, NULL, false};
+    fcase lw = {128, 1000, 1000, 4, 2, 1, RB_F32, RB_F16, true, false, 333, 0.0f, 0, NULL, false, false};
     run_fast(c, g, &rng, &lw);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
+/* Attention sinks (gpt-oss) in every kernel the dispatcher chooses, with
+ * and without a window, causal or not, q_pos0 or device positions: the
+ * generic kernel (f32 K/V; head dim 16 as the tiny gpt-oss model; key
+ * splits merged by k_att_merge; a query that sees nothing), the tensor-core
+ * kernel (Tq >= 16, its splits too), both decode kernels (wide for D = 64 /
+ * 128, att_decode.cuh for 80 / 96 / 256 and, with RBEE_GPU_ATT_WIDE=0, all
+ * of them; in-kernel merges of key splits; the keys_settled launches and
+ * their short path through run_settled). Head 0's sink is far above every
+ * score (its output ~0), head 1's far below. Bounds as the kernels'. */
+static void sink_sets(rb_backend *c, rb_backend *g, tu_rng *rng) {
+    const int32_t p0[1] = {0}, p40[1] = {40}, p700[1] = {700}, plast[1] = {4095};
+    int32_t pseq[7];
+    for (int i = 0; i < 7; i++) pseq[i] = 1200 + i;
+    const fcase cs[] = {
+        /* decode: one query over a 4096-key cache, rows past it NaN */
+        {64, 1, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p700, true, true},
+        {64, 1, 4096, 64, 8, 1, RB_F32, RB_BF16, true, false, 128, 0.0f, 0, plast, false, true},
+        {128, 1, 4096, 8, 8, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 0, p40, true, true},
+        {128, 1, 4096, 32, 8, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, plast, false, true},
+        {80, 1, 4096, 4, 1, 1, RB_F32, RB_F16, true, false, 300, 0.0f, 0, p700, true, true},
+        {96, 1, 4096, 6, 2, 1, RB_F32, RB_BF16, true, false, 0, 0.0f, 0, p0, true, true},
+        {256, 1, 4096, 8, 4, 1, RB_F32, RB_F16, true, false, 0, 50.0f, 0, plast, false, true},
+        {64, 7, 4096, 8, 2, 1, RB_F32, RB_F16, true, false, 64, 0.0f, 0, pseq, true, true},
+        /* few queries in q_pos0 form, a batch of two, not causal with a mask */
+        {64, 3, 301, 4, 2, 2, RB_F32, RB_F16, true, false, 0, 0.0f, 298, NULL, false, true},
+        {128, 5, 77, 4, 4, 1, RB_F32, RB_BF16, false, true, 0, 0.0f, 3, NULL, false, true},
+        /* tensor cores: prefill with and without a window, and few tiles (key splits) */
+        {64, 100, 137, 8, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 37, NULL, false, true},
+        {64, 64, 64, 8, 8, 1, RB_F32, RB_BF16, true, false, 8, 0.0f, 0, NULL, false, true},
+        {128, 16, 2000, 2, 2, 1, RB_F32, RB_F16, true, false, 0, 0.0f, 1984, NULL, false, true},
+        {80, 33, 50, 4, 2, 1, RB_F32, RB_F16, false, true, 0, 0.0f, 0, NULL, false, true},
+        /* generic (f32 K/V): gpt-oss's head dim 16 with its window of 8, key splits, nothing visible */
+        {16, 24, 24, 4, 2, 1, RB_F32, RB_F32, true, false, 8, 0.0f, 0, NULL, false, true},
+        {16, 24, 24, 4, 2, 1, RB_F32, RB_F32, true, false, 0, 0.0f, 0, NULL, false, true},
+        {64, 1, 3000, 4, 1, 1, RB_F32, RB_F32, true, false, 0, 0.0f, 2999, NULL, false, true},
+        {32, 4, 30, 2, 1, 1, RB_F32, RB_F32, true, false, 10, 0.0f, 50, NULL, false, true},
+        {48, 9, 50, 3, 1, 1, RB_F32, RB_F32, false, true, 0, 20.0f, 41, NULL, false, true},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_fast(c, g, rng, &cs[i]);
+    /* device positions over a gpt-oss-sized cache (the fixed decode form) */
+    const int32_t p5[1] = {5}, p100[1] = {100};
+    fcase gd = {16, 1, 128, 4, 2, 1, RB_F32, RB_F32, true, false, 8, 0.0f, 0, p100, true, true};
+    run_fast(c, g, rng, &gd);
+    gd.pos = p5;
+    gd.window = 0;
+    run_fast(c, g, rng, &gd);
+}
+
+static void test_attention_sinks(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 4545);
+    sink_sets(c, g, &rng);
+    assert_int_equal(setenv("RBEE_GPU_ATT_WIDE", "0", 1), 0);
+    sink_sets(c, g, &rng);
+    assert_int_equal(unsetenv("RBEE_GPU_ATT_WIDE"), 0);
     rb_backend_destroy(c);
     rb_backend_destroy(g);
 }
@@ -573,6 +660,7 @@ static void test_attention_settled(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit),
-                                       cmocka_unit_test(test_attention_settled)};
+                                       cmocka_unit_test(test_attention_settled),
+                                       cmocka_unit_test(test_attention_sinks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

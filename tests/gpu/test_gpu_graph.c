@@ -29,6 +29,7 @@
  * with gemma2's final soft-cap) with the bits of the read-back. */
 #include "testutil.h"
 
+#include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 #include "models/kv_cache_internal.h"
 #include "rbee/json_config.h"
@@ -89,14 +90,16 @@ static int32_t *read_prompt(const char *dir, size_t *n) {
     return ids;
 }
 
-static rb_model *load(rb_backend *be, const char *name) {
+static rb_model *load_opts(rb_backend *be, const char *name, const rb_model_load_opts *opts) {
     char dir[1200];
     model_dir(dir, sizeof dir, name);
     rb_model *m = NULL;
     rb_error err;
-    if (rb_model_load(dir, be, NULL, &m, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
+    if (rb_model_load(dir, be, opts, &m, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
     return m;
 }
+
+static rb_model *load(rb_backend *be, const char *name) { return load_opts(be, name, NULL); }
 
 static int32_t argmax(const float *x, int64_t n) {
     int64_t a = 0;
@@ -417,7 +420,7 @@ static void test_cpu_fixed_equals_legacy(void **state) {
     rb_backend_destroy(be);
 }
 
-/* Projections fused at load (RBEE_FUSE_PROJ=1): q and k rotated in one
+/* Projections fused at load (fuse_proj RB_FUSE_PROJ_ON): q and k rotated in one
  * in-place launch; fixed == per-step bit for bit, and the same tokens as the
  * unfused model. */
 static void test_cpu_fused_projections(void **state) {
@@ -427,10 +430,9 @@ static void test_cpu_fused_projections(void **state) {
     const char *names[2] = {"llama_gqa", "gemma2"};
     for (int i = 0; i < 2; i++) {
         rb_model *plain = load(be, names[i]);
-        assert_true(setenv("RBEE_FUSE_PROJ", "1", 1) == 0);
-        rb_model *fused = load(be, names[i]);
-        assert_true(unsetenv("RBEE_FUSE_PROJ") == 0);
-        if (!rb_model_get_config(fused)->fused_qkv) fail_msg("%s: RBEE_FUSE_PROJ=1 did not fuse qkv", names[i]);
+        const rb_model_load_opts on = {.fuse_proj = RB_FUSE_PROJ_ON};
+        rb_model *fused = load_opts(be, names[i], &on);
+        if (!rb_model_get_config(fused)->fused_qkv) fail_msg("%s: fuse_proj on did not fuse qkv", names[i]);
         assert_false(rb_model_get_config(plain)->fused_qkv);
         const int64_t V = rb_model_get_config(plain)->n_vocab;
         run a = greedy(plain, names[i], RB_DECODE_LEGACY, RB_F32, false);
@@ -720,8 +722,8 @@ static void test_gpu_graph_ids(void **state) {
 }
 
 /* A graph that fetches its own inputs: rb_buffer_set_queued from
- * page-locked host memory (a kernel reads it, or with RBEE_GPU_ULK=0 the
- * copy engine) captured with get_rows reads the ids written there before
+ * page-locked host memory (a kernel reads it, or with the tuning's
+ * upload_dma the copy engine) captured with get_rows reads the ids written there before
  * each replay; results read back into page-locked memory (a kernel writes
  * them, with the ids check's flag: a bad id reports RB_E_RANGE from that
  * read); a queued copy from plain memory is refused while capturing. */
@@ -790,10 +792,10 @@ static void test_gpu_graph_queued(void **state) {
     NEED_GPU(be);
     queued_replays(be);
     rb_backend_destroy(be);
-    setenv("RBEE_GPU_ULK", "0", 1); /* the copy-engine form of the queued copy */
     be = gpu_backend();
-    unsetenv("RBEE_GPU_ULK");
     assert_non_null(be);
+    const rb_gpu_tuning dma = {.upload_dma = true}; /* the copy-engine form of the queued copy */
+    assert_int_equal(rb_gpu_backend_tune(be, &dma), RB_OK);
     queued_replays(be);
     rb_backend_destroy(be);
 }

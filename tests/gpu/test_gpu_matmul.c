@@ -5,8 +5,8 @@
  *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels) and 70 (GEMM path); odd
  *    N and K; a's dims 2/3 broadcast over b's; permuted/sliced activations of
  *    f32/f16/bf16; f32 and f16 destinations in strided views. Run twice: with
- *    the default GEMM (cuBLAS on CUDA) and with RBEE_GPU_GEMM=tiled (the own
- *    kernel HIP uses).
+ *    the default GEMM (cuBLAS on CUDA) and with the tuning's tiled_gemm (the
+ *    own kernel HIP uses).
  *  - test_matvec_sweep: every weight type x M in {1, 2, 3, 7, 8, 9, 16, 31,
  *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
@@ -54,10 +54,12 @@
  *    128 = 8192 rows, the 4096 rows after them one at a time, the k and v
  *    rows stored in a cache), so large that the direct kernel's groups get
  *    a share of pairs and of single rows: outputs and cache rows
- *    bit-identical to the all-pairs walk (RBEE_GPU_MV_RSPLIT=0), and within
+ *    bit-identical to the all-pairs walk (the tuning's rope_pairs_only), and within
  *    the fused bound of the CPU backend.
  * Skips without a GPU. */
 #include "gpu_pair.h"
+
+#include "backends/gpu/gpu_tuning.h"
 
 #include "rbee/quant.h"
 
@@ -89,11 +91,10 @@ static double *values(const gp *x) {
 }
 
 static void run_all(bool tiled) {
-    if (tiled) setenv("RBEE_GPU_GEMM", "tiled", 1);
-    else unsetenv("RBEE_GPU_GEMM");
     rb_backend *g = gp_gpu();
-    unsetenv("RBEE_GPU_GEMM");
     GP_NEED_GPU(g);
+    const rb_gpu_tuning tune = {.tiled_gemm = tiled};
+    TU_OK(rb_gpu_backend_tune(g, &tune));
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, tiled ? 501 : 500);
@@ -673,7 +674,8 @@ static void test_matvec_rope_split(void **state) {
         fg.tmp_out = &to.g;
         double *out[2], *kv[2];
         for (int split = 1; split >= 0; split--) {
-            setenv("RBEE_GPU_MV_RSPLIT", split ? "1" : "0", 1);
+            const rb_gpu_tuning tune = {.rope_pairs_only = !split};
+            TU_OK(rb_gpu_backend_tune(g, &tune));
             memset(d.orig, 0xff, d.size); /* NaN: an unwritten output fails */
             TU_OK(rb_buffer_set(d.gb, 0, d.orig, d.size));
             TU_OK(rb_buffer_set(cache.gb, 0, cache.orig, cache.size));
@@ -681,7 +683,8 @@ static void test_matvec_rope_split(void **state) {
             out[split] = gp_read(&d, 1);
             kv[split] = gp_read(&cache, 1);
         }
-        unsetenv("RBEE_GPU_MV_RSPLIT");
+        const rb_gpu_tuning dflt = {0};
+        TU_OK(rb_gpu_backend_tune(g, &dflt));
         for (int64_t i = 0; i < N; i++)
             if (!(out[1][i] == out[0][i])) {
                 print_error("rope split %s: row %lld = %.9g, %.9g in pairs\n", rb_dtype_name(ws[wi]), (long long)i,

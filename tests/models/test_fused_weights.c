@@ -1,7 +1,7 @@
 /* GPU backends load q/k/v and gate/up as one fused matrix each (see
  * src/models/model_weights.c); the CPU keeps the mapped separate tensors, so
- * the fused path would go untested here. RBEE_FUSE_PROJ=1 forces it on the
- * CPU: every tiny HF model of tests/data/models (llama variants, mistral,
+ * the fused path would go untested here. The load option fuse_proj =
+ * RB_FUSE_PROJ_ON forces it on the CPU: every tiny HF model of tests/data/models (llama variants, mistral,
  * qwen2 with q/k/v biases, gemma, gemma2, the newer architectures; phi3 is
  * fused in its files; models with experts fuse only q/k/v) and
  * the llama.cpp fixture GGUFs (f32 and block formats) are loaded both ways
@@ -30,14 +30,13 @@ typedef struct run {
     size_t weight_bytes;
 } run;
 
-static run run_model(rb_backend *be, const char *path, const char *fuse) {
-    assert_int_equal(setenv("RBEE_FUSE_PROJ", fuse, 1), 0);
+static run run_model(rb_backend *be, const char *path, bool fuse) {
+    const rb_model_load_opts opts = {.fuse_proj = fuse ? RB_FUSE_PROJ_ON : RB_FUSE_PROJ_OFF};
     rb_error err;
     rb_error_clear(&err);
     rb_model *m = NULL;
-    rb_status s = rb_model_load(path, be, NULL, &m, &err);
-    unsetenv("RBEE_FUSE_PROJ");
-    if (s != RB_OK) fail_msg("load %s (RBEE_FUSE_PROJ=%s): %s", path, fuse, err.msg);
+    rb_status s = rb_model_load(path, be, &opts, &m, &err);
+    if (s != RB_OK) fail_msg("load %s (fuse_proj %s): %s", path, fuse ? "on" : "off", err.msg);
     const rb_model_config *c = rb_model_get_config(m);
     run r = {.V = c->n_vocab, .fused_qkv = c->fused_qkv, .fused_gate_up = c->fused_gate_up,
              .moe = c->n_expert > 0, .weight_bytes = rb_model_weight_bytes(m)};
@@ -61,7 +60,7 @@ static run run_model(rb_backend *be, const char *path, const char *fuse) {
  * expert stacks have no gate/up pair to fuse). */
 static bool check_pair(rb_backend *be, const char *path, const char *label) {
     const double tol = rb_backend_kind(be) == RB_DEVICE_CPU ? 1e-6 : 1e-5;
-    run a = run_model(be, path, "0"), b = run_model(be, path, "1");
+    run a = run_model(be, path, false), b = run_model(be, path, true);
     assert_int_equal(a.V, b.V);
     assert_int_equal(a.weight_bytes, b.weight_bytes);
     const size_t n = (size_t)(NT * a.V);
@@ -83,7 +82,6 @@ static bool check_pair(rb_backend *be, const char *path, const char *label) {
  * device backends fuse. */
 static void check_default(rb_backend *be, const char *dir) {
     const bool want = rb_backend_kind(be) != RB_DEVICE_CPU;
-    unsetenv("RBEE_FUSE_PROJ");
     rb_error err;
     rb_error_clear(&err);
     rb_model *m = NULL;

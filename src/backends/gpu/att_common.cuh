@@ -1,7 +1,9 @@
 /* What the attention kernels of ops_attention.cu share: their argument
- * block (masks, positions, key splitting) and the query position lookup -
+ * block (masks, positions, key splitting, sinks), the query position lookup -
  * q_pos0 + i, or the device array q_pos read by the kernel itself, so a
- * launch does not depend on where a decode step is (graph replay). */
+ * launch does not depend on where a decode step is (graph replay) - and the
+ * final normalisation of a row, where attention sinks join the softmax
+ * denominator. */
 #ifndef RBEE_GPU_ATT_COMMON_CUH
 #define RBEE_GPU_ATT_COMMON_CUH
 
@@ -24,13 +26,12 @@ struct att_args {
     int hb, nsub;  /* query heads per block, warps per head */
     int minch;     /* fewest key chunks per warp before a row takes another block */
     unsigned *cnt; /* per row group: blocks that finished (the last resets it) */
-    int kco;       /* keys loaded coalesced where the shape allows (RBEE_GPU_ATT_KCO=0: off) */
     int early;     /* one query over settled rows (rb_attn_params.keys_settled): its position and first
                     * chunk's rows below it read before the dependency wait, 1 by every block, 2 by the
-                    * first block of each row (RBEE_GPU_ATT_EARLY=0: off) */
-    int sshort;    /* early, at most 64 keys: block 0 of a row spreads them over all its warps
-                    * (RBEE_GPU_ATT_SHORT=0: off) */
+                    * first block of each row */
     unsigned long long *trace; /* decode kernel: RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
+    const char *sinks; /* nullable: f32 sink logit of each query head (rb_attn_params.sinks) */
+    int64_t sinks_nb;  /* its byte stride */
 };
 
 /* Absolute position of query i. The host keeps q_pos0 + Tq within int
@@ -41,6 +42,32 @@ __device__ __forceinline__ int att_pos(const att_args &a, int64_t i) {
 
 __device__ __forceinline__ int64_t att_pos64(const att_args &a, int64_t i) {
     return a.qpos ? (int64_t) * (const int32_t *)(a.qpos + i * a.qpos_nb) : a.q_pos0 + i;
+}
+
+/* The factor that turns a row's unnormalised sum of values into its
+ * output, from the row's running max m and denominator l (over its visible
+ * keys): 1 / l, or where the head has a sink logit s (sinks non-NULL:
+ * gpt-oss), which joins the denominator without a value,
+ * exp(m - m') / (l exp(m - m') + exp(s - m')) with m' = max(m, s). 0 where
+ * nothing counts (no visible key and no sink). */
+__device__ __forceinline__ float att_out_scale(const char *sinks, int64_t sinks_nb, int64_t h, float m, float l) {
+    if (sinks) {
+        const float s = *(const float *)(sinks + h * sinks_nb);
+        const float mn = s > m ? s : m;
+        if (mn != -INFINITY) {
+            const float c = m == -INFINITY ? 0.0f : expf(m - mn);
+            l = l * c + expf(s - mn);
+            return l > 0.0f ? c / l : 0.0f;
+        }
+    }
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
+
+/* Output element of head h from its sum acc (running max m, denominator
+ * l): acc / l without sinks, acc att_out_scale(...) with them. */
+__device__ __forceinline__ float att_finish(const att_args &a, int64_t h, float m, float l, float acc) {
+    if (!a.sinks) return l > 0.0f ? acc / l : 0.0f;
+    return acc * att_out_scale(a.sinks, a.sinks_nb, h, m, l);
 }
 
 /* Keys [lo, hi) that query position pos may see in split `split`; empty

@@ -1,7 +1,7 @@
 /* Attention for few queries over many keys (decode), included by
  * ops_attention.cu: 16-bit K/V (f16 or bf16) with contiguous, 16-byte
  * aligned rows, D = Dv. Head dims 64 and 128 go to att_decode_wide.cuh
- * unless RBEE_GPU_ATT_WIDE=0; this kernel takes 80, 96 and 256.
+ * (here only when a test asks: rb_gpu_tuning); this kernel takes 80, 96 and 256.
  * A block takes `hb` query heads of one kv group (one query, one batch) and
  * a range of keys; its warps are hb heads x nsub sub-splits, so K/V rows
  * one warp fetches are found in L1 by the other heads' warps, and a short
@@ -11,10 +11,9 @@
  * against the scaled query in shared memory; or, from 64 keys on where the
  * 16-byte pieces of a row are a power of two (D = 64, 128), the lanes read
  * the keys as they read the values (each load instruction then touches 2
- * rows instead of 32) and add a row's parts across lanes (att_lanes_add;
- * RBEE_GPU_ATT_KCO=0 turns this off). Values: the lanes split a row into 16-byte
- * pieces, RB_WARP / (D/8) rows per step, each lane accumulating 8 columns,
- * summed over lanes at the end; where registers allow (D <= 128 on 32-wide
+ * rows instead of 32) and add a row's parts across lanes (att_lanes_add).
+ * Values: the lanes split a row into 16-byte pieces, RB_WARP / (D/8) rows
+ * per step, each lane accumulating 8 columns, summed over lanes at the end; where registers allow (D <= 128 on 32-wide
  * warps) a chunk's value pieces are requested together with its keys.
  * How many blocks a row uses is decided on the device from the keys its
  * query may see (q_pos is read by the kernel, so one launch serves every
@@ -27,16 +26,16 @@
  * A decode step over a KV cache (one query, rb_attn_params.keys_settled:
  * nothing queued ahead writes the rows below its position) reads the
  * position and each warp's first chunk of those rows before its dependency
- * wait (D = 64, 128; RBEE_GPU_ATT_EARLY=0 turns it off): they are in flight
- * while the qkv product ahead ends, and blocks without keys leave at once
+ * wait (D = 64, 128): they are in flight while the qkv product ahead ends,
+ * and blocks without keys leave at once
  * (where all blocks' chunks would come to many MB, only the first block of
  * each row reads early: a.early == 2).
  * 7B q4_0 tg128 468.9 -> 485.5-487.2 tok/s in one call. The new row is
  * requested beside the query and passed through shared memory (not loaded
  * after the query: a second round trip; 7B q4_0 tg128 +0.7%).
- * Short path (early reads, at most NW KS = 64 keys, RBEE_GPU_ATT_SHORT=0
- * turns it off): a warp-per-32-keys chunk is a chain of ~1100 instructions
- * a warp, issued at 5-8 cycles each by a lone warp (ncu: barrier, wait and
+ * Short path (early reads, at most NW KS = 64 keys): a warp-per-32-keys
+ * chunk is a chain of ~1100 instructions a warp, issued at 5-8 cycles each
+ * by a lone warp (ncu: barrier, wait and
  * instruction-fetch stalls), so at short contexts block 0 of a row spreads
  * the keys over all its warps instead, KS = 16 keys a 32-lane warp (32 a
  * wavefront), a lane per 16-byte piece of a key row as the values are read, for
@@ -141,9 +140,11 @@ __device__ __forceinline__ void att_split_put(const att_args &a, int64_t row, in
     pp[2 + d] = acc;
 }
 
-/* Column d of a row's output from its nbe partials at pp (D + 2 floats
- * apart): an online merge with 8 splits' loads in flight at a time. */
-__device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D, int d) {
+/* Column d of query head h's output from its row's nbe partials at pp
+ * (D + 2 floats apart): an online merge with 8 splits' loads in flight at a
+ * time, normalised by att_finish (sinks). */
+__device__ __forceinline__ float att_split_merge(const att_args &a, int64_t h, const float *pp, int nbe, int D,
+                                                 int d) {
     float mt = -INFINITY, lt = 0.0f, at = 0.0f;
     for (int s0 = 0; s0 < nbe; s0 += 8) {
         float ms[8], ls[8], as[8];
@@ -170,7 +171,7 @@ __device__ __forceinline__ float att_split_merge(const float *pp, int nbe, int D
         }
         mt = mb;
     }
-    return lt > 0.0f ? at / lt : 0.0f;
+    return att_finish(a, h, mt, lt, at);
 }
 
 /* blockIdx.x = ((b Tq + i) Hkv + g) (R / hb) + head chunk; blockIdx.y = key split.
@@ -235,7 +236,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     };
     /* from 64 keys on (bench_gpu attn, H100: 128-4096 keys 14-22% faster;
      * at 1-33 keys the row loads of the other form were ~0.5 us shorter) */
-    auto use_kco = [&]() { return KCO && a.kco && hi - lo >= 64; };
+    auto use_kco = [&]() { return KCO && hi - lo >= 64; };
     /* Key pieces (kcp: the keys' coalesced form if kco, else this lane's
      * key row) and value pieces (vp) of the chunk at key j0 (nk of its keys
      * visible): visible rows below `to` are loaded, the others' pieces zeroed
@@ -292,7 +293,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             gpu_trace_mark(a.trace, 3);
             return; /* uniform over the block */
         }
-        shortp = a.sshort && hb <= SH && hi - lo <= NW * KS;
+        shortp = hb <= SH && hi - lo <= NW * KS;
         if (shortp) {
             if (blockIdx.y != 0) {
                 gpu_trace_mark(a.trace, 3);
@@ -314,7 +315,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             have = true;
         }
     }
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     gpu_trace_mark(a.trace, 1);
     /* The new row (at the position), where a warp's early chunk holds it:
      * requested now, beside the query, by the block's first 2 CH threads
@@ -426,7 +427,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
                     lt = fmaf(cs, sml_sh[w2][hh][1], lt);
                     at = fmaf(cs, sacc_sh[w2][hh][d], at);
                 }
-                const float o = lt > 0.0f ? at / lt : 0.0f;
+                const float o = att_finish(a, h, mt, lt, at);
                 *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
                 if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
             }
@@ -562,7 +563,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
             at += cs * acc_sh[s2 * hb + hh][d];
         }
         if (nbe == 1) {
-            const float o = lt > 0.0f ? at / lt : 0.0f;
+            const float o = att_finish(a, h, mt, lt, at);
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (e == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
@@ -577,7 +578,7 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     for (int e = threadIdx.x; e < hb * D; e += blockDim.x) {
         const int hh = e / D, d = e % D, h = gk * R + hc * hb + hh;
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-            att_split_merge(a.part + (grow + hh) * a.nsplit * (D + 2), nbe, D, d);
+            att_split_merge(a, h, a.part + (grow + hh) * a.nsplit * (D + 2), nbe, D, d);
     }
     gpu_trace_mark(a.trace, 3);
 }

@@ -24,7 +24,7 @@
  * L2 (two heads a block, their query in shared memory: 16 bytes of spills,
  * Llama-3.2-1B q4_0 tg128 1870 against 1976-1985 tok/s with one, and at
  * 4096 keys 16.0 against 15.4 us).
- * RBEE_GPU_ATT_WIDE=0 turns it off (att_decode.cuh for every decode case). */
+ * A test's rb_gpu_tuning.narrow_decode_att sends these cases to att_decode.cuh. */
 #ifndef RBEE_GPU_ATT_DECODE_WIDE_CUH
 #define RBEE_GPU_ATT_DECODE_WIDE_CUH
 
@@ -118,7 +118,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
         }
         load(s0 + wid, pos, ku, vu);
     }
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     gpu_trace_mark(a.trace, 1);
     if (!a.early && !range()) {
         gpu_trace_mark(a.trace, 3);
@@ -207,7 +207,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
             at += acc_sh[w2][d];
         }
         if (nbe == 1) {
-            const float o = lt > 0.0f ? at / lt : 0.0f;
+            const float o = att_finish(a, h, mt, lt, at);
             *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) = o;
             if (d == 0) gpu_trace_mark_after(a.trace, 3, o);
         } else {
@@ -221,7 +221,7 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
     }
     for (int d = threadIdx.x; d < D; d += ATT_DW_THREADS)
         *(float *)(dst.p + d * dst.nb[0] + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3]) =
-            att_split_merge(a.part + (int64_t)grp * a.nsplit * (D + 2), nbe, D, d);
+            att_split_merge(a, h, a.part + (int64_t)grp * a.nsplit * (D + 2), nbe, D, d);
     gpu_trace_mark(a.trace, 3);
 }
 

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
                 pp[3 + nt * 8 + 2 * t4] = o[nt][2 * half + 1];
             }
         } else {
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const float inv = att_out_scale(a.sinks, a.sinks_nb, h, m, l);
             char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
 #pragma unroll
             for (int nt = 0; nt < D / 8; nt++) {

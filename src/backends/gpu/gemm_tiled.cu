@@ -1,5 +1,6 @@
 /* The project's own GEMM, used for prefill on HIP (Debian ships no rocBLAS)
- * and on CUDA when RBEE_GPU_GEMM=tiled (so it is tested on NVIDIA too):
+ * and on CUDA where a test asks for it (rb_gpu_tuning.tiled_gemm, so it is
+ * tested on NVIDIA too):
  * C[m][n] = sum_k A[n][k] * B[m][k] with f16 or f32 operands and f32
  * accumulation. 64x64 output tiles, 16-deep k steps staged in shared memory
  * (converted to f32 on load), 256 threads each owning a 4x4 sub-tile; plain

@@ -21,10 +21,12 @@
 #if defined(RBEE_GPU_HIP)
 #define RB_GPU_CREATE rb_rocm_backend_create
 #define RB_GPU_LIST rb_rocm_devices_list
+#define RB_GPU_TUNE rb_rocm_backend_tune
 #define RB_GPU_DEVICE_KIND RB_DEVICE_ROCM
 #else
 #define RB_GPU_CREATE rb_cuda_backend_create
 #define RB_GPU_LIST rb_cuda_devices_list
+#define RB_GPU_TUNE rb_cuda_backend_tune
 #define RB_GPU_DEVICE_KIND RB_DEVICE_CUDA
 #endif
 
@@ -208,13 +210,15 @@ static rb_status ids_err_report(rb_backend *be) {
     g->ids_err_live = false;
     const int *h = g->ids_err_host;
     if (!h[0]) return RB_OK;
-    const int op = h[1], id = h[2], limit = h[3];
+    const int op = h[1] >= 0 && h[1] <= 2 ? h[1] : 0, id = h[2], limit = h[3];
     cudaError_t e = cudaMemsetAsync(g->ids_err, 0, 4 * sizeof(int), g->stream);
     if (e != cudaSuccess) return gpu_fail(be, e, "resetting the device ids check");
+    static const char *const ops[3] = {"rb_get_rows", "rb_set_rows", "rb_matmul_id"};
+    static const char *const what[3] = {"row 0 or the last row was read instead", "that row was not written",
+                                        "the products of that slot were not written"};
     return rb_backend_fail(be, RB_E_RANGE,
                            "%s: id %d out of range [0, %d) in a graph replay on %s (checked on the device; %s)",
-                           op ? "rb_set_rows" : "rb_get_rows", id, limit, be->name,
-                           op ? "that row was not written" : "row 0 or the last row was read instead");
+                           ops[op], id, limit, be->name, what[op]);
 }
 
 static rb_status g_sync(rb_backend *be) {
@@ -323,7 +327,7 @@ static rb_status g_buffer_set_queued(rb_backend *be, rb_buffer *buf, size_t offs
     char *d = (char *)buf->impl + offs;
     const gpu_backend::gpu_pinned *b = pinned_find(g, src, n);
     rb_status st = RB_OK;
-    if (b && g->ul_kernel && copy_kernel(be, d, b->dev + ((const char *)src - b->host), n, &st)) return st;
+    if (b && !g->tune.upload_dma && copy_kernel(be, d, b->dev + ((const char *)src - b->host), n, &st)) return st;
     if (b) { /* page-locked: the DMA reads it when it runs, and a capture records it */
         cudaError_t e = cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, g->stream);
         return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "queued upload");
@@ -358,7 +362,7 @@ static rb_status g_buffer_get(rb_backend *be, const rb_buffer *buf, size_t offs,
     gpu_backend *g = gb(be);
     const char *src = (const char *)buf->impl + offs;
     const bool whole = n % 16 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
-    const gpu_backend::gpu_pinned *b = g->dl_kernel && whole ? pinned_find(g, dst, n) : NULL;
+    const gpu_backend::gpu_pinned *b = whole ? pinned_find(g, dst, n) : NULL;
     rb_status st = RB_OK;
     cudaError_t e = cudaSuccess;
     if (b && copy_kernel(be, b->dev + ((char *)dst - b->host), src, n, &st)) {
@@ -493,21 +497,9 @@ static rb_status unsupported(rb_backend *be, const char *op) {
 static rb_status g_index_select(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, int) {
     return unsupported(be, "rb_index_select");
 }
-static rb_status g_argsort(rb_backend *be, rb_tensor *, const rb_tensor *, bool) {
-    return unsupported(be, "rb_argsort");
-}
-static rb_status g_topk(rb_backend *be, rb_tensor *, rb_tensor *, const rb_tensor *, int) {
-    return unsupported(be, "rb_topk");
-}
 static rb_status g_conv1d(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *, int,
                           int, int, int) {
     return unsupported(be, "rb_conv1d");
-}
-static rb_status g_matmul_id(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *) {
-    return unsupported(be, "rb_matmul_id");
-}
-static rb_status g_swiglu_clamp(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, float, float) {
-    return unsupported(be, "rb_swiglu_clamp");
 }
 
 /* Page-locked host memory (rb_backend_host_alloc): copies into it run as
@@ -542,10 +534,10 @@ static const rb_backend_vtable k_gpu_vtable = {
     g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
     gpu_binary,        gpu_where,      gpu_glu,        gpu_cast,       gpu_reduce,         gpu_softmax,
     gpu_rms_norm,      gpu_add_rms_norm,
-    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
-    g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
+    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       gpu_argsort,
+    gpu_topk,          gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
     gpu_upsample,      gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
-    g_buffer_wrap_host, gpu_group_norm_act, g_matmul_id, g_swiglu_clamp,
+    g_buffer_wrap_host, gpu_group_norm_act, gpu_matmul_id, gpu_swiglu_clamp,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {
@@ -570,16 +562,9 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
     g->device = index;
     g->warp = prop.warpSize > 0 ? prop.warpSize : 32;
     g->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    const char *gm = getenv("RBEE_GPU_GEMM");
-    g->tiled_gemm = gm && strcmp(gm, "tiled") == 0;
 #if !defined(RBEE_GPU_HIP)
-    const char *pdl = getenv("RBEE_GPU_PDL");
-    g->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    g->pdl = prop.major >= 9;
 #endif
-    const char *dlk = getenv("RBEE_GPU_DLK");
-    g->dl_kernel = !(dlk && strcmp(dlk, "0") == 0);
-    const char *ulk = getenv("RBEE_GPU_ULK");
-    g->ul_kernel = !(ulk && strcmp(ulk, "0") == 0);
     rb_status s = RB_OK;
     const char *what = "stream";
     e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
@@ -643,6 +628,12 @@ extern "C" rb_status RB_GPU_CREATE(int index, const rb_backend_config *cfg, rb_b
     if (!out) return rb_error_set(err, RB_E_INVALID, "out is NULL");
     *out = NULL;
     return RB_GPU_NS::create(index, cfg, out, err);
+}
+
+extern "C" rb_status RB_GPU_TUNE(rb_backend *be, const rb_gpu_tuning *t) {
+    if (!be || !t || be->kind != RB_GPU_DEVICE_KIND) return RB_E_UNSUPPORTED;
+    RB_GPU_NS::gb(be)->tune = *t;
+    return RB_OK;
 }
 
 extern "C" rb_status RB_GPU_LIST(rb_device_info *infos, int max, int *n, rb_error *err) {

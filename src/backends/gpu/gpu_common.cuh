@@ -127,8 +127,9 @@ __device__ __forceinline__ int64_t boffs(const gt &v, const int64_t c[4]) {
     return o;
 }
 
-/* First out-of-range id of a replay: {1, op, id, limit} (op 0 get, 1 set;
- * gpu_ids_guard): get_rows, set_rows and the matrix-vector store. */
+/* First out-of-range id of a replay: {1, op, id, limit} (op 0 get, 1 set,
+ * 2 matmul_id; gpu_ids_guard): get_rows, set_rows, the matrix-vector store
+ * and the expert routing. */
 __device__ __forceinline__ void ids_flag(int *guard, int op, int32_t id, int64_t limit) {
     if (!guard) return;
     if (atomicCAS(guard, 0, 1) == 0) {

@@ -12,6 +12,7 @@
 extern "C" {
 #include "core/backend_impl.h"
 }
+#include "backends/gpu/gpu_tuning.h"
 
 #if !defined(RBEE_GPU_HIP)
 #include <cublas_v2.h>
@@ -45,8 +46,8 @@ struct gpu_backend {
     bool ids_err_live; /* a graph ran since ids_err was last read */
     bool ids_err_exported; /* and its last kernel copies the flag to ids_err_host (no DMA to queue) */
     unsigned *att_cnt; /* decode attention: zeroed per-row-group counters (att_decode.cuh) */
-    bool tiled_gemm; /* RBEE_GPU_GEMM=tiled: use the own GEMM even where cuBLAS exists */
-    bool pdl;        /* programmatic dependent launch usable (CUDA, sm_90+, not RBEE_GPU_PDL=0): gpu_pdl.h */
+    rb_gpu_tuning tune; /* a test's alternatives to the kernel choices (gpu_tuning.h); all off */
+    bool pdl;           /* programmatic dependent launch usable (CUDA, sm_90+): gpu_pdl.h */
     struct gpu_trace *trace; /* RBEE_GPU_TRACE: decode-kernel timestamps (gpu_trace.h), else NULL */
     /* page-locked blocks of g_host_alloc the kernels can address (their
      * device view), so a read-back into one can be a kernel that writes it
@@ -56,8 +57,6 @@ struct gpu_backend {
         size_t size;
     } pinned[GPU_PINNED_MAX];
     int n_pinned;
-    bool dl_kernel; /* read-backs into those blocks by a kernel (not RBEE_GPU_DLK=0) */
-    bool ul_kernel; /* queued uploads from them by a kernel (not RBEE_GPU_ULK=0: by DMA) */
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif
@@ -151,6 +150,14 @@ rb_status gpu_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *sr
 rb_status gpu_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f);
+/* The mixture-of-experts ops: ops_matmul_id.cu (grouped expert products),
+ * ops_swiglu_clamp.cu, ops_sort.cu (routing: topk, and argsort). */
+rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                        const rb_tensor *ids);
+rb_status gpu_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                           float limit);
+rb_status gpu_argsort(rb_backend *be, rb_tensor *dst, const rb_tensor *src, bool descending);
+rb_status gpu_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const rb_tensor *src, int k);
 /* Own tiled GEMM (gemm_tiled.cu): C[m][n] = sum_k A[n][k] * B[m][k] on f16
  * (or f32) operands with row strides lda, ldb (elements), f32 out with row
  * stride ldc (floats). */

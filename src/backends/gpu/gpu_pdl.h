@@ -11,18 +11,14 @@
  * matrix-vector kernel's first weight loads with the small kernel before it
  * (and hides the launch gap) instead of starting cold after it.
  * The small per-layer kernels of a decode step (norms, rope, set_rows,
- * attention and its merge, glu) are launched the same way (gpu_pdl_small)
- * and wait first thing: that hides their launch gap behind the kernel ahead.
+ * attention and its merge, glu) are launched the same way and wait first
+ * thing: that hides their launch gap behind the kernel ahead.
  * On HIP, and on CUDA devices before sm_90, both device calls are no-ops and
- * gpu_launch_pdl is an ordinary launch. RBEE_GPU_PDL=0 turns it off,
- * RBEE_GPU_PDL_SMALL=0 only for the small kernels. */
+ * gpu_launch_pdl is an ordinary launch. */
 #ifndef RBEE_GPU_PDL_H
 #define RBEE_GPU_PDL_H
 
 #include "backends/gpu/gpu_internal.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 namespace RB_GPU_NS {
 
@@ -36,13 +32,6 @@ __device__ __forceinline__ void rb_grid_dep_trigger() {
 #if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-}
-
-/* Whether the small kernels launch with programmatic dependent launch
- * (environment, read once). */
-static inline bool gpu_pdl_small() {
-    static const bool v = !(getenv("RBEE_GPU_PDL_SMALL") && strcmp(getenv("RBEE_GPU_PDL_SMALL"), "0") == 0);
-    return v;
 }
 
 /* Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic

@@ -1,5 +1,5 @@
 /* Device decoding of the ggml block formats the GPU backend reads directly:
- * q4_0, q8_0, q4_K and q6_K (byte layouts as in include/rbee/quant.h). Two
+ * q4_0, q8_0, q4_K, q6_K and mxfp4 (byte layouts as in include/rbee/quant.h). Two
  * granularities: one element (get_rows, cast) and a "unit" of 32 consecutive
  * elements of a row decoded into registers (the matrix kernels). Every format
  * handled here has rows made of whole 32-element units. */
@@ -23,6 +23,18 @@ __device__ __forceinline__ void q4k_scale_min(const uint8_t *s, int j, int *sc, 
     }
 }
 
+/* mxfp4: the doubled E2M1 value of a nibble (table 0 1 2 3 4 6 8 12, bit 3
+ * the sign, as rb_mxfp4_values) and a block's scale 2^(e - 128) with the
+ * bit pattern of rb_e8m0_half_to_f32 (a subnormal for e < 2): their product
+ * is exact, so the decoding equals the CPU's bit for bit. */
+__device__ __forceinline__ float mxfp4_scale(uint8_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+__device__ __forceinline__ int mxfp4_value(int q) {
+    const int v = (int)((0xC8643210u >> (4 * (q & 7))) & 0xFu);
+    return (q & 8) ? -v : v;
+}
+
 /* Bytes per 32-element unit's block and units per block. */
 __device__ __forceinline__ int qblock_bytes(int dt) {
     switch (dt) {
@@ -30,6 +42,7 @@ __device__ __forceinline__ int qblock_bytes(int dt) {
     case RB_Q8_0: return 34;
     case RB_Q4_K: return 144;
     case RB_Q6_K: return 210;
+    case RB_MXFP4: return 17;
     default: return 0;
     }
 }
@@ -98,6 +111,15 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             const int q = ((l >> lsh) & 0xF) | (((h >> hsh) & 3) << 4);
             w[i] = (i < 16 ? d0 : d1) * (float)(q - 32);
         }
+    } else if (dt == RB_MXFP4) { /* 17-byte blocks: byte loads (rows are only byte aligned) */
+        const uint8_t *b = (const uint8_t *)row + u * 17;
+        const float d = mxfp4_scale(b[0]);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int q = b[1 + i];
+            w[i] = (float)mxfp4_value(q & 0xF) * d;
+            w[i + 16] = (float)mxfp4_value(q >> 4) * d;
+        }
     } else {
 #pragma unroll
         for (int i = 0; i < 32; i++) w[i] = 0.0f;
@@ -130,6 +152,10 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
         const int sc = ((const int8_t *)(b + 192))[8 * n + 2 * qq + (i >> 4)];
         const int q = ((l >> ((qq >> 1) * 4)) & 0xF) | (((h >> (2 * qq)) & 3) << 4);
         return ld_h(b + 208) * (float)sc * (float)(q - 32);
+    } else if (dt == RB_MXFP4) {
+        const uint8_t *b = (const uint8_t *)row + u * 17;
+        const int q = b[1 + (i & 15)];
+        return (float)mxfp4_value(i < 16 ? (q & 0xF) : (q >> 4)) * mxfp4_scale(b[0]);
     }
     return 0.0f;
 }

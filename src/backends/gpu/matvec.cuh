@@ -25,15 +25,12 @@
  * layouts use ops_matmul.cu's plain kernel).
  * No host synchronization and no allocation once scratch is large enough
  * (the occupancy per kernel is computed once and cached).
- * Tuning knobs (environment, read once): RBEE_GPU_MV_R = 2 | 4 weight rows per
- * lane (CUDA; default 2 for M <= 8, 4 above; HIP always 2), RBEE_GPU_MV_FUSED = byte
- * budget of the in-kernel activation quantization (default 16384, at most
- * 48 KiB; 0: always the separate kernel; run 1 on an H200 had the separate
- * kernel ahead from M = 8 at K = 4096).
+ * Weight rows per lane: 2 for M <= 8, 4 above (CUDA; HIP always 2). The
+ * in-kernel activation quantization takes at most MV_FUSED_MAX bytes (an
+ * H200 had the separate kernel ahead from M = 8 at K = 4096).
  * Decode itself (M <= 4, 16-byte aligned rows, q4_0/q8_0/f32/f16/bf16) takes
  * the direct kernels of matvec_direct.cuh first (quantized weights: where
- * the activations are contiguous f32 rows that fit a block's shared memory);
- * RBEE_GPU_MV_DIRECT=0 turns them off. */
+ * the activations are contiguous f32 rows that fit a block's shared memory). */
 #ifndef RBEE_GPU_MATVEC_CUH
 #define RBEE_GPU_MATVEC_CUH
 
@@ -41,13 +38,12 @@
 #include "backends/gpu/matvec_fmt.cuh"
 
 #include <mutex>
-#include <stdlib.h>
 
 namespace RB_GPU_NS {
 
 #define MV_THREADS 256
 #define MV_MAX_M 32
-#define MV_FUSED_DEFAULT 16384 /* bytes of in-kernel quantized activations (1.25 M K) */
+#define MV_FUSED_MAX 16384 /* bytes of in-kernel quantized activations (1.25 M K) */
 #if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MV_ASYNC 1
 #endif
@@ -89,7 +85,7 @@ template <int N> __device__ __forceinline__ void mv_wait() {
  * rows, 16-byte aligned). */
 template <bool KQ, bool VEC> __global__ void __launch_bounds__(MV_THREADS) k_mv_xquant(gt b, int8_t *xq, int2 *xs) {
     rb_grid_dep_trigger(); /* the matrix-vector kernel after this one may start loading weights */
-    rb_grid_dep_wait();    /* launched with gpu_pdl_small: the activations come from the kernel before */
+    rb_grid_dep_wait();    /* launched with gpu_launch_pdl: the activations come from the kernel before */
     const int lane = threadIdx.x & 31;
     const int64_t K = b.ne[0], M = b.ne[1], KB = (K + 255) / 256, total = KB * M * b.ne[2] * b.ne[3];
     for (int64_t gi = (int64_t)blockIdx.x * (MV_THREADS / 32) + (threadIdx.x >> 5); gi < total;
@@ -424,21 +420,11 @@ template <class F, int R, bool FUSED> static rb_status mv_pick_mt(rb_backend *be
     return mv_launch<F, R, 8, FUSED>(be, p, sl, sm);
 }
 
-static int mv_env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
-}
-
 #if !defined(RBEE_GPU_HIP)
-/* rows per lane (CUDA): RBEE_GPU_MV_R = 2 | 4 (read once), else 2 for M <= 8
- * and 4 above (H200, K x N = 4096 x 11008: R = 2 was ahead at M = 1 and 8
- * for most types, R = 4 at M = 32, where it reuses each activation load for
- * more weight rows) */
-static int mv_rows_per_lane(int64_t M) {
-    static const int r = mv_env_int("RBEE_GPU_MV_R", 0);
-    if (r == 2 || r == 4) return r;
-    return M <= 8 ? 2 : 4;
-}
+/* rows per lane (CUDA): 2 for M <= 8 and 4 above (H200, K x N = 4096 x
+ * 11008: R = 2 was ahead at M = 1 and 8 for most types, R = 4 at M = 32,
+ * where it reuses each activation load for more weight rows) */
+static int mv_rows_per_lane(int64_t M) { return M <= 8 ? 2 : 4; }
 #endif
 
 /* R = 4 where chosen and it fits the device's shared memory (CUDA), else 2 */
@@ -482,21 +468,14 @@ static rb_status mv_quant_acts(rb_backend *be, const gt &bv, const gt *bf, int64
     /* with programmatic dependent launch: the product after it starts its
      * weight copies while this runs (k_mv waits for it before reading) */
     gpu_backend *g = gb(be);
-    const bool pdl = gpu_pdl_small();
-    if (bf) (void)gpu_launch_pdl(g, pdl, k_mv_xquant<KQ, true>, dim3(nbk), dim3(MV_THREADS), 0, *bf, xq, xs);
-    else (void)gpu_launch_pdl(g, pdl, k_mv_xquant<KQ, false>, dim3(nbk), dim3(MV_THREADS), 0, bv, xq, xs);
+    if (bf) (void)gpu_launch_pdl(g, true, k_mv_xquant<KQ, true>, dim3(nbk), dim3(MV_THREADS), 0, *bf, xq, xs);
+    else (void)gpu_launch_pdl(g, true, k_mv_xquant<KQ, false>, dim3(nbk), dim3(MV_THREADS), 0, bv, xq, xs);
     *xq_out = xq;
     *xs_out = xs;
     return gpu_check_launch(be, "matmul (activation quantization)");
 }
 
 /* ---- direct kernels (matvec_direct.cuh) ---- */
-
-/* RBEE_GPU_MV_DIRECT=0 turns them off (read once), for comparisons */
-static bool mvd_enabled() {
-    static const int v = mv_env_int("RBEE_GPU_MV_DIRECT", 1);
-    return v != 0;
-}
 
 /* 16-byte aligned weight rows, fewer than 2^30 of them (k_mvd walks rows in
  * 32-bit steps) */
@@ -543,8 +522,6 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
         rb_status s = mvd_quant_fits<F, NT>(be, p.M, p.a.ne[0], true, &fits);
         if (s != RB_OK) return s;
         q.nwc = fits;
-        const char *np = getenv("RBEE_GPU_MV_NWPRE");
-        q.nwpre = !(np && strcmp(np, "0") == 0);
     }
     size_t smem = mvd_smem<F, NT>(p.M, p.a.ne[0], q.nwc);
     if (q.d.host) { /* a destination in host memory: room to stage a block's row results */
@@ -553,8 +530,6 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
         if (slices == 1 && mv_smem_limit(be, &lim) == RB_OK && off + MVD_HOST_ROWS * 4 + 1024 <= lim) {
             q.hoff = (int)off;
             smem = off + MVD_HOST_ROWS * 4;
-            static const int hc = mv_env_int("RBEE_GPU_MV_HCHUNK", 8);
-            q.hchunk = hc >= 1 && hc <= 32 && (hc & (hc - 1)) == 0 ? hc : 0;
         } else {
             q.d.host = 0; /* a store a row: right, but slow across the bus */
         }
@@ -565,12 +540,11 @@ static rb_status mvd_launch(rb_backend *be, const mvd_args &p, int64_t slices, b
     if (s != RB_OK) return s;
     if (q.d.host && !mvd_host_rows<MT>(q, G, NT / 32)) q.d.host = 0;
     /* quantized weights: spans past each group's first requested into L2
-     * ahead of the dependency wait, about RBEE_GPU_MV_L2PRE_KB over the
-     * launch's busy groups (0: off; float weights: off, measured no gain) */
-    static const int l2kb = mv_env_int("RBEE_GPU_MV_L2PRE_KB", 5120);
-    if (F::QUANT && l2kb > 0) {
+     * ahead of the dependency wait, about MVD_L2PRE_KB over the launch's
+     * busy groups (float weights: none, measured no gain) */
+    if (F::QUANT) {
         const int64_t groups = (int64_t)G * (NT / 32), busy = units < groups ? units : groups;
-        const int64_t sp = ((int64_t)l2kb * 1024 + busy * F::SPAN_BYTES / 2) / (busy * F::SPAN_BYTES);
+        const int64_t sp = ((int64_t)MVD_L2PRE_KB * 1024 + busy * F::SPAN_BYTES / 2) / (busy * F::SPAN_BYTES);
         q.l2pre = (int)(sp > 8 ? 8 : sp);
     }
     q.trace = gpu_trace_slot(gb(be), GPU_TRACE_PRODUCT, p.a.dt,
@@ -608,7 +582,7 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
                            int64_t r3, bool pdl, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
-    if (!mvd_enabled() || !bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av))
+    if (!bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av))
         return RB_OK;
     bool fits = false;
     rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, false, &fits);
@@ -630,7 +604,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
                            bool pdl, bool *done) {
     *done = false;
     const int64_t es = DT == RB_F32 ? 4 : 2, K = av.ne[0], slices = dv.ne[2] * dv.ne[3];
-    if (!mvd_enabled() || !bf || bf->ne[1] > MVD_MAX_M || av.nb[0] != es || K % (16 / es) != 0 ||
+    if (!bf || bf->ne[1] > MVD_MAX_M || av.nb[0] != es || K % (16 / es) != 0 ||
         !mvd_rows_ok(av))
         return RB_OK;
     *done = true;
@@ -679,7 +653,6 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
 static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, const mvd_args &p,
                                   bool a_const, bool *done) {
     *done = false;
-    if (!mvd_enabled()) return RB_OK;
     switch (av.dt) {
     case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
     case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
@@ -723,8 +696,7 @@ static rb_status mv_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
         return mv_pick_r<F, false>(be, p, slices);
     } else {
         *done = true;
-        static const int64_t fused_max = mv_env_int("RBEE_GPU_MV_FUSED", MV_FUSED_DEFAULT);
-        if (bf && mg == 1 && (M * K / 4) * 5 <= fused_max && (M * K / 4) * 5 <= 48 * 1024)
+        if (bf && mg == 1 && (M * K / 4) * 5 <= MV_FUSED_MAX)
             return mv_pick_r<F, true>(be, p, slices);
         /* separate quantization into scratch */
         rb_status s = mv_quant_acts<F::KQ>(be, bv, bf, slices, M, K, &p.xq, &p.xs);

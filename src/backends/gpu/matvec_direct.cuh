@@ -29,6 +29,8 @@ namespace RB_GPU_NS {
 #define MVD_HOST_ROWS 4096 /* row results (x M) a block stages for a destination in host memory (gt.host) */
 #define MVD_NW_REGS 2 /* float4 of a staged norm weight a thread requests before the first span (K <= 8 NT) */
 #define MVD_ROPE_FREQS 64 /* rope frequencies passed with the launch (head dims up to 128) */
+#define MVD_L2PRE_KB 5120 /* quantized: KB of weights a launch requests into L2 before its dependency wait */
+#define MVD_HOST_CHUNK 8  /* d.host: a group writes its staged row results every 8 rows */
 
 /* What the product reads instead of the plain activations (rb_matmul_fused,
  * quantized weights with in-block quantization only). */
@@ -47,7 +49,7 @@ struct mvd_args {
     int act;                  /* its gate activation (rb_unary_op) */
     int rope;                 /* rotate adjacent row pairs below rrows (rb_matmul_fused rope, normal mode) */
     int rrows, rhd, rnrot;    /* rows rotated (heads x head dim), head dim, rotated dims of a head */
-    int rsplit;               /* rows >= rrows one at a time, not in pairs (RBEE_GPU_MV_RSPLIT=0: off) */
+    int rsplit;               /* rows >= rrows one at a time, not in pairs (off: rb_gpu_tuning.rope_pairs_only) */
     double rbase, rfscale, rattn;
     const char *rpos;         /* i32 position of activation row m at rpos + m rpos_nb */
     int64_t rpos_nb;
@@ -61,11 +63,9 @@ struct mvd_args {
     const float *nw;          /* rms_norm weight [K] or NULL; eps */
     float eps;
     int nwc;                  /* quantized: nw is constant, and staged in shared memory before the dependency wait */
-    int nwpre;                /* and requested ahead of the first span where it fits (RBEE_GPU_MV_NWPRE=0: after) */
-    int l2pre;                /* quantized: spans past the first requested into L2 before the wait (RBEE_GPU_MV_L2PRE_KB) */
+    int l2pre;                /* quantized: spans past the first requested into L2 before the wait (MVD_L2PRE_KB) */
     unsigned long long *trace; /* RBEE_GPU_TRACE slot (gpu_trace.h) or NULL */
     int hoff;                 /* d.host: byte offset of the block's staged row results in shared memory */
-    int hchunk;               /* d.host: a group writes its rows every hchunk (power of 2 <= 32; 0: the block at its end) */
     /* last: read only by rope's epilogue, so the fields read before the
      * dependency wait share fewer constant-cache lines */
     double rfreq[MVD_ROPE_FREQS]; /* freq_scale base^(-2i / n_rot) from the host, as ops_rope.cu has them */
@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
      * (the trace: the norm-fused products' blocks had passed their wait ~1.4
      * us after the release, waiting for the norm weight) */
     float4 nwr[MVD_NW_REGS];
-    const bool nwpre = F::QUANT && p.nwc && p.nwpre && K / 4 <= MVD_NW_REGS * NT;
+    const bool nwpre = F::QUANT && p.nwc && K / 4 <= MVD_NW_REGS * NT;
     if (nwpre)
 #pragma unroll
         for (int j = 0; j < MVD_NW_REGS; j++) {
@@ -527,11 +527,11 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     /* host memory (a decode step's logits written in place, gt.host): the
      * block's row results are kept in shared memory and written in whole
      * stores, since a 4-byte write a row across the bus made 1B q4_0 decode
-     * 16% slower (tg128 1880 -> 1575): each group's every p.hchunk rows as
-     * it goes (mvd_host_flush), so the bus carries them while the product
-     * runs - written all at the blocks' ends (p.hchunk 0), 1B's 513 KB of
-     * logits had left the output head a tail of 6.7 us, 2.6 with chunks of
-     * 8; the host side keeps host only where a block's rows fit
+     * 16% slower (tg128 1880 -> 1575): each group's every MVD_HOST_CHUNK
+     * rows as it goes (mvd_host_flush), so the bus carries them while the
+     * product runs - written all at the blocks' ends, 1B's 513 KB of logits
+     * had left the output head a tail of 6.7 us, 2.6 with chunks of 8; the
+     * host side keeps host only where a block's rows fit
      * (mvd_host_rows), at p.hoff */
     float *held = (float *)((char *)mvd_slot_mem + p.hoff);
     auto put = [&](char *o, int64_t row, int m, float v) { /* dst, and the store (rb_matmul_fused store) */
@@ -577,8 +577,8 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                 put(o, row, m, t);
             }
         }
-        if (p.d.host && p.hchunk) { /* every hchunk rows of the group: its staged results in one coalesced store */
-            const int k = st - slo, mk = p.hchunk - 1;
+        if (p.d.host) { /* every MVD_HOST_CHUNK rows of the group: its staged results in one coalesced store */
+            const int k = st - slo, mk = MVD_HOST_CHUNK - 1;
             if ((k & mk) == mk || st + 1 == shv)
                 mvd_host_flush<MT>(p.d.p, p.d.nb[1], p.M, held, st - (k & mk), (k & mk) + 1, mvd_rng[0].x);
         }
@@ -620,13 +620,6 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
             }
             finish(st);
         }
-    }
-    if (p.d.host && !p.hchunk) { /* the block's rows, contiguous: whole stores across the bus */
-        __syncthreads();
-        const int r0 = mvd_rng[0].x, nr = mvd_rng[NG - 1].z - r0;
-        for (int m = 0; m < p.M; m++)
-            for (int i = threadIdx.x; i < nr; i += NT)
-                *(float *)(p.d.p + m * p.d.nb[1] + (int64_t)(r0 + i) * 4) = held[m * (MVD_HOST_ROWS / MT) + i];
     }
     if (p.trace) { /* the block's last group is done */
         __syncthreads();

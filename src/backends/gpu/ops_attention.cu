@@ -12,21 +12,19 @@
  *    and sum (online softmax), and the lanes accumulate the value rows split
  *    over the head dimension.
  * All three support grouped-query heads, causal and sliding-window masks,
- * q_pos0 or per-query positions on the device (q_pos), an additive mask and
- * soft-capping, and keep memory linear in Tk. When the query rows cannot
+ * q_pos0 or per-query positions on the device (q_pos), an additive mask,
+ * soft-capping and attention sinks (att_common.cuh: att_out_scale, applied
+ * where a row's output is normalised), and keep memory linear in Tk. When the query rows cannot
  * fill the GPU the keys are split and k_att_merge combines the partial
  * results (the decode kernel merges inside itself); with q_pos the split
  * count depends on Tk only, so one launch serves every decode step (graph
  * replay), and splits past a query's position return at once.
- * RBEE_GPU_ATTN=generic or =notc (no tensor cores)
- * restricts the choice, for comparisons. */
+ * A test or benchmark may restrict the choice (rb_gpu_tuning: the generic
+ * kernel for everything, att_decode.cuh for head dims 64 and 128 too). */
 #include "backends/gpu/att_common.cuh"
 #include "backends/gpu/att_decode.cuh"
 #include "backends/gpu/att_decode_wide.cuh"
 #include "backends/gpu/att_tc.cuh"
-
-#include <stdlib.h>
-#include <string.h>
 
 namespace RB_GPU_NS {
 
@@ -121,7 +119,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
         }
         return;
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = att_out_scale(a.sinks, a.sinks_nb, h, m, l);
     char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
 #pragma unroll
     for (int t = 0; t < ATT_ACC; t++) {
@@ -134,9 +132,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
  * row; splits that saw no key (m = -inf) are skipped without reading acc. */
 #define ATT_MERGE_THREADS 128
 #define ATT_SPLIT_MAX 256
-__global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow) {
+__global__ void __launch_bounds__(ATT_MERGE_THREADS)
+    k_att_merge(gt dst, const float *part, int nsplit, int64_t nrow, const char *sinks, int64_t sinks_nb) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     __shared__ float wsh[ATT_SPLIT_MAX];
     __shared__ float red[32];
     const int64_t Dv = dst.ne[0], Hq = dst.ne[1], Tq = dst.ne[2];
@@ -154,7 +153,7 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const f
             l += c * pp[s * (Dv + 2) + 1];
         }
         l = block_sum(l, red); /* its barriers also publish wsh */
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv = att_out_scale(sinks, sinks_nb, h, m, l);
         char *dr = dst.p + h * dst.nb[1] + i * dst.nb[2] + b * dst.nb[3];
         for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
             float acc = 0.0f;
@@ -211,13 +210,12 @@ static bool att_tc_device(gpu_backend *g) {
 static att_kernel att_choose(gpu_backend *g, const rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
                              const rb_tensor *v, const rb_attn_params *p) {
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], Dv = v->ne[0];
-    const char *env = getenv("RBEE_GPU_ATTN");
-    if (env && strcmp(env, "generic") == 0) return ATT_GENERIC;
+    if (g->tune.generic_attention) return ATT_GENERIC;
     /* the vector kernels keep positions in int */
     if (Tk > INT_MAX / 2 || p->q_pos0 > INT_MAX / 2 - Tq) return ATT_GENERIC;
     if (D != Dv || !att_tc_dim(D) || k->dtype != v->dtype || !att_rows16(k) || !att_rows16(v))
         return ATT_GENERIC;
-    if (Tq >= 16 && !(env && strcmp(env, "notc") == 0) && att_tc_device(g)) return ATT_TC;
+    if (Tq >= 16 && att_tc_device(g)) return ATT_TC;
     /* the decode kernels store f32 rows of their head dims */
     if (dst->dtype != RB_F32 || !att_dec_dim(D)) return ATT_GENERIC;
     /* the decode kernel's per-row-group counters must cover every group */
@@ -272,14 +270,13 @@ template <bool BF>
 static rb_status att_dec_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
                                   const gt &v, const gt &mk, const att_args &a) {
     gpu_backend *g = gb(be);
-    const bool pdl = gpu_pdl_small();
     const dim3 blk(ATT_DEC_THREADS);
     switch (D) {
-    case 64: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a); break;
-    case 80: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 80>, grid, blk, 0, dst, q, k, v, mk, a); break;
-    case 96: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 96>, grid, blk, 0, dst, q, k, v, mk, a); break;
-    case 128: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a); break;
-    default: (void)gpu_launch_pdl(g, pdl, k_att_dec<BF, 256>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 64: (void)gpu_launch_pdl(g, true, k_att_dec<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 80: (void)gpu_launch_pdl(g, true, k_att_dec<BF, 80>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 96: (void)gpu_launch_pdl(g, true, k_att_dec<BF, 96>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    case 128: (void)gpu_launch_pdl(g, true, k_att_dec<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a); break;
+    default: (void)gpu_launch_pdl(g, true, k_att_dec<BF, 256>, grid, blk, 0, dst, q, k, v, mk, a); break;
     }
     return gpu_check_launch(be, "attention (decode)");
 }
@@ -288,29 +285,27 @@ template <bool BF>
 static rb_status att_dw_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
                                  const gt &v, const gt &mk, const att_args &a) {
     gpu_backend *g = gb(be);
-    const bool pdl = gpu_pdl_small();
     const dim3 blk(ATT_DW_THREADS);
-    if (D == 64) (void)gpu_launch_pdl(g, pdl, k_att_dw<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a);
-    else (void)gpu_launch_pdl(g, pdl, k_att_dw<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a);
+    if (D == 64) (void)gpu_launch_pdl(g, true, k_att_dw<BF, 64>, grid, blk, 0, dst, q, k, v, mk, a);
+    else (void)gpu_launch_pdl(g, true, k_att_dw<BF, 128>, grid, blk, 0, dst, q, k, v, mk, a);
     return gpu_check_launch(be, "attention (decode, wide)");
 }
 
 /* Whether the wide decode kernel (att_decode_wide.cuh) takes a decode case:
- * D = 64 or 128 and a counter for each query row (RBEE_GPU_ATT_WIDE=0: never). */
+ * D = 64 or 128 and a counter for each query row (a test's
+ * narrow_decode_att: never). */
 static bool att_dw_ok(const gpu_backend *g, const rb_tensor *q) {
     const int64_t D = q->ne[0];
-    const char *env = getenv("RBEE_GPU_ATT_WIDE");
-    if ((D != 64 && D != 128) || (env && strcmp(env, "0") == 0)) return false;
+    if ((D != 64 && D != 128) || g->tune.narrow_decode_att) return false;
     return g->att_cnt && q->ne[3] * q->ne[1] * q->ne[2] <= ATT_DEC_COUNTERS;
 }
 
 #define ATT_EARLY_BYTES 8e6 /* bytes a decode launch may request before its wait from every block (att_dec_run) */
 
 /* Early reads of a decode launch (att_args.early) may apply: one query over
- * settled rows of a causal cache, no mask (RBEE_GPU_ATT_EARLY=0: never). */
+ * settled rows of a causal cache, no mask. */
 static bool att_early_ok(int64_t Tq, const rb_attn_params *p) {
-    const char *early = getenv("RBEE_GPU_ATT_EARLY");
-    return Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask && !(early && strcmp(early, "0") == 0);
+    return Tq == 1 && p->q_pos && p->keys_settled && p->causal && !p->mask;
 }
 
 /* The decode kernels' key splits (ns > 1 blocks a row): partials for nrows x
@@ -358,8 +353,6 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
     a.hb = (int)hb;
     a.nsub = (int)S;
     a.minch = (int)minch;
-    const char *kco = getenv("RBEE_GPU_ATT_KCO");
-    a.kco = !(kco && strcmp(kco, "0") == 0);
     /* blocks for ~12 warps a multiprocessor, each block at least S minch
      * chunks; rounded down, so that no block waits for a second wave (D =
      * 128 fits three blocks a multiprocessor: 7B's 32 rows x 13 splits had
@@ -376,12 +369,10 @@ static rb_status att_dec_run(rb_backend *be, rb_tensor *dst, const rb_tensor *q,
      * where they come to at most ATT_EARLY_BYTES over the launch (1B at 4096
      * keys, 3.3 MB: 1300 against 1257 tok/s without), else block 0's of each
      * row only (7B, 32 heads x 13 splits, 27 MB: 313.5 against 303.6 with
-     * all, 307.6 without); RBEE_GPU_ATT_EARLY=0 turns them off */
+     * all, 307.6 without) */
     const double ebytes = (double)ngrp * (double)ns * (double)S * (double)g->warp *
                           (double)(k->nb[0] * D + v->nb[0] * v->ne[0]);
     a.early = att_early_ok(Tq, p) ? (ebytes <= ATT_EARLY_BYTES ? 1 : 2) : 0;
-    const char *sshort = getenv("RBEE_GPU_ATT_SHORT");
-    a.sshort = !(sshort && strcmp(sshort, "0") == 0);
     rb_status s = att_split_scratch(be, ngrp * hb, ns, D, &a);
     if (s != RB_OK) return s;
     return att_dec_launch(be, dst, q, k, v, p, a, ngrp, ns, att_dec_dispatch<false>, att_dec_dispatch<true>);
@@ -418,7 +409,6 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     gpu_backend *g = gb(be);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
-    if (p->sinks) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: attention sinks are not on the GPU yet");
     if (Dv > ATT_DV_MAX || D > 512)
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_attention: head dims D = %lld, Dv = %lld exceed the GPU kernel's limits (512, %d)",
@@ -433,6 +423,10 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     if (p->q_pos) {
         a.qpos = (const char *)p->q_pos->buf->impl + p->q_pos->offs;
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
+    }
+    if (p->sinks) {
+        a.sinks = (const char *)p->sinks->buf->impl + p->sinks->offs;
+        a.sinks_nb = (int64_t)p->sinks->nb[0];
     }
     const att_kernel kern = att_choose(g, dst, q, k, v, p);
     if (kern == ATT_DECODE)
@@ -494,8 +488,8 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         s = gpu_check_launch(be, "attention");
     }
     if (s != RB_OK || a.nsplit == 1) return s;
-    (void)gpu_launch_pdl(g, gpu_pdl_small(), k_att_merge, dim3(gpu_blocks(rows, 1)), dim3(ATT_MERGE_THREADS), 0, gd,
-                         (const float *)a.part, a.nsplit, rows);
+    (void)gpu_launch_pdl(g, true, k_att_merge, dim3(gpu_blocks(rows, 1)), dim3(ATT_MERGE_THREADS), 0, gd,
+                         (const float *)a.part, a.nsplit, rows, a.sinks, a.sinks_nb);
     return gpu_check_launch(be, "attention merge");
 }
 

@@ -82,7 +82,7 @@ __global__ void k_where(gt d, gt cd, gt a, gt b, int64_t n) {
 /* Same dtype: copies the element's bytes (exact for every plain type). */
 __global__ void k_copy(gt d, gt s, int esz, int64_t n) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small (gpu_copy_view, gpu_cast) */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl (gpu_copy_view, gpu_cast) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
@@ -133,7 +133,7 @@ __global__ void k_convert(gt d, gt s, int64_t n) {
 /* grid (column blocks, row blocks), rows strided by gridDim.y */
 __global__ void k_convert_rows(gt d, gt s, int64_t nrows) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small (gpu_copy_view, gpu_cast) */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl (gpu_copy_view, gpu_cast) */
     const int q = (int)(d.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const char *sr = row_at(s, d.ne, r);
@@ -226,7 +226,7 @@ __global__ void k_binary_rows(gt d, gt a, gt b, int op, int avec, int bvec, int6
 
 __global__ void k_glu_rows(gt d, gt g, gt u, int act, int64_t nrows) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     const int q = (int)(d.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const char *gr = row_at(g, d.ne, r), *ur = row_at(u, d.ne, r);
@@ -297,7 +297,9 @@ bool gpu_plain_ok(rb_dtype t) {
     return t == RB_F32 || t == RB_F16 || t == RB_BF16 || t == RB_I32 || t == RB_I8 || t == RB_I16 || t == RB_I64 ||
            t == RB_F64;
 }
-bool gpu_quant_ok(rb_dtype t) { return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K; }
+bool gpu_quant_ok(rb_dtype t) {
+    return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K || t == RB_MXFP4;
+}
 
 rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value) {
     const int64_t n = nel(dst);
@@ -358,7 +360,7 @@ rb_status gpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const r
     if (n == 0) return RB_OK;
     const gt d = gview(dst), g = gview(gate), u = gview(up);
     if (rows4_pair(d, g) && rows4_pair(d, u)) {
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_glu_rows, rows_grid(d, EW_THREADS), dim3(EW_THREADS), 0, d, g,
+        (void)gpu_launch_pdl(gb(be), true, k_glu_rows, rows_grid(d, EW_THREADS), dim3(EW_THREADS), 0, d, g,
                              u, (int)act, d.ne[1] * d.ne[2] * d.ne[3]);
         return gpu_check_launch(be, "glu");
     }
@@ -406,12 +408,12 @@ rb_status gpu_copy_view(rb_backend *be, const gt &dst, const gt &src) {
     } else if (gpu_quant_ok((rb_dtype)src.dt))
         k_dequant<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
     else if (rows4_pair(dst, src))
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_convert_rows, rows_grid(dst, EW_THREADS), dim3(EW_THREADS), 0,
+        (void)gpu_launch_pdl(gb(be), true, k_convert_rows, rows_grid(dst, EW_THREADS), dim3(EW_THREADS), 0,
                              dst, src, dst.ne[1] * dst.ne[2] * dst.ne[3]);
     else if (transpose_ok(dst, src))
         transpose_launch(gb(be), dst, src);
     else if (src.dt == dst.dt)
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, dst, src,
+        (void)gpu_launch_pdl(gb(be), true, k_copy, dim3(nb), dim3(EW_THREADS), 0, dst, src,
                              (int)rb_dtype_info(src.dt)->type_size, n);
     else
         k_convert<<<nb, EW_THREADS, 0, st>>>(dst, src, n);
@@ -445,10 +447,10 @@ rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
                                                                                  dst->ne[1] * dst->ne[2] * dst->ne[3]);
             return gpu_check_launch(be, "cast copy");
         }
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, gview(dst), gview(src),
+        (void)gpu_launch_pdl(gb(be), true, k_copy, dim3(nb), dim3(EW_THREADS), 0, gview(dst), gview(src),
                              esz, n);
     } else if (rows4_pair(gview(dst), gview(src))) {
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_convert_rows, rows_grid(gview(dst), EW_THREADS),
+        (void)gpu_launch_pdl(gb(be), true, k_convert_rows, rows_grid(gview(dst), EW_THREADS),
                              dim3(EW_THREADS), 0, gview(dst), gview(src), dst->ne[1] * dst->ne[2] * dst->ne[3]);
     } else {
         k_convert<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), n);

@@ -13,7 +13,7 @@ namespace RB_GPU_NS {
 /* dst [D, T, B]; ids [T, B]; table [D, V] */
 __global__ void k_get_rows(gt d, gt tab, gt ids, bool quant, int64_t n, int *guard) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small: the ids come from the op before */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl: the ids come from the op before */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
@@ -50,7 +50,7 @@ __global__ void k_set_rows(gt d, gt s, gt ids, int64_t n, int *guard) {
  * per-element kernel (64-bit index division per element). */
 __global__ void k_set_rows4(gt d, gt s, gt ids, int64_t nrows, int *guard) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     const int q = (int)(s.ne[0] / 4);
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         const int64_t c1 = r % s.ne[1], c2 = (r / s.ne[1]) % s.ne[2], c3 = r / (s.ne[1] * s.ne[2]);
@@ -82,7 +82,7 @@ rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, c
         rb_status s = gpu_check_ids(be, ids, table->ne[1], "rb_get_rows");
         if (s != RB_OK) return s;
     }
-    (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_get_rows, dim3(gpu_blocks(n, 256)), dim3(256), 0, gview(dst),
+    (void)gpu_launch_pdl(gb(be), true, k_get_rows, dim3(gpu_blocks(n, 256)), dim3(256), 0, gview(dst),
                          gview(table), gview(ids), quant, n, guard);
     return gpu_check_launch(be, "get_rows");
 }
@@ -97,7 +97,7 @@ rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, con
     }
     const gt d = gview(dst), sv = gview(src);
     if (rows4_ok(d) && rows4_ok(sv) && d.ne[0] == sv.ne[0] && d.ne[2] == sv.ne[2] && d.ne[3] == sv.ne[3]) {
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_set_rows4, rows_grid(sv, 256), dim3(256), 0, d, sv,
+        (void)gpu_launch_pdl(gb(be), true, k_set_rows4, rows_grid(sv, 256), dim3(256), 0, d, sv,
                              gview(ids), sv.ne[1] * sv.ne[2] * sv.ne[3], guard);
         return gpu_check_launch(be, "set_rows");
     }

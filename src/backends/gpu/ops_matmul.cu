@@ -9,7 +9,8 @@
  *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
- *    tiled GEMM of gemm_tiled.cu on HIP or when RBEE_GPU_GEMM=tiled.
+ *    tiled GEMM of gemm_tiled.cu on HIP (and on CUDA when a test asks:
+ *    rb_gpu_tuning.tiled_gemm).
  * gpu_matmul_fused runs rb_matmul_fused through the direct decode kernels
  * (matvec_direct.cuh): the residual add as a block stores the product, the
  * gated output (glu_out) and the rope (normal mode) from pairs of rows a
@@ -18,9 +19,7 @@
  * a norm before float weights, runs as its own kernel first (folding them in
  * made every block read the activations twice: measured slower). Where the
  * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
- * anything and the front-end runs the separate ops. RBEE_GPU_FUSE (read
- * once): bit 1 the norm, bit 2 the gated output (glu_out), bit 4 the add,
- * bit 8 the rope, bit 16 the store (default 31; 0 declines every case).
+ * anything and the front-end runs the separate ops.
  */
 #include "backends/gpu/matvec.cuh"
 
@@ -125,25 +124,24 @@ static bool f32_rows16(const rb_tensor *t) {
 
 rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
                            const rb_matmul_fusion *f) {
-    static const int enabled = mv_env_int("RBEE_GPU_FUSE", 31);
     const int64_t M = b->ne[1];
     /* one slice of f32 rows, an f32 destination when accumulating */
-    if (!(enabled & 31) || M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
+    if (M < 1 || a->ne[0] < 1 || a->ne[1] < 1 || a->ne[2] != 1 || a->ne[3] != 1 ||
         b->ne[2] != 1 || b->ne[3] != 1 || !f32_rows16(b) || (f->accumulate && dst->dtype != RB_F32))
         return RB_E_UNSUPPORTED;
     const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
     if (quant && !gpu_units_aligned(a->dtype, gview(a))) return RB_E_UNSUPPORTED;
-    const bool acc = f->accumulate && (enabled & 4), gluo = f->glu_out && (enabled & 2);
+    const bool acc = f->accumulate, gluo = f->glu_out;
     /* rope on row pairs (2 i, 2 i + 1): normal mode, f32 destination rows */
-    const bool rope = f->rope && (enabled & 8) && f->rope->mode == RB_ROPE_NORMAL && a->ne[1] % 2 == 0 &&
+    const bool rope = f->rope && f->rope->mode == RB_ROPE_NORMAL && a->ne[1] % 2 == 0 &&
                       f->rope_head_dim % 2 == 0 && f->rope_head_dim <= INT_MAX / 2 && a->ne[1] <= INT_MAX;
     /* the norm inside the product: q4_0/q8_0 weights quantize the
      * activations in each block anyway (f32 contiguous norm weight) */
-    const bool norm_in = f->norm && (enabled & 1) && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
+    const bool norm_in = f->norm && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
-    const bool store = f->store_dst && (enabled & 16) && f->store_dst->ne[2] == 1 && f->store_dst->ne[3] == 1;
+    const bool store = f->store_dst && f->store_dst->ne[2] == 1 && f->store_dst->ne[3] == 1;
     if (!acc && !norm_in && !gluo && !rope && !store) return RB_E_UNSUPPORTED; /* nothing to fuse */
     if ((f->accumulate && !acc) || (f->glu_out && !gluo) || (f->rope && !rope) || (f->store_dst && !store))
         return RB_E_UNSUPPORTED;
@@ -170,8 +168,7 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     }
     if (rope) {
         p.rope = 1;
-        const char *rs = getenv("RBEE_GPU_MV_RSPLIT");
-        p.rsplit = !(rs && strcmp(rs, "0") == 0);
+        p.rsplit = !gb(be)->tune.rope_pairs_only;
         p.rhd = (int)f->rope_head_dim;
         p.rrows = (int)(f->rope_heads * f->rope_head_dim);
         p.rnrot = f->rope->n_rot;
@@ -233,7 +230,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     gpu_backend *g = gb(be);
     const rb_dtype_traits *at = rb_dtype_info((int)a->dtype);
     const bool quant = at->is_quant;
-    if (quant && !gpu_quant_ok(a->dtype))
+    if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q6_K, "
                                "f32, f16, bf16 are)",
@@ -292,7 +289,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     }
 
     /* ---- GEMM path ---- */
-    bool tiled = g->tiled_gemm;
+    bool tiled = g->tune.tiled_gemm;
 #if defined(RBEE_GPU_HIP)
     tiled = true;
 #endif

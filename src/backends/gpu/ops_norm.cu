@@ -107,7 +107,7 @@ __global__ void k_add_rms_norm(gt x, gt dl, gt w, gt h, float eps) {
 template <int V, bool ADD>
 __global__ void __launch_bounds__(1024) k_rms_rows(gt x, gt dl, gt w, gt h, float eps, int wvec) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     __shared__ double sh[32];
     const int64_t n = x.ne[0], nrows = x.ne[1] * x.ne[2] * x.ne[3];
     const int64_t n4 = n / 4;
@@ -284,13 +284,12 @@ static rb_status rms_rows_launch(rb_backend *be, const gt &x, const gt &dl, cons
     const int wvec = w.p && w.dt == RB_F32 && w.nb[0] == 4 && ((uintptr_t)w.p & 15) == 0;
     const unsigned blocks = row_blocks_gt(x);
     gpu_backend *g = gb(be);
-    const bool pdl = gpu_pdl_small();
     const dim3 grid(blocks), b256(256);
-    if (n4 <= 256) (void)gpu_launch_pdl(g, pdl, k_rms_rows<1, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
-    else if (n4 <= 512) (void)gpu_launch_pdl(g, pdl, k_rms_rows<2, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
-    else if (n4 <= 1024) (void)gpu_launch_pdl(g, pdl, k_rms_rows<4, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
-    else if (n4 <= 2048) (void)gpu_launch_pdl(g, pdl, k_rms_rows<8, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
-    else (void)gpu_launch_pdl(g, pdl, k_rms_rows<8, ADD>, grid, dim3(1024), 0, x, dl, w, h, eps, wvec);
+    if (n4 <= 256) (void)gpu_launch_pdl(g, true, k_rms_rows<1, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
+    else if (n4 <= 512) (void)gpu_launch_pdl(g, true, k_rms_rows<2, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
+    else if (n4 <= 1024) (void)gpu_launch_pdl(g, true, k_rms_rows<4, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
+    else if (n4 <= 2048) (void)gpu_launch_pdl(g, true, k_rms_rows<8, ADD>, grid, b256, 0, x, dl, w, h, eps, wvec);
+    else (void)gpu_launch_pdl(g, true, k_rms_rows<8, ADD>, grid, dim3(1024), 0, x, dl, w, h, eps, wvec);
     return gpu_check_launch(be, what);
 }
 

@@ -37,7 +37,7 @@ __device__ __forceinline__ float2 rope_cs(int32_t p, int64_t sl, const rope_args
 template <typename I>
 __global__ void __launch_bounds__(ROPE_THREADS) k_rope(gt d, gt s, gt pos, gt ff, rope_args a, int64_t hpb) {
     rb_grid_dep_trigger();
-    rb_grid_dep_wait(); /* launched with gpu_pdl_small */
+    rb_grid_dep_wait(); /* launched with gpu_launch_pdl */
     __shared__ float2 tab[ROPE_HALF_MAX];
     const int64_t t = blockIdx.x, half = a.n_rot / 2;
     const int32_t p = *(const int32_t *)(pos.p + t * pos.nb[0]);
@@ -94,10 +94,10 @@ rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const r
         return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_rope: %lld heads are too many", (long long)H);
     const dim3 grid((unsigned)T, (unsigned)(hg < 1 ? 1 : hg));
     if (slots * (hpb < H ? hpb : H) * src->ne[3] < 0x7fffffffLL)
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_rope<int>, grid, dim3(ROPE_THREADS), 0, gview(dst),
+        (void)gpu_launch_pdl(gb(be), true, k_rope<int>, grid, dim3(ROPE_THREADS), 0, gview(dst),
                              gview(src), gview(pos), ff, a, hpb);
     else
-        (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_rope<int64_t>, grid, dim3(ROPE_THREADS), 0, gview(dst),
+        (void)gpu_launch_pdl(gb(be), true, k_rope<int64_t>, grid, dim3(ROPE_THREADS), 0, gview(dst),
                              gview(src), gview(pos), ff, a, hpb);
     return gpu_check_launch(be, "rope");
 }

@@ -1,0 +1,37 @@
+/* The GPU backend's internal alternatives to its own kernel choices, for
+ * tests and benchmarks only: a test checks a second kernel or path against
+ * the first by setting one of these on a backend it created. Users never
+ * see them (not in include/rbee, not read from the environment); a
+ * zero-initialized struct is what every backend runs with. Shared by C
+ * (the registry, tests) and the CUDA/HIP sources. */
+#ifndef RBEE_GPU_TUNING_H
+#define RBEE_GPU_TUNING_H
+
+#include "rbee/backend.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rb_gpu_tuning {
+    bool tiled_gemm;        /* prefill products by the own tiled GEMM (gemm_tiled.cu) where cuBLAS exists too */
+    bool rope_pairs_only;   /* fused rope products: every row of a group's range in pairs, no single-row share */
+    bool upload_dma;        /* queued uploads from page-locked memory by the copy engine, not a copy kernel */
+    bool narrow_decode_att; /* decode attention of head dims 64 and 128 by att_decode.cuh, not the wide kernel */
+    bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
+} rb_gpu_tuning;
+
+/* Sets the tuning of a CUDA or ROCm backend (RB_E_UNSUPPORTED for other
+ * kinds or NULL arguments); ops queued after the call use it. Defined in
+ * src/backends/registry.c, which dispatches to the backend kind's own. */
+rb_status rb_gpu_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
+rb_status rb_cuda_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
+rb_status rb_rocm_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
