@@ -1,5 +1,5 @@
 /* Graph capture of the decode step (include/rbee/backend.h graphs, the
- * position-independent decode of src/models/transformer.c).
+ * position-independent decode of src/models/forward.c).
  *
  * CPU (always runs): the CPU has no graphs (RB_E_UNSUPPORTED, eager decode
  * unchanged), and the position-independent decode (KV rows written by
