@@ -18,7 +18,7 @@
 
 #include "backends/gpu/gpu_pdl.h"
 #include "backends/gpu/gpu_trace.h"
-#include "backends/gpu/matvec_fmt.cuh"
+#include "backends/gpu/matmul/matvec_fmt.cuh"
 #include "backends/gpu/rope_math.cuh"
 
 namespace RB_GPU_NS {
