@@ -6,7 +6,7 @@
 # file-format parsers, tokenizer.json, chat templates and the worker's
 # request path, and the CUDA and HIP builds of the GPU backend (compile
 # only: CI has no GPU; the GPU tests run on the lent GPU machine through
-# scripts/gpu-device-run.sh). Each stage's wall time is logged.
+# scripts/gpu-prebuilt.sh). Each stage's wall time is logged.
 # Environment: RBEE_JOBS (parallel jobs, default nproc), RBEE_FUZZ_SECONDS
 # (per fuzz target, default 20), RBEE_SKIP_STAGES (space-separated names).
 set -euo pipefail
