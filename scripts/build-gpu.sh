@@ -8,13 +8,18 @@
 # `apt-get install hipcc libamdhip64-dev` (scripts/setup.sh with
 # RBEE_SETUP_HIP=1) for the AMD part;
 # a missing toolchain is reported and that variant skipped (exit 0) unless
-# RBEE_REQUIRE_GPU_BUILDS=1. Usage: scripts/build-gpu.sh [build-dir-prefix]
+# RBEE_REQUIRE_GPU_BUILDS=1. The test programs built are those with the
+# ctest label gpu (what scripts/gpu-prebuilt.sh runs on the GPU machine).
+# Usage: scripts/build-gpu.sh [build-dir-prefix]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${1:-build-gpu}
 REQUIRE=${RBEE_REQUIRE_GPU_BUILDS:-0}
 HIP_ARCHS=(gfx90a gfx940 gfx1030 gfx1100)
 status=0
+
+# the test programs labelled gpu in a configured build folder
+gpu_tests() { ctest --test-dir "$1" -N -L '^gpu$' | sed -n 's/^ *Test *#[0-9]*: //p'; }
 
 missing() {
   echo "build-gpu: $1"
@@ -25,7 +30,7 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=$PATH:/usr/local/cuda/bin
   start=$SECONDS
   cmake -S . -B "$PREFIX-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON >/dev/null
-  ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends $(gpu_tests "$PREFIX-cuda")
   echo "build-gpu: CUDA backend built in $((SECONDS - start)) s"
   # The HIP flavour built by nvcc (RBEE_HIP_NVIDIA, src/backends/gpu/hip_on_nvidia.h):
   # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-prebuilt.sh run hipnv).
@@ -33,7 +38,7 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hipnv" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  ninja -C "$PREFIX-hipnv" rbee_rocm test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-hipnv" rbee_rocm $(gpu_tests "$PREFIX-hipnv")
   if ldd "$PREFIX-hipnv/tests/gpu/test_gpu_ops" | grep -q cublas; then
     echo "build-gpu: the HIP-on-NVIDIA flavour links cuBLAS"; exit 1
   fi
@@ -45,7 +50,7 @@ fi
 if command -v clang++-15 >/dev/null 2>&1 && [[ -d /usr/lib/x86_64-linux-gnu/cmake/hip-lang ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON >/dev/null
-  ninja -C "$PREFIX-hip" rbee_rocm rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-hip" rbee_rocm rbee_backends $(gpu_tests "$PREFIX-hip")
   echo "build-gpu: ROCm backend built in $((SECONDS - start)) s"
   # every AMD target's code object must be in every HIP object of the library
   bundler=$(command -v clang-offload-bundler-15 || command -v clang-offload-bundler || true)

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# GPU checks from binaries built on the dev machine, so the lent GPU machine
-# (device tool, billed by the second) spends no time compiling.
+# The one entry point for work on the lent GPU machine: build here, run there
+# (through the device tool, billed by the second, so that machine spends no
+# time compiling). `scripts/gpu-prebuilt.sh --help` prints this text.
 #
 # Here:   scripts/gpu-prebuilt.sh pack [PREFIX]
 #   builds the CUDA flavour (sm_90, PREFIX-cuda; default build/dev-cuda) and
 #   the HIP-on-NVIDIA flavour of the ROCm backend (sm_90, PREFIX-hipnv;
-#   default build/gpu-hipnv) and packs the GPU tests (with the Stable
-#   Diffusion op and network tests), test_hf_reference, and (CUDA only)
-#   bench_gpu, bench_sd, rbee and sd-worker-rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9:
-#   the binaries share most bytes); downloads the runtime .debs (jansson,
-#   cmocka, pcre2, libmicrohttpd, libcurl, libpng, libjpeg, zlib) into
-#   .cache/gpu-debs, which travels too. The SD network tests read the
-#   diffusers fixtures from $RBEE_FIXTURES_DIR (a copy of the parts they
-#   need, carried with the call; the tracked tree is ~22 MiB once
-#   models/default/hf/model.safetensors is set aside).
+#   default build/gpu-hipnv) and packs the GPU test programs (ctest label
+#   gpu: tests/gpu and test_hf_reference; the list travels as gpu-tests.txt)
+#   and (CUDA only) bench_gpu, bench_sd, rbee, llm-worker-rbee and
+#   sd-worker-rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9: the binaries
+#   share most bytes);
+#   downloads the runtime .debs (jansson, cmocka, pcre2, libmicrohttpd,
+#   libcurl, libpng, libjpeg, zlib) into .cache/gpu-debs, which travels too.
+#   The SD network tests read the diffusers fixtures from $RBEE_FIXTURES_DIR
+#   (a copy of the parts they need, carried with the call; the tracked tree
+#   is ~22 MiB once models/default/hf/model.safetensors is set aside).
 # There: scripts/gpu-prebuilt.sh run STEP... with STEP one of
-#   tests      every GPU test program and test_hf_reference on cuda:0
+#   tests      every GPU test program (gpu-tests.txt) on cuda:0
 #   hipnv      the same on rocm:0 (ROCm backend's HIP host path, HIP_NVIDIA)
-#   sdops      the SD op and network tests alone, on cuda:0 and rocm:0
+#   sdops      the SD op and network tests alone (label sd), on cuda:0 and rocm:0
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
 #              breakdown, and the SDXL step (128x128, f16); SD_BENCH="ARGS;ARGS..."
 #              replaces the list
@@ -25,14 +27,19 @@
 #              through its HTTP API (rbee jobs one by one and queued, A1111 txt2img)
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
 #              tools/bench/sd_worker_bench.py; SD_WORKER_BENCH="ARGS" adds to its flags
-#   memcheck   compute-sanitizer memcheck of the op, attention, graph tests and the
-#              matrix-vector sweep
+#   memcheck   compute-sanitizer memcheck of the test programs labelled
+#              memcheck (ops, attention, graph) and the matrix-vector sweep
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
+#   worker     llm-worker-rbee on cuda:0 at --parallel 1/4/8/16
+#              (tools/bench/worker_parallel.py; the bundled default model
+#              unless RBEE_BENCH_MODEL names another)
+#   peaks      PyTorch's copy bandwidth and bf16 GEMM rate on the card (the
+#              ceilings of docs/PERFORMANCE.md), where torch is installed
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
@@ -47,11 +54,19 @@
 #   profile    per-kernel durations (ncu, clocks as found) of a Llama-2-7B
 #              run (pp512 then 4 decode steps, graphs on, as in the middle of
 #              tg128) for bf16/q8_0/q4_0 ($PROFILE_TYPES): raw CSV per type
-# Logs and JSON go to $OUT; a summary table is printed last.
+#   ncuops     ncu sections of one launch of each direct matrix-vector kernel
+#              ($NCU_KERNELS: other kernel name patterns, ';' between)
+# RBEE_ALT=FILE.xz: another build's rbee in place of the packed one (an A/B
+# of two builds in one call). Logs and JSON go to $OUT (packed into
+# $OUT/logs.tgz); a summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CMD=${1:-}
 shift || true
+if [[ $CMD == --help || $CMD == -h || $CMD == help ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 
 if [[ $CMD == pack ]]; then
   set -e
@@ -63,9 +78,13 @@ if [[ $CMD == pack ]]; then
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake -S . -B "$BH" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference"
-  T="$T test_gpu_sd_ops test_gpu_sd_nets"
-  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli sd-worker-rbee
+  # the test programs the GPU machine runs: ctest labels gpu and memcheck
+  tests_of() { ctest --test-dir "$BC" -N -L "$1" | sed -n 's/^ *Test *#[0-9]*: //p'; }
+  T=$(tests_of '^gpu$')
+  M=$(tests_of '^memcheck$')
+  SD=$(tests_of '^sd$')
+  [[ -n $T ]] || { echo "gpu-prebuilt: no test carries the ctest label gpu"; exit 1; }
+  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli llm-worker-rbee sd-worker-rbee
   ninja -C "$BH" $T
   rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv
   for t in $T; do
@@ -73,8 +92,13 @@ if [[ $CMD == pack ]]; then
     cp "$BH"/tests/*/$t .cache/dev/stage/hipnv/
   done
   cp "$BC"/tests/gpu/bench_gpu "$BC"/tests/gpu/bench_sd "$BC"/apps/rbee/rbee \
-    "$BC"/apps/sd-worker-rbee/sd-worker-rbee .cache/dev/stage/cuda/
+    "$BC"/apps/llm-worker-rbee/llm-worker-rbee "$BC"/apps/sd-worker-rbee/sd-worker-rbee .cache/dev/stage/cuda/
   strip .cache/dev/stage/*/*
+  for fl in cuda hipnv; do
+    printf '%s\n' $T >.cache/dev/stage/$fl/gpu-tests.txt
+    printf '%s\n' $M >.cache/dev/stage/$fl/memcheck-tests.txt
+    printf '%s\n' $SD >.cache/dev/stage/$fl/sd-tests.txt
+  done
   # one archive per flavour: the tracked tree (~47 MiB) leaves room for one at a time
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
@@ -85,7 +109,7 @@ if [[ $CMD == pack ]]; then
   ls -la .cache/dev .cache/gpu-debs
   exit 0
 fi
-[[ $CMD == run ]] || { echo "usage: $0 pack | run STEP..."; exit 2; }
+[[ $CMD == run ]] || { echo "usage: $0 pack [PREFIX] | run STEP... | --help"; exit 2; }
 
 # logs go to $OUT/raw and are packed into $OUT/logs.tgz at the end (the
 # device tool returns at most 8 files)
@@ -147,13 +171,10 @@ EOF
 
 for s in "$@"; do
   case $s in
-  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
-           test_gpu_sd_ops test_gpu_sd_nets; do
-           run_prog cuda $t cuda:0; done ;;
-  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
-           test_gpu_sd_ops test_gpu_sd_nets; do
-           run_prog hipnv $t rocm:0; done ;;
-  sdops) for t in test_gpu_sd_ops test_gpu_sd_nets; do run_prog cuda $t cuda:0; run_prog hipnv $t rocm:0; done ;;
+  tests) mapfile -t GT <$BIN/cuda/gpu-tests.txt; for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; done ;;
+  hipnv) mapfile -t GT <$BIN/hipnv/gpu-tests.txt; for t in "${GT[@]}"; do run_prog hipnv "$t" rocm:0; done ;;
+  sdops) mapfile -t GT <$BIN/cuda/sd-tests.txt
+         for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; run_prog hipnv "$t" rocm:0; done ;;
   sd) IFS=';' read -ra sdargs <<<"${SD_BENCH:---preset sd15 --dtype f16 --ops;--preset sdxl --dtype f16}"
       for a in "${sdargs[@]}"; do
         step "bench_sd $a"
@@ -168,7 +189,8 @@ for s in "$@"; do
       2>&1 | tee "$OUT/sd_worker_bench.log"
     [[ ${PIPESTATUS[0]} -eq 0 ]] && result "sd-worker-rbee bench" ok || result "sd-worker-rbee bench" FAIL ;;
   memcheck)
-    for t in test_gpu_ops test_gpu_attention test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
+    mapfile -t MC <$BIN/cuda/memcheck-tests.txt
+    for t in "${MC[@]}" "test_gpu_matmul test_matvec_sweep"; do
       step "memcheck $t"
       timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t%% *}.log" 2>&1
       rc=$?; tail -3 "$OUT/memcheck_${t%% *}.log"
@@ -194,6 +216,32 @@ for s in "$@"; do
   env:*=*) v=${s#env:}; step "env $v"
            if [[ -z ${v#*=} ]]; then unset "${v%%=*}"; unset TAG; else export "$v"; export TAG="${v%%=*}-${v#*=}"; fi ;;
   benchtl) for ty in q8_0 q4_0; do bench tinyllama-1.1b $ty 3; done ;;
+  worker)
+    step "worker on cuda:0"
+    timeout 500 python3 tools/bench/worker_parallel.py $BIN/cuda/llm-worker-rbee --backend cuda --device 0 \
+      --model "${RBEE_BENCH_MODEL:-models/default/rbee-default-q8_0.gguf}" --max-tokens 128 \
+      >"$OUT/worker.txt" 2>&1
+    rc=$?; cat "$OUT/worker.txt"
+    [[ $rc -eq 0 ]] && result worker ok || result worker "FAIL (exit $rc)" ;;
+  peaks)
+    step "PyTorch copy bandwidth and bf16 GEMM"
+    timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/peaks.jsonl"
+import json, time
+import torch
+a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize(); t = time.time()
+for _ in range(20): b.copy_(a)
+torch.cuda.synchronize(); dt = (time.time() - t) / 20
+print(json.dumps({"bench": "torch_copy", "GBps": round(2 * a.numel() / dt / 1e9, 1)}))
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); y = torch.randn_like(x)
+for _ in range(3): x @ y
+torch.cuda.synchronize(); t = time.time()
+for _ in range(10): x @ y
+torch.cuda.synchronize(); dt = (time.time() - t) / 10
+print(json.dumps({"bench": "torch_bf16_gemm", "TFLOPs": round(2 * 8192 ** 3 / dt / 1e12)}))
+PY
+    [[ ${PIPESTATUS[0]} -eq 0 ]] && result peaks ok || result peaks "FAIL (no torch?)" ;;
   profile)
     for ty in ${PROFILE_TYPES:-bf16 q8_0 q4_0}; do
       step "ncu 7b $ty"

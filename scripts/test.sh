@@ -6,7 +6,7 @@
 # file-format parsers, tokenizer.json, chat templates and the worker's
 # request path, and the CUDA and HIP builds of the GPU backend (compile
 # only: CI has no GPU; the GPU tests run on the lent GPU machine through
-# scripts/gpu-device-run.sh). Each stage's wall time is logged.
+# scripts/gpu-prebuilt.sh). Each stage's wall time is logged.
 # Outside CI, what a clone elsewhere may lack is reported, not failed: tests
 # whose reference fixtures (../shared/fixtures) are absent are skipped
 # ("skipped: fixture missing: <path>", listed after each ctest run), and a

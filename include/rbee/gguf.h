@@ -1,4 +1,5 @@
-/* GGUF (v2/v3) model files: a validating, memory-mapped reader and a writer.
+/* GGUF (v2/v3) model files: a validating, memory-mapped reader and a writer
+ * (whole files, or streamed a tensor at a time).
  * The reader checks every length, count, type, offset and alignment against
  * the file size before use; a truncated, malformed or hostile file yields
  * RB_E_FORMAT with a message naming the problem, never an out-of-bounds read.
@@ -113,8 +114,41 @@ rb_status rb_gguf_writer_copy_kv(rb_gguf_writer *w, const rb_gguf *src, const ch
 /* Tensor: data of rb_dtype_row_size(dtype, ne[0]) * rows bytes; copied. */
 rb_status rb_gguf_writer_add_tensor(rb_gguf_writer *w, const char *name, rb_dtype dtype, int n_dims,
                                     const int64_t *ne, const void *data, size_t nbytes);
-/* Writes version 3 with the given alignment (0 = default 32). */
+/* Writes version 3 with the given alignment (0 = a copied general.alignment,
+ * else the default 32). */
 rb_status rb_gguf_writer_write(rb_gguf_writer *w, const char *path, size_t alignment, rb_error *err);
+
+/* ---- streaming: the same file, tensor data written one tensor at a time ----
+ * For converters, which must never hold more than one tensor: the metadata
+ * comes from an rb_gguf_writer (holding no tensors), the tensors are declared
+ * up front, then each one's data is written in declaration order, whole or
+ * in slices. The file is written as PATH.part and renamed to PATH by
+ * rb_gguf_stream_finish; its bytes are those rb_gguf_writer_write would
+ * write for the same metadata and tensors. */
+typedef struct rb_gguf_tensor_desc {
+    const char *name; /* borrowed until rb_gguf_stream_begin returns */
+    rb_dtype dtype;
+    int n_dims;
+    int64_t ne[RB_MAX_DIMS];
+} rb_gguf_tensor_desc;
+
+typedef struct rb_gguf_stream rb_gguf_stream;
+
+/* Writes the header, every kv of meta and the tensor infos. */
+rb_status rb_gguf_stream_begin(const char *path, rb_gguf_writer *meta, const rb_gguf_tensor_desc *tensors, size_t n,
+                               rb_gguf_stream **out, rb_error *err);
+/* Bytes tensor i must have. */
+size_t rb_gguf_stream_tensor_bytes(const rb_gguf_stream *s, size_t i);
+/* Writes the data of the next tensor (in declaration order). */
+rb_status rb_gguf_stream_write(rb_gguf_stream *s, const void *data, size_t nbytes, rb_error *err);
+/* Writes the next nbytes of the current tensor's data (the tensor ends once
+ * its declared size is reached): large tensors in slices, e.g. per expert. */
+rb_status rb_gguf_stream_write_part(rb_gguf_stream *s, const void *data, size_t nbytes, rb_error *err);
+/* Checks every tensor was written, closes, and renames to the final path;
+ * *bytes_out (may be NULL) receives the file size. Frees s in every case. */
+rb_status rb_gguf_stream_finish(rb_gguf_stream *s, uint64_t *bytes_out, rb_error *err);
+/* Abandons the file (removes the partial output) and frees s; NULL is fine. */
+void rb_gguf_stream_abort(rb_gguf_stream *s);
 
 #ifdef __cplusplus
 }

@@ -4,11 +4,11 @@
  * streams each tensor through f32 -> transform -> target type into the
  * output file (expert stacks one expert at a time). */
 #include "convert/convert.h"
-#include "convert/gguf_stream.h"
 #include "convert/hf_metadata.h"
 #include "convert/hf_tensor_map.h"
 #include "convert/tensor_xform.h"
 #include "models/model_internal.h"
+#include "rbee/gguf.h"
 #include "rbee/quant.h"
 
 #include <stdlib.h>
@@ -22,7 +22,7 @@ typedef struct hf_job {
     rb_st_set *st;
     cv_hf_map map;
     const rb_st_tensor ***src; /* per map entry: its HF tensors (one, or one per expert); NULL if none */
-    cv_tensor_desc *desc;
+    rb_gguf_tensor_desc *desc;
     size_t n_desc;
     size_t *desc_entry; /* map index of each desc */
 } hf_job;
@@ -123,7 +123,7 @@ static rb_status plan(hf_job *j, rb_convert_stats *stats, rb_error *err) {
             if (s != RB_OK) return s;
             if (!j->src[i]) continue; /* absent optional tensor */
         }
-        cv_tensor_desc *d = &j->desc[j->n_desc];
+        rb_gguf_tensor_desc *d = &j->desc[j->n_desc];
         d->name = e->gguf_name;
         d->n_dims = e->n_dims;
         d->ne[0] = e->ne[0];
@@ -189,9 +189,9 @@ static rb_status slice_f32(const cv_hf_tensor *e, const rb_st_tensor *const *src
     return RB_OK;
 }
 
-static rb_status convert_one(hf_job *j, size_t di, cv_stream *out, cv_buf *f32, cv_buf *enc, cv_buf *tmp,
+static rb_status convert_one(hf_job *j, size_t di, rb_gguf_stream *out, cv_buf *f32, cv_buf *enc, cv_buf *tmp,
                              rb_error *err) {
-    const cv_tensor_desc *d = &j->desc[di];
+    const rb_gguf_tensor_desc *d = &j->desc[di];
     const size_t ei = j->desc_entry[di];
     const cv_hf_tensor *e = &j->map.t[ei];
     const int64_t ne0 = d->ne[0], rows = d->ne[1], nel = ne0 * rows;
@@ -216,7 +216,7 @@ static rb_status convert_one(hf_job *j, size_t di, cv_stream *out, cv_buf *f32, 
         }
         s = cv_encode_rows(d->dtype, x, ne0, rows, enc->p);
         if (s != RB_OK) return rb_error_set(err, s, "cannot encode '%s' as %s", e->gguf_name, rb_dtype_name(d->dtype));
-        if ((s = cv_stream_write_part(out, enc->p, slice_bytes, err)) != RB_OK) return s;
+        if ((s = rb_gguf_stream_write_part(out, enc->p, slice_bytes, err)) != RB_OK) return s;
     }
     return RB_OK;
 }
@@ -244,8 +244,8 @@ static rb_status run(hf_job *j, const char *hf_dir, const char *out_path, rb_con
     const char *gname = j->opts->name ? j->opts->name : base_name(hf_dir, name, sizeof name);
     s = cv_write_model_kv(w, &j->cfg, gname, j->opts->type, err);
     if (s == RB_OK) s = cv_write_tokenizer_kv(w, hf_dir, j->opts->log, err);
-    cv_stream *out = NULL;
-    if (s == RB_OK) s = cv_stream_begin(out_path, w, j->desc, j->n_desc, &out, err);
+    rb_gguf_stream *out = NULL;
+    if (s == RB_OK) s = rb_gguf_stream_begin(out_path, w, j->desc, j->n_desc, &out, err);
     rb_gguf_writer_free(w);
     if (s != RB_OK) return s;
 
@@ -259,11 +259,11 @@ static rb_status run(hf_job *j, const char *hf_dir, const char *out_path, rb_con
     cv_buf_free(&enc);
     cv_buf_free(&tmp);
     if (s != RB_OK) {
-        cv_stream_abort(out);
+        rb_gguf_stream_abort(out);
         return s;
     }
     stats->n_tensors = (int64_t)j->n_desc;
-    return cv_stream_finish(out, &stats->bytes_out, err);
+    return rb_gguf_stream_finish(out, &stats->bytes_out, err);
 }
 
 rb_status rb_convert_hf_to_gguf(const char *hf_dir, const char *out_path, const rb_convert_opts *opts,

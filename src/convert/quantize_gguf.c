@@ -3,7 +3,6 @@
  * weights are decoded to f32 and re-encoded, 1-D tensors and expert routers
  * become f32, other tensors are copied as they are; one tensor at a time. */
 #include "convert/convert.h"
-#include "convert/gguf_stream.h"
 #include "convert/tensor_xform.h"
 #include "rbee/gguf.h"
 #include "rbee/quant.h"
@@ -45,10 +44,10 @@ static rb_status write_meta(rb_gguf_writer *w, const rb_gguf *in, rb_dtype type,
 static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *opts, rb_convert_stats *stats,
                      rb_error *err) {
     const int64_t n = rb_gguf_n_tensors(in);
-    cv_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
+    rb_gguf_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
     char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
     rb_gguf_writer *w = NULL;
-    cv_stream *out = NULL;
+    rb_gguf_stream *out = NULL;
     cv_buf f32 = {0}, enc = {0};
     rb_status s = RB_OK;
     int64_t n_lossy = 0;
@@ -64,7 +63,7 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
         }
         memcpy(names[i], ti->name.ptr, (size_t)ti->name.len);
         names[i][ti->name.len] = '\0';
-        cv_tensor_desc *d = &desc[i];
+        rb_gguf_tensor_desc *d = &desc[i];
         d->name = names[i];
         d->n_dims = ti->n_dims;
         memcpy(d->ne, ti->ne, sizeof d->ne);
@@ -91,12 +90,12 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
                            "the precision they lost\n", (long long)n_lossy, rb_dtype_name(opts->type));
     if ((s = rb_gguf_writer_create(&w, err)) != RB_OK) goto done;
     if ((s = write_meta(w, in, opts->type, err)) != RB_OK) goto done;
-    if ((s = cv_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
+    if ((s = rb_gguf_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
     for (int64_t i = 0; i < n; i++) {
         const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(in, i);
-        const size_t nbytes = cv_stream_tensor_bytes(out, (size_t)i);
+        const size_t nbytes = rb_gguf_stream_tensor_bytes(out, (size_t)i);
         if (desc[i].dtype == ti->dtype && action_of(ti) != Q_REQUANT) {
-            s = cv_stream_write(out, ti->data, ti->nbytes, err);
+            s = rb_gguf_stream_write(out, ti->data, ti->nbytes, err);
         } else {
             int64_t nel = 1;
             for (int d = 0; d < RB_MAX_DIMS; d++) nel *= ti->ne[d];
@@ -114,20 +113,20 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
                 rb_error_set(err, s, "cannot encode '%s' as %s", names[i], rb_dtype_name(desc[i].dtype));
                 break;
             }
-            s = cv_stream_write(out, enc.p, nbytes, err);
+            s = rb_gguf_stream_write(out, enc.p, nbytes, err);
         }
         if (s != RB_OK) break;
         if (opts->progress) opts->progress(opts->progress_ud, i + 1, n, names[i]);
     }
     if (s == RB_OK) {
         stats->n_tensors = n;
-        s = cv_stream_finish(out, &stats->bytes_out, err);
+        s = rb_gguf_stream_finish(out, &stats->bytes_out, err);
     } else {
-        cv_stream_abort(out);
+        rb_gguf_stream_abort(out);
     }
     out = NULL;
 done:
-    cv_stream_abort(out);
+    rb_gguf_stream_abort(out);
     cv_buf_free(&f32);
     cv_buf_free(&enc);
     rb_gguf_writer_free(w);

@@ -1,38 +1,11 @@
 /* GGUF v3 writer (see include/rbee/gguf.h): collects metadata (stored as
- * already-encoded value bytes) and tensor copies, then writes header, tensor
- * infos and alignment-padded data in one pass. general.alignment is always
- * written consistently with the alignment the data is laid out with. */
-#include "formats/gguf_internal.h"
+ * already-encoded value bytes) and tensor copies; rb_gguf_writer_write then
+ * hands them to the one serialiser (gguf_stream.c, which the streaming
+ * converters use too) and writes the copies as the tensor data. */
+#include "formats/gguf_writer_internal.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct wkv {
-    char *key;
-    rb_gguf_type type;
-    uint8_t *val; /* encoded value as it appears after the type field */
-    size_t val_len;
-} wkv;
-
-typedef struct wtensor {
-    char *name;
-    rb_dtype dtype;
-    int n_dims;
-    int64_t ne[RB_MAX_DIMS];
-    void *data;
-    size_t nbytes;
-} wtensor;
-
-struct rb_gguf_writer {
-    wkv *kvs;
-    size_t n_kv, cap_kv;
-    wtensor *tensors;
-    size_t n_tensors, cap_tensors;
-    rb_name_index kv_index;     /* over wkv.key */
-    rb_name_index tensor_index; /* over wtensor.name */
-};
 
 /* ---- growable byte buffer for encoding values ---- */
 typedef struct bytes {
@@ -276,106 +249,33 @@ oom:
     return RB_E_NOMEM;
 }
 
-/* ---- serialisation ---- */
-
-typedef struct sink {
-    FILE *f;
-    uint64_t pos;
-    int err; /* errno of the first failure */
-} sink;
-
-static void emit(sink *s, const void *p, size_t n) {
-    if (s->err || n == 0) return;
-    if (fwrite(p, 1, n, s->f) != n) s->err = errno ? errno : EIO;
-    s->pos += n;
-}
-static void emit_u32(sink *s, uint32_t v) { emit(s, &v, 4); }
-static void emit_u64(sink *s, uint64_t v) { emit(s, &v, 8); }
-static void emit_pad(sink *s, size_t align) {
-    static const uint8_t zeros[64];
-    size_t pad = (size_t)((align - s->pos % align) % align);
-    while (pad > 0) {
-        size_t n = pad < sizeof zeros ? pad : sizeof zeros;
-        emit(s, zeros, n);
-        pad -= n;
-    }
-}
-
-static rb_status choose_alignment(const rb_gguf_writer *w, size_t requested, size_t *align, bool *need_key,
-                                  rb_error *err) {
-    int64_t ki = rb_name_index_find(&w->kv_index, RB_GGUF_ALIGNMENT_KEY, strlen(RB_GGUF_ALIGNMENT_KEY));
-    size_t a = requested;
-    if (a == 0 && ki >= 0) { /* keep the alignment of a copied header */
-        const wkv *kv = &w->kvs[ki];
-        uint32_t v = 0;
-        if (kv->type == RB_GGUF_UINT32 && kv->val_len == 4) memcpy(&v, kv->val, 4);
-        a = v;
-        if (a == 0) return rb_error_set(err, RB_E_INVALID, "gguf writer: %s must be a non-zero uint32",
-                                        RB_GGUF_ALIGNMENT_KEY);
-    }
-    if (a == 0) a = RB_GGUF_DEFAULT_ALIGNMENT;
-    if ((a & (a - 1)) != 0 || a > UINT32_MAX)
-        return rb_error_set(err, RB_E_INVALID, "gguf writer: alignment %zu is not a power of two <= 2^31", a);
-    *align = a;
-    *need_key = ki < 0 && a != RB_GGUF_DEFAULT_ALIGNMENT;
-    return RB_OK;
-}
+/* ---- serialisation: through the stream (gguf_stream.c), straight to path ---- */
 
 rb_status rb_gguf_writer_write(rb_gguf_writer *w, const char *path, size_t alignment, rb_error *err) {
     if (!w || !path) return rb_error_set(err, RB_E_INVALID, "gguf writer: writer or path is NULL");
-    size_t align = 0;
-    bool need_key = false;
-    rb_status st = choose_alignment(w, alignment, &align, &need_key, err);
-    if (st != RB_OK) return st;
-
-    FILE *f = fopen(path, "wb");
-    if (!f) return rb_error_set(err, RB_E_IO, "gguf writer: cannot create '%s': %s", path, strerror(errno));
-    sink s = {f, 0, 0};
-    emit(&s, RB_GGUF_MAGIC, 4);
-    emit_u32(&s, 3);
-    emit_u64(&s, w->n_tensors);
-    emit_u64(&s, w->n_kv + (need_key ? 1 : 0));
-    for (size_t i = 0; i < w->n_kv; i++) {
-        const wkv *kv = &w->kvs[i];
-        size_t klen = strlen(kv->key);
-        emit_u64(&s, klen);
-        emit(&s, kv->key, klen);
-        if (strcmp(kv->key, RB_GGUF_ALIGNMENT_KEY) == 0) {
-            emit_u32(&s, RB_GGUF_UINT32);
-            emit_u32(&s, (uint32_t)align);
-            continue;
-        }
-        emit_u32(&s, (uint32_t)kv->type);
-        emit(&s, kv->val, kv->val_len);
+    const size_t n = w->n_tensors;
+    rb_gguf_tensor_desc *desc = calloc(n ? n : 1, sizeof *desc);
+    size_t *nbytes = calloc(n ? n : 1, sizeof *nbytes);
+    if (!desc || !nbytes) {
+        free(desc);
+        free(nbytes);
+        return rb_error_set(err, RB_E_NOMEM, "gguf writer: out of memory");
     }
-    if (need_key) {
-        emit_u64(&s, strlen(RB_GGUF_ALIGNMENT_KEY));
-        emit(&s, RB_GGUF_ALIGNMENT_KEY, strlen(RB_GGUF_ALIGNMENT_KEY));
-        emit_u32(&s, RB_GGUF_UINT32);
-        emit_u32(&s, (uint32_t)align);
-    }
-    uint64_t offset = 0;
-    for (size_t i = 0; i < w->n_tensors; i++) {
+    for (size_t i = 0; i < n; i++) {
         const wtensor *t = &w->tensors[i];
-        size_t nlen = strlen(t->name);
-        emit_u64(&s, nlen);
-        emit(&s, t->name, nlen);
-        emit_u32(&s, (uint32_t)t->n_dims);
-        for (int d = 0; d < t->n_dims; d++) emit_u64(&s, (uint64_t)t->ne[d]);
-        emit_u32(&s, (uint32_t)t->dtype);
-        emit_u64(&s, offset);
-        offset += t->nbytes + (align - t->nbytes % align) % align;
+        desc[i].name = t->name;
+        desc[i].dtype = t->dtype;
+        desc[i].n_dims = t->n_dims;
+        memcpy(desc[i].ne, t->ne, sizeof t->ne);
+        nbytes[i] = t->nbytes;
     }
-    emit_pad(&s, align);
-    for (size_t i = 0; i < w->n_tensors; i++) {
-        emit(&s, w->tensors[i].data, w->tensors[i].nbytes);
-        emit_pad(&s, align);
-    }
-    int close_failed = fclose(f) != 0 ? errno : 0;
-    if (s.err || close_failed) {
-        int e = s.err ? s.err : close_failed;
-        remove(path);
-        return rb_error_set(err, RB_E_IO, "gguf writer: writing '%s' failed: %s", path, strerror(e));
-    }
-    return RB_OK;
+    rb_gguf_stream *s = NULL;
+    rb_status st = rb_gguf_stream_open(w, path, NULL, alignment, desc, nbytes, n, &s, err);
+    free(desc);
+    free(nbytes);
+    for (size_t i = 0; st == RB_OK && i < n; i++)
+        st = rb_gguf_stream_write(s, w->tensors[i].data, w->tensors[i].nbytes, err);
+    if (st == RB_OK) return rb_gguf_stream_finish(s, NULL, err);
+    rb_gguf_stream_abort(s);
+    return st;
 }

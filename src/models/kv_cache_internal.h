@@ -26,7 +26,7 @@ typedef struct rb_decode_graph {
     uint64_t gen;  /* the owner's arena_gen that state refers to */
     uint64_t *key; /* serials of the caches of the step (one, or a batch's) */
     int64_t n_key;
-    const void *out; /* the caller's logits memory its ops write in place (transformer.c direct_logits), NULL: the arena */
+    const void *out; /* the caller's logits memory its ops write in place (forward.c direct_logits), NULL: the arena */
     rb_graph *graph;
     char error[RB_ERROR_MSG_MAX];
 } rb_decode_graph;
@@ -58,7 +58,7 @@ struct rb_kv_cache {
     void *out_seen; /* the previous step's logits memory (wrapped once it comes twice in a row) */
     size_t out_seen_size;
     uint64_t serial;    /* unique among the caches of this process */
-    /* captured decode steps (see transformer.c): this cache's one-token step,
+    /* captured decode steps (see forward.c): this cache's one-token step,
      * and a batched step (rb_model_forward_batch) whose first cache it is */
     rb_decode_mode decode_mode;
     rb_decode_graph dec, bat;

@@ -5,8 +5,8 @@
  * decoded to f32, made (copied, stacked, transposed, zeros), encoded. */
 #include "sd/sd_convert.h"
 
-#include "convert/gguf_stream.h"
 #include "convert/tensor_xform.h"
+#include "rbee/gguf.h"
 #include "rbee/quant.h"
 
 #include <stdio.h>
@@ -84,7 +84,7 @@ static rb_status metadata(rb_gguf_writer *w, const sd_gguf_configs *cfg, const c
 
 rb_status sdc_write(const sdc_plan *p, const sd_gguf_configs *cfg, const char *out_path, const char *name,
                     const rb_convert_opts *opts, rb_convert_stats *stats, rb_error *err) {
-    cv_tensor_desc *desc = calloc(p->n ? p->n : 1, sizeof *desc);
+    rb_gguf_tensor_desc *desc = calloc(p->n ? p->n : 1, sizeof *desc);
     if (!desc) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     for (size_t i = 0; i < p->n; i++) {
         const sdc_entry *e = &p->e[i];
@@ -103,15 +103,15 @@ rb_status sdc_write(const sdc_plan *p, const sd_gguf_configs *cfg, const char *o
         }
     }
     rb_gguf_writer *w = NULL;
-    cv_stream *out = NULL;
+    rb_gguf_stream *out = NULL;
     rb_status s = rb_gguf_writer_create(&w, err);
     if (s == RB_OK) s = metadata(w, cfg, name, opts->type, err);
-    if (s == RB_OK) s = cv_stream_begin(out_path, w, desc, p->n, &out, err);
+    if (s == RB_OK) s = rb_gguf_stream_begin(out_path, w, desc, p->n, &out, err);
     rb_gguf_writer_free(w);
     cv_buf f32 = {0}, tmp = {0}, enc = {0};
     for (size_t i = 0; s == RB_OK && i < p->n; i++) {
         const sdc_entry *e = &p->e[i];
-        const size_t nbytes = cv_stream_tensor_bytes(out, i);
+        const size_t nbytes = rb_gguf_stream_tensor_bytes(out, i);
         if ((s = values(e, &f32, &tmp, err)) != RB_OK) break;
         if (cv_buf_reserve(&enc, nbytes ? nbytes : 1) != RB_OK) {
             s = rb_error_set(err, RB_E_NOMEM, "out of memory for tensor '%s'", e->name);
@@ -121,7 +121,7 @@ rb_status sdc_write(const sdc_plan *p, const sd_gguf_configs *cfg, const char *o
             rb_error_set(err, s, "cannot encode '%s' as %s", e->name, rb_dtype_name(desc[i].dtype));
             break;
         }
-        if ((s = cv_stream_write(out, enc.p, nbytes, err)) != RB_OK) break;
+        if ((s = rb_gguf_stream_write(out, enc.p, nbytes, err)) != RB_OK) break;
         if (opts->progress) opts->progress(opts->progress_ud, (int64_t)i + 1, (int64_t)p->n, e->name);
     }
     cv_buf_free(&f32);
@@ -129,9 +129,9 @@ rb_status sdc_write(const sdc_plan *p, const sd_gguf_configs *cfg, const char *o
     cv_buf_free(&enc);
     if (s == RB_OK && out) {
         stats->n_tensors = (int64_t)p->n;
-        s = cv_stream_finish(out, &stats->bytes_out, err);
+        s = rb_gguf_stream_finish(out, &stats->bytes_out, err);
     } else {
-        cv_stream_abort(out);
+        rb_gguf_stream_abort(out);
     }
     free(desc);
     return s;

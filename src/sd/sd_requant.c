@@ -6,8 +6,8 @@
  * also gives ComfyUI-GGUF's flattened tensors their logical shapes. */
 #include "sd/sd_convert.h"
 
-#include "convert/gguf_stream.h"
 #include "convert/tensor_xform.h"
+#include "rbee/gguf.h"
 #include "rbee/quant.h"
 
 #include <stdio.h>
@@ -36,10 +36,10 @@ bool sd_convert_is_sd_gguf(const char *path) {
 static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *opts, rb_convert_stats *stats,
                      rb_error *err) {
     const int64_t n = f->list.n;
-    cv_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
+    rb_gguf_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
     char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
     rb_gguf_writer *w = NULL;
-    cv_stream *out = NULL;
+    rb_gguf_stream *out = NULL;
     cv_buf f32 = {0}, enc = {0};
     rb_status s = RB_OK;
     int64_t n_lossy = 0;
@@ -58,7 +58,7 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
         names[i][ti->name.len] = '\0';
         bool fb = false;
         const sdc_class c = sdc_class_of(names[i], t->n_dims);
-        desc[i] = (cv_tensor_desc){.name = names[i], .n_dims = t->n_dims};
+        desc[i] = (rb_gguf_tensor_desc){.name = names[i], .n_dims = t->n_dims};
         memcpy(desc[i].ne, t->ne, sizeof t->ne);
         desc[i].dtype = sdc_dtype(c, opts->type, t->ne[0], &fb);
         if (c == SDC_MAT) {
@@ -82,13 +82,13 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
         s = rb_error_set(err, RB_E_NOMEM, "cannot copy the metadata");
         goto done;
     }
-    if ((s = cv_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
+    if ((s = rb_gguf_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
     for (int64_t i = 0; i < n; i++) {
         const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
         const rb_st_tensor *t = &f->list.t[i];
-        const size_t nbytes = cv_stream_tensor_bytes(out, (size_t)i);
+        const size_t nbytes = rb_gguf_stream_tensor_bytes(out, (size_t)i);
         if (desc[i].dtype == ti->dtype && nbytes == ti->nbytes && t->data == ti->data) {
-            s = cv_stream_write(out, ti->data, ti->nbytes, err);
+            s = rb_gguf_stream_write(out, ti->data, ti->nbytes, err);
         } else {
             int64_t nel = 1;
             for (int d = 0; d < t->n_dims; d++) nel *= t->ne[d];
@@ -105,18 +105,18 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
                 rb_error_set(err, s, "cannot encode '%s' as %s", names[i], rb_dtype_name(desc[i].dtype));
                 break;
             }
-            s = cv_stream_write(out, enc.p, nbytes, err);
+            s = rb_gguf_stream_write(out, enc.p, nbytes, err);
         }
         if (s != RB_OK) break;
         if (opts->progress) opts->progress(opts->progress_ud, i + 1, n, names[i]);
     }
     if (s == RB_OK) {
         stats->n_tensors = n;
-        s = cv_stream_finish(out, &stats->bytes_out, err);
+        s = rb_gguf_stream_finish(out, &stats->bytes_out, err);
         out = NULL;
     }
 done:
-    cv_stream_abort(out);
+    rb_gguf_stream_abort(out);
     cv_buf_free(&f32);
     cv_buf_free(&enc);
     rb_gguf_writer_free(w);

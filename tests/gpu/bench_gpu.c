@@ -1,13 +1,12 @@
-/* GPU benchmarks, run by scripts/gpu-device-run.sh on the device machine
- * (not a ctest): `bench_gpu ops SPEC` times the device copy bandwidth, the
- * decode matrix-vector products (M = 1..32) for each weight dtype on three
- * Llama-2-7B shapes and the prefill GEMM (M = 512), see bench_matvec; `bench_gpu model SPEC
- * DIR` loads a model folder and times pp512 and tg128 the way llama-bench
- * does. Prints one JSON object per measurement. Inputs are seeded random
- * values (never zeros). */
+/* GPU benchmarks, run on the device machine by scripts/gpu-prebuilt.sh
+ * (steps ops and attn; not a ctest): `bench_gpu ops SPEC` times the device
+ * copy bandwidth, the decode matrix-vector products (M = 1..32) for each
+ * weight dtype on three Llama-2-7B shapes and the prefill GEMM (M = 512), see
+ * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn). Whole
+ * models: `rbee bench`. Prints one JSON object per measurement. Inputs are
+ * seeded random values (never zeros). */
 #include "backends/gpu/gpu_tuning.h"
 #include "rbee/backend.h"
-#include "rbee/model.h"
 #include "rbee/ops.h"
 #include "rbee/quant.h"
 
@@ -217,59 +216,6 @@ static int bench_ops(rb_backend *be) {
     return bench_matvec(be, copy_bw);
 }
 
-static int bench_model(rb_backend *be, const char *dir, double copy_bw) {
-    rb_error err;
-    rb_error_clear(&err);
-    rb_model *m = NULL;
-    double t0 = now();
-    if (rb_model_load(dir, be, NULL, &m, &err) != RB_OK) {
-        fprintf(stderr, "load %s: %s\n", dir, err.msg);
-        return 1;
-    }
-    const double load_s = now() - t0;
-    const rb_model_config *c = rb_model_get_config(m);
-    rb_kv_cache *kv = NULL;
-    if (rb_kv_cache_create(m, 1024, RB_F16, &kv, &err) != RB_OK) {
-        fprintf(stderr, "kv: %s\n", err.msg);
-        return 1;
-    }
-    int32_t *toks = malloc(sizeof(int32_t) * 512);
-    float *logits = malloc(sizeof(float) * (size_t)c->n_vocab);
-    if (!toks || !logits) return 1;
-    for (int i = 0; i < 512; i++) toks[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->n_vocab);
-    /* warm-up */
-    if (rb_model_forward(m, kv, toks, 16, false, logits, &err) != RB_OK) {
-        fprintf(stderr, "forward: %s\n", err.msg);
-        return 1;
-    }
-    rb_kv_cache_truncate(kv, 0);
-    t0 = now();
-    if (rb_model_forward(m, kv, toks, 512, false, logits, &err) != RB_OK) {
-        fprintf(stderr, "forward: %s\n", err.msg);
-        return 1;
-    }
-    const double pp = 512.0 / (now() - t0);
-    rb_kv_cache_truncate(kv, 0);
-    if (rb_model_forward(m, kv, toks, 1, false, logits, &err) != RB_OK) return 1;
-    t0 = now();
-    for (int i = 0; i < 128; i++)
-        if (rb_model_forward(m, kv, &toks[(i + 1) % 512], 1, false, logits, &err) != RB_OK) {
-            fprintf(stderr, "decode: %s\n", err.msg);
-            return 1;
-        }
-    const double tg = 128.0 / (now() - t0);
-    const double wb = (double)rb_model_weight_bytes(m);
-    const double roof = copy_bw > 0 ? copy_bw * 1e9 / wb : 0;
-    printf("{\"bench\":\"model\",\"dir\":\"%s\",\"wtype\":\"%s\",\"weight_GB\":%.2f,\"load_s\":%.1f,\"pp512\":%.1f,"
-           "\"tg128\":%.1f,\"tg_roofline\":%.1f,\"tg_ratio\":%.3f}\n",
-           dir, rb_dtype_name(rb_model_weight_dtype(m)), wb / 1e9, load_s, pp, tg, roof, roof > 0 ? tg / roof : 0);
-    free(toks);
-    free(logits);
-    rb_kv_cache_free(kv);
-    rb_model_free(m);
-    return 0;
-}
-
 /* `bench_gpu attn SPEC`: rb_attention on the model's layouts (q an f32
  * [D, Tq, Hq] view of [D, Hq, Tq], f16 KV-cache views [D, Tk, Hkv]), D = 128:
  * causal prefill (Tq = Tk) and one decode query over a cache with its
@@ -391,7 +337,7 @@ static int bench_attn(rb_backend *be) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC | bench_gpu model SPEC DIR [copy_GBps]\n");
+        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC\n");
         return 2;
     }
     rb_backend *be = NULL;
@@ -404,7 +350,6 @@ int main(int argc, char **argv) {
     int rc = 2;
     if (strcmp(argv[1], "ops") == 0) rc = bench_ops(be);
     else if (strcmp(argv[1], "attn") == 0) rc = bench_attn(be);
-    else if (strcmp(argv[1], "model") == 0 && argc >= 4) rc = bench_model(be, argv[3], argc > 4 ? atof(argv[4]) : 0);
     rb_backend_destroy(be);
     return rc;
 }

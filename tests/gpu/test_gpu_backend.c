@@ -6,10 +6,13 @@
  * wrapped as a buffer written in place, memory past the block or plain
  * memory refused), rb_buffer_from_host, an out-of-memory allocation that fails with
  * RB_E_NOMEM and a message while the backend keeps working, ops without
- * a GPU kernel refusing with RB_E_UNSUPPORTED, and the RBEE_GPU_TRACE
+ * a GPU kernel refusing with RB_E_UNSUPPORTED, the tests' GPU tuning (taken
+ * by a GPU backend, refused by the CPU backend), and the RBEE_GPU_TRACE
  * diagnostic (gpu_trace.h) writing every block's readings in order. Skips
  * without a GPU. */
 #include "gpu_pair.h"
+
+#include "backends/gpu/gpu_tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +173,24 @@ static void test_out_of_memory(void **state) {
     rb_backend_destroy(g);
 }
 
+/* The tests' GPU tuning (gpu_tuning.h) is refused for the CPU backend and
+ * NULL arguments, taken by a GPU backend. */
+static void test_tuning(void **state) {
+    (void)state;
+    rb_backend *c = gp_cpu();
+    const rb_gpu_tuning t = {.tiled_gemm = true};
+    assert_int_equal(rb_gpu_backend_tune(c, &t), RB_E_UNSUPPORTED);
+    assert_int_equal(rb_gpu_backend_tune(NULL, &t), RB_E_UNSUPPORTED);
+    assert_int_equal(rb_gpu_backend_tune(c, NULL), RB_E_UNSUPPORTED);
+    rb_backend_destroy(c);
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    assert_int_equal(rb_gpu_backend_tune(g, &t), RB_OK);
+    const rb_gpu_tuning dflt = {0};
+    assert_int_equal(rb_gpu_backend_tune(g, &dflt), RB_OK);
+    rb_backend_destroy(g);
+}
+
 static void test_unsupported(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
@@ -278,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_tuning),
         cmocka_unit_test(test_unsupported),
         cmocka_unit_test(test_trace),
     };

@@ -1,5 +1,5 @@
 /* Graph capture of the decode step (include/rbee/backend.h graphs, the
- * position-independent decode of src/models/transformer.c).
+ * position-independent decode of src/models/forward.c).
  *
  * CPU (always runs): the CPU has no graphs (RB_E_UNSUPPORTED, eager decode
  * unchanged), and the position-independent decode (KV rows written by
@@ -11,7 +11,9 @@
  * fused at load (one in-place rope launch for q and k). A stand-in graph
  * implementation on the CPU backend checks the front-end rules (host copies
  * refused and the capture discarded, nested begin refused harmlessly) and
- * that a refused capture leaves the decode eager after one attempt.
+ * that a refused capture leaves the decode eager after one attempt, and
+ * that caches of an eager model (rb_model_set_eager_decode, RBEE_NO_GRAPH=1
+ * at load) never capture.
  *
  * GPU (skips without one): greedy decode of 24 tokens replayed from a graph
  * (one sequence, and batches of 3) gives the bits of the same decode run
@@ -362,6 +364,49 @@ static void test_cpu_graph_capture_refused(void **state) {
     free(a.logits);
     free(b.logits);
     rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* The eager setting (rb_model_set_eager_decode, or RBEE_NO_GRAPH=1 when the
+ * model is loaded): caches created while it is on decode per step and never
+ * capture (on a backend with graphs too); caches created before or after it
+ * keep the default. */
+static void test_cpu_eager_setting(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = load(be, "llama_gqa");
+    rb_kv_cache *a = NULL, *b = NULL, *c = NULL;
+    rb_error err;
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &a, &err));
+    rb_model_set_eager_decode(m, true);
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &b, &err));
+    rb_model_set_eager_decode(m, false);
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &c, &err));
+    assert_int_equal(a->decode_mode, RB_DECODE_AUTO);
+    assert_int_equal(b->decode_mode, RB_DECODE_LEGACY);
+    assert_int_equal(c->decode_mode, RB_DECODE_AUTO);
+    be->graph_vt = &k_mock;
+    mock_begins = mock_ends = mock_launches = mock_frees = 0;
+    mock_begin_status = RB_OK;
+    float *lg = malloc(sizeof(float) * (size_t)rb_model_get_config(m)->n_vocab);
+    assert_non_null(lg);
+    for (int32_t t = 1; t <= 4; t++) TU_OK(rb_model_forward(m, b, &t, 1, false, lg, &err));
+    assert_int_equal(mock_begins, 0);
+    be->graph_vt = NULL;
+    rb_kv_cache_free(a);
+    rb_kv_cache_free(b);
+    rb_kv_cache_free(c);
+    rb_model_free(m);
+    /* the environment variable, read at load */
+    assert_int_equal(setenv("RBEE_NO_GRAPH", "1", 1), 0);
+    m = load(be, "llama_gqa");
+    assert_int_equal(unsetenv("RBEE_NO_GRAPH"), 0);
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &a, &err));
+    assert_int_equal(a->decode_mode, RB_DECODE_LEGACY);
+    rb_kv_cache_free(a);
+    rb_model_free(m);
+    free(lg);
     rb_backend_destroy(be);
 }
 
@@ -877,6 +922,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cpu_fused_projections),
         cmocka_unit_test(test_cpu_graph_frontend),
         cmocka_unit_test(test_cpu_graph_capture_refused),
+        cmocka_unit_test(test_cpu_eager_setting),
         cmocka_unit_test(test_gpu_graph_ids),
         cmocka_unit_test(test_gpu_graph_queued),
         cmocka_unit_test(test_gpu_graph_rules),

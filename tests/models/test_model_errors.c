@@ -2,7 +2,8 @@
  * HF, listing the supported ones), missing tensors and wrong shapes (naming
  * the tensor), missing config, bad paths, out-of-vocabulary tokens, and a
  * prompt longer than the context (refused, never truncated); metadata values
- * that do not fit their field; KV-cache truncation followed by more tokens. */
+ * that do not fit their field; KV-cache truncation followed by more tokens;
+ * load options out of range. */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -220,6 +221,29 @@ static void test_runtime_errors(void **state) {
     rb_backend_destroy(be);
 }
 
+/* A load option out of range is refused before the file is read; the
+ * defaults (opts zeroed, or NULL) load. */
+static void test_load_options(void **state) {
+    (void)state;
+    char p[512];
+    rb_error err;
+    snprintf(p, sizeof p, "%s/opts.gguf", g_dir);
+    write_gguf(p, "llama", NULL, NULL);
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = NULL;
+    const rb_model_load_opts bad = {.fuse_proj = (rb_fuse_proj)3}, bad2 = {.fuse_proj = (rb_fuse_proj)-1};
+    assert_int_equal(rb_model_load(p, be, &bad, &m, &err), RB_E_INVALID);
+    assert_non_null(strstr(err.msg, "fuse_proj 3"));
+    assert_null(m);
+    assert_int_equal(rb_model_load(p, be, &bad2, &m, &err), RB_E_INVALID);
+    const rb_model_load_opts dflt = {0};
+    TU_OK(rb_model_load(p, be, &dflt, &m, &err));
+    assert_false(rb_model_get_config(m)->fused_qkv); /* the CPU keeps the file's separate q/k/v */
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
 /* Truncating the cache and continuing gives the logits of a cache that never
  * held the dropped tokens (their keys and values are overwritten). */
 static void test_truncate_then_continue(void **state) {
@@ -260,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_hf_errors),
         cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_truncate_then_continue),
+        cmocka_unit_test(test_load_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -487,7 +487,12 @@ static void g_graph_free(rb_backend *be, rb_graph *graph) {
     graph->impl = NULL;
 }
 
-static const rb_graph_vtable k_gpu_graph_vtable = {g_capture_begin, g_capture_end, g_graph_launch, g_graph_free};
+static const rb_graph_vtable k_gpu_graph_vtable = {
+    .capture_begin = g_capture_begin,
+    .capture_end = g_capture_end,
+    .launch = g_graph_launch,
+    .free = g_graph_free,
+};
 
 /* ---- ops without a GPU kernel yet: refuse clearly ---- */
 
@@ -529,15 +534,50 @@ static void g_host_free(rb_backend *be, void *p) {
     (void)cudaFreeHost(p);
 }
 
+/* In rb_backend_vtable's order (C++ designated initializers must follow
+ * it: a reordered backend_impl.h fails to compile instead of miswiring). */
 static const rb_backend_vtable k_gpu_vtable = {
-    g_destroy,         g_device_info,  g_sync,         g_buffer_alloc, g_buffer_from_host, g_buffer_free,
-    g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
-    gpu_binary,        gpu_where,      gpu_glu,        gpu_cast,       gpu_reduce,         gpu_softmax,
-    gpu_rms_norm,      gpu_add_rms_norm,
-    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       gpu_argsort,
-    gpu_topk,          gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
-    gpu_upsample,      gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
-    g_buffer_wrap_host, gpu_group_norm_act, gpu_matmul_id, gpu_swiglu_clamp,
+    .destroy = g_destroy,
+    .device_info = g_device_info,
+    .sync = g_sync,
+    .buffer_alloc = g_buffer_alloc,
+    .buffer_from_host = g_buffer_from_host,
+    .buffer_free = g_buffer_free,
+    .buffer_set = g_buffer_set,
+    .buffer_get = g_buffer_get,
+    .buffer_copy = g_buffer_copy,
+    .fill = gpu_fill,
+    .affine = gpu_affine,
+    .unary = gpu_unary,
+    .binary = gpu_binary,
+    .where = gpu_where,
+    .glu = gpu_glu,
+    .cast = gpu_cast,
+    .reduce = gpu_reduce,
+    .softmax = gpu_softmax,
+    .rms_norm = gpu_rms_norm,
+    .add_rms_norm = gpu_add_rms_norm,
+    .layer_norm = gpu_layer_norm,
+    .group_norm = gpu_group_norm,
+    .get_rows = gpu_get_rows,
+    .index_select = g_index_select,
+    .set_rows = gpu_set_rows,
+    .argsort = gpu_argsort,
+    .topk = gpu_topk,
+    .matmul = gpu_matmul,
+    .rope = gpu_rope,
+    .attention = gpu_attention,
+    .conv1d = g_conv1d,
+    .conv2d = gpu_conv2d,
+    .upsample = gpu_upsample,
+    .matmul_fused = gpu_matmul_fused,
+    .host_alloc = g_host_alloc,
+    .host_free = g_host_free,
+    .buffer_set_queued = g_buffer_set_queued,
+    .buffer_wrap_host = g_buffer_wrap_host,
+    .group_norm_act = gpu_group_norm_act,
+    .matmul_id = gpu_matmul_id,
+    .swiglu_clamp = gpu_swiglu_clamp,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

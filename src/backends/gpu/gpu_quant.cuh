@@ -1,8 +1,12 @@
-/* Device decoding of the ggml block formats the GPU backend reads directly:
- * q4_0, q8_0, q4_K, q6_K and mxfp4 (byte layouts as in include/rbee/quant.h). Two
- * granularities: one element (get_rows, cast) and a "unit" of 32 consecutive
- * elements of a row decoded into registers (the matrix kernels). Every format
- * handled here has rows made of whole 32-element units. */
+/* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
+ * q6_K and mxfp4 - described once here (fmt_*: byte layout, sizes and offsets;
+ * include/rbee/quant.h has the C structs and the CPU's codecs), and their
+ * device decoding at two granularities: one element (get_rows, cast) and a
+ * "unit" of 32 consecutive elements of a row decoded into registers. The
+ * matrix-vector kernels (matmul/matvec_fmt.cuh, matmul/matvec_direct.cuh)
+ * read the same blocks with their own arithmetic, taking every size and
+ * offset from the fmt_* structs. Every format here has rows made of whole
+ * 32-element units. */
 #ifndef RBEE_GPU_QUANT_CUH
 #define RBEE_GPU_QUANT_CUH
 
@@ -10,9 +14,50 @@
 
 namespace RB_GPU_NS {
 
+/* q4_0: 32 elements in 18 bytes: f16 scale d (bytes 0-1), then qs[16]
+ * (2-17) of two 4-bit values each - element i < 16 is the low nibble of
+ * qs[i], element i + 16 its high nibble; value = d (nibble - 8). */
+struct fmt_q4_0 {
+    static constexpr int EL = 32, BYTES = 18, D = 0, QS = 2;
+};
+
+/* q8_0: 32 elements in 34 bytes: f16 scale d (0-1), then int8 qs[32]
+ * (2-33); value = d qs[i]. */
+struct fmt_q8_0 {
+    static constexpr int EL = 32, BYTES = 34, D = 0, QS = 2;
+};
+
+/* q4_K: 256 elements in 144 bytes, 8 sub-blocks of 32: f16 d (0-1) and
+ * dmin (2-3), 12 bytes of packed 6-bit scale sc and min m per sub-block
+ * (4-15, q4k_scale_min), then qs[128] (16-143), where sub-blocks 2p and
+ * 2p + 1 are the low and high nibbles of bytes 32p..32p+31; value =
+ * d sc nibble - dmin m. */
+struct fmt_q4_K {
+    static constexpr int EL = 256, BYTES = 144, D = 0, DMIN = 2, SCALES = 4, QS = 16;
+};
+
+/* q6_K: 256 elements in 210 bytes: ql[128] (0-127, the low 4 bits), qh[64]
+ * (128-191, the high 2 bits), int8 scales[16] (192-207, one per 16
+ * elements), f16 d (208-209). Element 128n + 32g + l (half n, group g < 4,
+ * l < 32): the low nibble of ql[64n + 32(g & 1) + l] for g < 2, its high
+ * nibble for g >= 2, with bits 2g, 2g + 1 of qh[32n + l] above them;
+ * value = d scales[8n + 2g + l / 16] (q - 32). */
+struct fmt_q6_K {
+    static constexpr int EL = 256, BYTES = 210, QL = 0, QH = 128, SC = 192, D = 208;
+};
+
+/* mxfp4 (gpt-oss experts): 32 elements in 17 bytes: a shared exponent e
+ * (byte 0), then qs[16] (1-16) of two 4-bit E2M1 codes each - element
+ * i < 16 is the low nibble of qs[i], element i + 16 its high nibble; value =
+ * mxfp4_value(code) 2^(e - 128) (mxfp4_value is the doubled E2M1 value). */
+struct fmt_mxfp4 {
+    static constexpr int EL = 32, BYTES = 17, E = 0, QS = 1;
+};
+
 __device__ __forceinline__ float ld_h(const char *p) { return f16_bits_to_f32(*(const uint16_t *)p); }
 
-/* q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
+/* q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes
+ * (fmt_q4_K::SCALES). */
 __device__ __forceinline__ void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = s[j] & 63;
@@ -38,11 +83,11 @@ __device__ __forceinline__ int mxfp4_value(int q) {
 /* Bytes per 32-element unit's block and units per block. */
 __device__ __forceinline__ int qblock_bytes(int dt) {
     switch (dt) {
-    case RB_Q4_0: return 18;
-    case RB_Q8_0: return 34;
-    case RB_Q4_K: return 144;
-    case RB_Q6_K: return 210;
-    case RB_MXFP4: return 17;
+    case RB_Q4_0: return fmt_q4_0::BYTES;
+    case RB_Q8_0: return fmt_q8_0::BYTES;
+    case RB_Q4_K: return fmt_q4_K::BYTES;
+    case RB_Q6_K: return fmt_q6_K::BYTES;
+    case RB_MXFP4: return fmt_mxfp4::BYTES;
     default: return 0;
     }
 }
@@ -58,20 +103,20 @@ template <int n> __device__ __forceinline__ void ld_u16(const char *p, uint16_t 
 /* Decodes unit u (elements 32u..32u+31) of a quantized row into w. */
 __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, float w[32]) {
     if (dt == RB_Q8_0) {
-        const char *b = row + u * 34;
-        const float d = ld_h(b);
+        const char *b = row + u * fmt_q8_0::BYTES;
+        const float d = ld_h(b + fmt_q8_0::D);
         uint16_t q[16];
-        ld_u16<16>(b + 2, q);
+        ld_u16<16>(b + fmt_q8_0::QS, q);
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             w[2 * i] = d * (float)(int8_t)(q[i] & 0xff);
             w[2 * i + 1] = d * (float)(int8_t)(q[i] >> 8);
         }
     } else if (dt == RB_Q4_0) {
-        const char *b = row + u * 18;
-        const float d = ld_h(b);
+        const char *b = row + u * fmt_q4_0::BYTES;
+        const float d = ld_h(b + fmt_q4_0::D);
         uint16_t q[8];
-        ld_u16<8>(b + 2, q);
+        ld_u16<8>(b + fmt_q4_0::QS, q);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const int v0 = q[i] & 0xff, v1 = q[i] >> 8;
@@ -81,13 +126,13 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             w[2 * i + 17] = d * (float)((v1 >> 4) - 8);
         }
     } else if (dt == RB_Q4_K) {
-        const char *b = row + (u >> 3) * 144;
+        const char *b = row + (u >> 3) * fmt_q4_K::BYTES;
         const int j = (int)(u & 7);
-        const float d = ld_h(b), dmin = ld_h(b + 2);
+        const float d = ld_h(b + fmt_q4_K::D), dmin = ld_h(b + fmt_q4_K::DMIN);
         int sc, m;
-        q4k_scale_min((const uint8_t *)(b + 4), j, &sc, &m);
+        q4k_scale_min((const uint8_t *)(b + fmt_q4_K::SCALES), j, &sc, &m);
         const float dl = d * (float)sc, ml = dmin * (float)m;
-        const uint32_t *q = (const uint32_t *)(b + 16 + 32 * (j >> 1)); /* 4-byte aligned */
+        const uint32_t *q = (const uint32_t *)(b + fmt_q4_K::QS + 32 * (j >> 1)); /* 4-byte aligned */
         const int sh = (j & 1) * 4;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -96,13 +141,13 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)((v >> (8 * k)) & 0xF) - ml;
         }
     } else if (dt == RB_Q6_K) {
-        const char *b = row + (u >> 3) * 210;
+        const char *b = row + (u >> 3) * fmt_q6_K::BYTES;
         const int j = (int)(u & 7), n = j >> 2, qq = j & 3;
         uint16_t ql[16], qh[16];
-        ld_u16<16>(b + 64 * n + ((qq & 1) ? 32 : 0), ql);
-        ld_u16<16>(b + 128 + 32 * n, qh);
-        const int8_t *sc = (const int8_t *)(b + 192) + 8 * n + 2 * qq;
-        const float d = ld_h(b + 208);
+        ld_u16<16>(b + fmt_q6_K::QL + 64 * n + ((qq & 1) ? 32 : 0), ql);
+        ld_u16<16>(b + fmt_q6_K::QH + 32 * n, qh);
+        const int8_t *sc = (const int8_t *)(b + fmt_q6_K::SC) + 8 * n + 2 * qq;
+        const float d = ld_h(b + fmt_q6_K::D);
         const int lsh = (qq >> 1) * 4, hsh = 2 * qq;
         const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
 #pragma unroll
@@ -112,11 +157,11 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             w[i] = (i < 16 ? d0 : d1) * (float)(q - 32);
         }
     } else if (dt == RB_MXFP4) { /* 17-byte blocks: byte loads (rows are only byte aligned) */
-        const uint8_t *b = (const uint8_t *)row + u * 17;
-        const float d = mxfp4_scale(b[0]);
+        const uint8_t *b = (const uint8_t *)row + u * fmt_mxfp4::BYTES;
+        const float d = mxfp4_scale(b[fmt_mxfp4::E]);
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            const int q = b[1 + i];
+            const int q = b[fmt_mxfp4::QS + i];
             w[i] = (float)mxfp4_value(q & 0xF) * d;
             w[i + 16] = (float)mxfp4_value(q >> 4) * d;
         }
@@ -131,31 +176,31 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
     const int64_t u = j >> 5;
     const int i = (int)(j & 31);
     if (dt == RB_Q8_0) {
-        const char *b = row + u * 34;
-        return ld_h(b) * (float)((const int8_t *)(b + 2))[i];
+        const char *b = row + u * fmt_q8_0::BYTES;
+        return ld_h(b + fmt_q8_0::D) * (float)((const int8_t *)(b + fmt_q8_0::QS))[i];
     } else if (dt == RB_Q4_0) {
-        const char *b = row + u * 18;
-        const int v = ((const uint8_t *)(b + 2))[i & 15];
-        return ld_h(b) * (float)((i < 16 ? (v & 0xF) : (v >> 4)) - 8);
+        const char *b = row + u * fmt_q4_0::BYTES;
+        const int v = ((const uint8_t *)(b + fmt_q4_0::QS))[i & 15];
+        return ld_h(b + fmt_q4_0::D) * (float)((i < 16 ? (v & 0xF) : (v >> 4)) - 8);
     } else if (dt == RB_Q4_K) {
-        const char *b = row + (u >> 3) * 144;
+        const char *b = row + (u >> 3) * fmt_q4_K::BYTES;
         const int jj = (int)(u & 7);
         int sc, m;
-        q4k_scale_min((const uint8_t *)(b + 4), jj, &sc, &m);
-        const int q = (((const uint8_t *)(b + 16))[32 * (jj >> 1) + i] >> ((jj & 1) * 4)) & 0xF;
-        return ld_h(b) * (float)sc * (float)q - ld_h(b + 2) * (float)m;
+        q4k_scale_min((const uint8_t *)(b + fmt_q4_K::SCALES), jj, &sc, &m);
+        const int q = (((const uint8_t *)(b + fmt_q4_K::QS))[32 * (jj >> 1) + i] >> ((jj & 1) * 4)) & 0xF;
+        return ld_h(b + fmt_q4_K::D) * (float)sc * (float)q - ld_h(b + fmt_q4_K::DMIN) * (float)m;
     } else if (dt == RB_Q6_K) {
-        const char *b = row + (u >> 3) * 210;
+        const char *b = row + (u >> 3) * fmt_q6_K::BYTES;
         const int jj = (int)(u & 7), n = jj >> 2, qq = jj & 3;
-        const int l = ((const uint8_t *)b)[64 * n + ((qq & 1) ? 32 : 0) + i];
-        const int h = ((const uint8_t *)b)[128 + 32 * n + i];
-        const int sc = ((const int8_t *)(b + 192))[8 * n + 2 * qq + (i >> 4)];
+        const int l = ((const uint8_t *)b)[fmt_q6_K::QL + 64 * n + ((qq & 1) ? 32 : 0) + i];
+        const int h = ((const uint8_t *)b)[fmt_q6_K::QH + 32 * n + i];
+        const int sc = ((const int8_t *)(b + fmt_q6_K::SC))[8 * n + 2 * qq + (i >> 4)];
         const int q = ((l >> ((qq >> 1) * 4)) & 0xF) | (((h >> (2 * qq)) & 3) << 4);
-        return ld_h(b + 208) * (float)sc * (float)(q - 32);
+        return ld_h(b + fmt_q6_K::D) * (float)sc * (float)(q - 32);
     } else if (dt == RB_MXFP4) {
-        const uint8_t *b = (const uint8_t *)row + u * 17;
-        const int q = b[1 + (i & 15)];
-        return (float)mxfp4_value(i < 16 ? (q & 0xF) : (q >> 4)) * mxfp4_scale(b[0]);
+        const uint8_t *b = (const uint8_t *)row + u * fmt_mxfp4::BYTES;
+        const int q = b[fmt_mxfp4::QS + (i & 15)];
+        return (float)mxfp4_value(i < 16 ? (q & 0xF) : (q >> 4)) * mxfp4_scale(b[fmt_mxfp4::E]);
     }
     return 0.0f;
 }

@@ -34,8 +34,8 @@
 #ifndef RBEE_GPU_MATVEC_CUH
 #define RBEE_GPU_MATVEC_CUH
 
-#include "backends/gpu/matvec_direct.cuh"
-#include "backends/gpu/matvec_fmt.cuh"
+#include "backends/gpu/matmul/matvec_direct.cuh"
+#include "backends/gpu/matmul/matvec_fmt.cuh"
 
 #include <mutex>
 

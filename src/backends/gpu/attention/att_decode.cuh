@@ -46,7 +46,7 @@
 #ifndef RBEE_GPU_ATT_DECODE_CUH
 #define RBEE_GPU_ATT_DECODE_CUH
 
-#include "backends/gpu/att_common.cuh"
+#include "backends/gpu/attention/att_common.cuh"
 #include "backends/gpu/mma_tile.cuh"
 
 namespace RB_GPU_NS {

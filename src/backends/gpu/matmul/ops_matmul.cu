@@ -21,7 +21,7 @@
  * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
  * anything and the front-end runs the separate ops.
  */
-#include "backends/gpu/matvec.cuh"
+#include "backends/gpu/matmul/matvec.cuh"
 
 #include <limits.h>
 #include <stdio.h>

@@ -21,10 +21,10 @@
  * replay), and splits past a query's position return at once.
  * A test or benchmark may restrict the choice (rb_gpu_tuning: the generic
  * kernel for everything, att_decode.cuh for head dims 64 and 128 too). */
-#include "backends/gpu/att_common.cuh"
-#include "backends/gpu/att_decode.cuh"
-#include "backends/gpu/att_decode_wide.cuh"
-#include "backends/gpu/att_tc.cuh"
+#include "backends/gpu/attention/att_common.cuh"
+#include "backends/gpu/attention/att_decode.cuh"
+#include "backends/gpu/attention/att_decode_wide.cuh"
+#include "backends/gpu/attention/att_tc.cuh"
 
 namespace RB_GPU_NS {
 

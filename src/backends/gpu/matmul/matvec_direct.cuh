@@ -18,7 +18,7 @@
 
 #include "backends/gpu/gpu_pdl.h"
 #include "backends/gpu/gpu_trace.h"
-#include "backends/gpu/matvec_fmt.cuh"
+#include "backends/gpu/matmul/matvec_fmt.cuh"
 #include "backends/gpu/rope_math.cuh"
 
 namespace RB_GPU_NS {
@@ -133,19 +133,20 @@ template <int DT> struct mvd_float {
 
 /* ---- q4_0 / q8_0: span = 32 pairs of blocks ---- */
 
-/* q4_0 pair (9 words): block 0 = {d: bytes 0-1, qs: 2-17}, block 1 = {d:
- * 18-19, qs: 20-35}; element e: low nibble of qs[e] (e < 16), high nibble of
- * qs[e - 16]. QW quant words a block; block 1's scale in word SOFF. */
-struct mvd_q4_0_fmt {
-    static constexpr int PAIR_WORDS = 9, QW = 4, SOFF = 4;
+/* A pair of adjacent blocks (gpu_quant.cuh's fmt_q4_0 / fmt_q8_0) as
+ * PAIR_WORDS 4-byte words: QW quant words a block, block 1's scale the high
+ * half of word SOFF. */
+template <class B> struct mvd_pair {
+    static constexpr int PAIR_WORDS = 2 * B::BYTES / 4, QW = (B::BYTES - B::QS) / 4, SOFF = B::BYTES / 4;
+    static_assert(B::D == 0 && B::QS == 2 && B::BYTES % 4 == 2, "a pair of blocks 2 bytes off word alignment");
+};
+
+struct mvd_q4_0_fmt : mvd_pair<fmt_q4_0> { /* 9 words, 4 quant words a block */
     static constexpr int MINB1 = 2; /* blocks a multiprocessor at M = 1 (<= 64 registers) */
     static constexpr bool OFFSET8 = true; /* value = nibble - 8 */
 };
 
-/* q8_0 pair (17 words): block 0 = {d: bytes 0-1, qs: 2-33}, block 1 = {d:
- * 34-35, qs: 36-67}. */
-struct mvd_q8_0_fmt {
-    static constexpr int PAIR_WORDS = 17, QW = 8, SOFF = 8;
+struct mvd_q8_0_fmt : mvd_pair<fmt_q8_0> { /* 17 words, 8 quant words a block */
     static constexpr int MINB1 = 1; /* 64 registers would spill */
     static constexpr bool OFFSET8 = false;
 };

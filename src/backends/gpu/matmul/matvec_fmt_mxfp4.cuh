@@ -9,7 +9,7 @@
 #ifndef RBEE_GPU_MATVEC_FMT_MXFP4_CUH
 #define RBEE_GPU_MATVEC_FMT_MXFP4_CUH
 
-#include "backends/gpu/matvec_fmt.cuh"
+#include "backends/gpu/matmul/matvec_fmt.cuh"
 
 namespace RB_GPU_NS {
 
@@ -21,7 +21,7 @@ __device__ __forceinline__ int mxfp4_pack4(int q0, int q1, int q2, int q3) {
 
 /* ---- mxfp4: WU = one 17-byte block (32 elements) ---- */
 struct mvf_mxfp4 {
-    static constexpr int WU_EL = 32, BLK_EL = 32, BLK_BYTES = 17;
+    static constexpr int WU_EL = fmt_mxfp4::EL, BLK_EL = fmt_mxfp4::EL, BLK_BYTES = fmt_mxfp4::BYTES;
     static constexpr bool QUANT = true, KQ = false;
     template <int R, int MT>
     __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
@@ -30,11 +30,12 @@ struct mvf_mxfp4 {
         float dw[R];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const uint8_t *b = (const uint8_t *)rp[j] + w * 17;
-            dw[j] = mxfp4_scale(b[0]);
+            const uint8_t *b = (const uint8_t *)rp[j] + w * fmt_mxfp4::BYTES;
+            dw[j] = mxfp4_scale(b[fmt_mxfp4::E]);
 #pragma unroll
             for (int t = 0; t < 4; t++) { /* elements 4t..4t+3 (low nibbles) and 16+4t.. (high) */
-                const int q0 = b[1 + 4 * t], q1 = b[2 + 4 * t], q2 = b[3 + 4 * t], q3 = b[4 + 4 * t];
+                const uint8_t *qs = b + fmt_mxfp4::QS + 4 * t;
+                const int q0 = qs[0], q1 = qs[1], q2 = qs[2], q3 = qs[3];
                 lo[j][t] = mxfp4_pack4(q0 & 15, q1 & 15, q2 & 15, q3 & 15);
                 hi[j][t] = mxfp4_pack4(q0 >> 4, q1 >> 4, q2 >> 4, q3 >> 4);
             }

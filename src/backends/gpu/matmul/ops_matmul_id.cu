@@ -24,8 +24,8 @@
  * is captured the routing kernel reports a bad id through the ids guard
  * and leaves its row unwritten. The integer sums equal the CPU backend's;
  * only the order of the f32 additions differs. */
-#include "backends/gpu/matvec_fmt_mxfp4.cuh"
-#include "backends/gpu/moe_route.cuh"
+#include "backends/gpu/matmul/matvec_fmt_mxfp4.cuh"
+#include "backends/gpu/matmul/moe_route.cuh"
 
 #include <limits.h>
 #include <stdlib.h>

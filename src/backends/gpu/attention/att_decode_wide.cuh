@@ -28,8 +28,8 @@
 #ifndef RBEE_GPU_ATT_DECODE_WIDE_CUH
 #define RBEE_GPU_ATT_DECODE_WIDE_CUH
 
-#include "backends/gpu/att_common.cuh"
-#include "backends/gpu/att_decode.cuh"
+#include "backends/gpu/attention/att_common.cuh"
+#include "backends/gpu/attention/att_decode.cuh"
 
 namespace RB_GPU_NS {
 

@@ -1,8 +1,8 @@
 /* Weight formats of the staged matrix-vector kernel (matvec.cuh): for each
  * weight dtype, how a "work unit" (WU) of one row, already copied into shared
  * memory, is multiplied with MT activation rows for R weight rows at once.
- * Split out of matvec.cuh so the per-format decoding (bit layouts of
- * include/rbee/quant.h) can be read on its own.
+ * Split out of matvec.cuh so the per-format arithmetic can be read on its
+ * own; the block layouts are gpu_quant.cuh's fmt_* (one description each).
  *
  * Quantized weights (q4_0, q8_0, q4_K, q6_K) meet int8 activations with the
  * integer dot product (dp4a; AMD sdot4 / sudot4; a plain fallback), exactly as
@@ -161,9 +161,10 @@ __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *q
     rec->y = (s & 0xffff) | (s2 << 16);
 }
 
-/* ---- q4_0: WU = one 18-byte block (32 elements) ---- */
+/* ---- q4_0: WU = one block (32 elements) ---- */
 struct mvf_q4_0 {
-    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = 32, BLK_BYTES = 18, STAGES = MV_ST(4);
+    typedef fmt_q4_0 B;
+    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = B::EL, BLK_BYTES = B::BYTES, STAGES = MV_ST(4);
     static constexpr bool QUANT = true, KQ = false;
     template <int R, int MT>
     __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
@@ -172,11 +173,11 @@ struct mvf_q4_0 {
         float dw[R];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const char *b = rp[j] + w * 18;
-            dw[j] = ld_h(b);
+            const char *b = rp[j] + w * B::BYTES;
+            dw[j] = ld_h(b + B::D);
 #pragma unroll
             for (int t = 0; t < 4; t++) {
-                const uint32_t q = mv_u32(b + 2 + 4 * t);
+                const uint32_t q = mv_u32(b + B::QS + 4 * t);
                 lo[j][t] = q & 0x0F0F0F0Fu;
                 hi[j][t] = (q >> 4) & 0x0F0F0F0Fu;
             }
@@ -205,9 +206,10 @@ struct mvf_q4_0 {
     }
 };
 
-/* ---- q8_0: WU = half of a 34-byte block (16 elements) ---- */
+/* ---- q8_0: WU = half a block (16 elements) ---- */
 struct mvf_q8_0 {
-    static constexpr int WU_EL = 16, CHUNK_EL = 512, BLK_EL = 32, BLK_BYTES = 34, STAGES = MV_ST(4);
+    typedef fmt_q8_0 B;
+    static constexpr int WU_EL = 16, CHUNK_EL = 512, BLK_EL = B::EL, BLK_BYTES = B::BYTES, STAGES = MV_ST(4);
     static constexpr bool QUANT = true, KQ = false;
     template <int R, int MT>
     __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
@@ -217,10 +219,10 @@ struct mvf_q8_0 {
         const int h = w & 1;
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const char *b = rp[j] + (w >> 1) * 34;
-            dw[j] = ld_h(b);
+            const char *b = rp[j] + (w >> 1) * B::BYTES;
+            dw[j] = ld_h(b + B::D);
 #pragma unroll
-            for (int t = 0; t < 4; t++) q[j][t] = mv_u32(b + 2 + 16 * h + 4 * t);
+            for (int t = 0; t < 4; t++) q[j][t] = mv_u32(b + B::QS + 16 * h + 4 * t);
         }
         const int64_t e = e0 + (int64_t)w * 16;
 #pragma unroll
@@ -239,11 +241,12 @@ struct mvf_q8_0 {
     }
 };
 
-/* ---- q4_K: 144-byte super-blocks of 256; WU w = 16 bytes of quants, i.e.
+/* ---- q4_K: super-blocks of 256; WU w = 16 bytes of quants, i.e.
  * elements 16h..16h+15 of sub-blocks 2p (low nibbles) and 2p + 1 (high),
  * p = (w >> 1) & 3, h = w & 1. Rows are 4-byte aligned (gpu_units_aligned). */
 struct mvf_q4_K {
-    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = 256, BLK_BYTES = 144, STAGES = MV_ST(4);
+    typedef fmt_q4_K B;
+    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = B::EL, BLK_BYTES = B::BYTES, STAGES = MV_ST(4);
     static constexpr bool QUANT = true, KQ = true;
     template <int R, int MT>
     __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
@@ -254,13 +257,14 @@ struct mvf_q4_K {
         float d[R], dmin[R];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const char *b = rp[j] + sb * 144;
-            const uint32_t dd = *(const uint32_t *)b;
+            const char *b = rp[j] + sb * B::BYTES;
+            static_assert(B::DMIN == B::D + 2, "q4_K: d and dmin in one word");
+            const uint32_t dd = *(const uint32_t *)(b + B::D);
             d[j] = f16_bits_to_f32((uint16_t)(dd & 0xffffu));
             dmin[j] = f16_bits_to_f32((uint16_t)(dd >> 16));
-            q4k_scale_min((const uint8_t *)(b + 4), 2 * p, &sca[j], &mna[j]);
-            q4k_scale_min((const uint8_t *)(b + 4), 2 * p + 1, &scb[j], &mnb[j]);
-            const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * p + 16 * h); /* 4-byte aligned */
+            q4k_scale_min((const uint8_t *)(b + B::SCALES), 2 * p, &sca[j], &mna[j]);
+            q4k_scale_min((const uint8_t *)(b + B::SCALES), 2 * p + 1, &scb[j], &mnb[j]);
+            const uint32_t *qs = (const uint32_t *)(b + B::QS + 32 * p + 16 * h); /* 4-byte aligned */
 #pragma unroll
             for (int t = 0; t < 4; t++) {
                 const uint32_t qv = qs[t];
@@ -296,11 +300,12 @@ struct mvf_q4_K {
 /* six-bit values (low nibble | high bits << 4, bytes 0..63) minus 32, per byte */
 __device__ __forceinline__ int q6_sub32(uint32_t v) { return (int)(((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u); }
 
-/* ---- q6_K: 210-byte super-blocks of 256; WU w: half n = (w >> 2) & 1, l in
+/* ---- q6_K: super-blocks of 256; WU w: half n = (w >> 2) & 1, l in
  * [l0, l0 + 8) with l0 = 8 (w & 3), the four groups g (elements 128n + 32g + l)
  * each with scale sc[8n + l0/16 + 2g]. */
 struct mvf_q6_K {
-    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = 256, BLK_BYTES = 210, STAGES = MV_ST(3);
+    typedef fmt_q6_K B;
+    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = B::EL, BLK_BYTES = B::BYTES, STAGES = MV_ST(3);
     static constexpr bool QUANT = true, KQ = true;
     template <int R, int MT>
     __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
@@ -310,20 +315,21 @@ struct mvf_q6_K {
         float d[R];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const char *b = rp[j] + sb * 210;
+            const char *b = rp[j] + sb * B::BYTES;
 #pragma unroll
             for (int t = 0; t < 2; t++) {
-                const uint32_t A = mv_u32(b + 64 * n + l0 + 4 * t), B = mv_u32(b + 64 * n + 32 + l0 + 4 * t);
-                const uint32_t H = mv_u32(b + 128 + 32 * n + l0 + 4 * t);
+                const uint32_t A = mv_u32(b + B::QL + 64 * n + l0 + 4 * t);
+                const uint32_t Bq = mv_u32(b + B::QL + 64 * n + 32 + l0 + 4 * t);
+                const uint32_t H = mv_u32(b + B::QH + 32 * n + l0 + 4 * t);
                 v[j][0][t] = q6_sub32((A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u));
-                v[j][1][t] = q6_sub32((B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u));
+                v[j][1][t] = q6_sub32((Bq & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u));
                 v[j][2][t] = q6_sub32(((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u));
-                v[j][3][t] = q6_sub32(((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u));
+                v[j][3][t] = q6_sub32(((Bq >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u));
             }
-            const int8_t *s = (const int8_t *)(b + 192 + 8 * n + (l0 >> 4));
+            const int8_t *s = (const int8_t *)(b + B::SC + 8 * n + (l0 >> 4));
 #pragma unroll
             for (int g = 0; g < 4; g++) sc[j][g] = s[2 * g];
-            d[j] = ld_h(b + 208);
+            d[j] = ld_h(b + B::D);
         }
         const int64_t u0 = ((e0 + (int64_t)sb * 256) >> 5) + 4 * n; /* 32-unit of group 0 */
 #pragma unroll

@@ -1,3 +1,3 @@
 /* HIP build of ops_swiglu_clamp.cu: CMake cannot compile one file as both CUDA and HIP,
  * so the ROCm library compiles this wrapper, which includes the CUDA source. */
-#include "backends/gpu/ops_swiglu_clamp.cu"
+#include "backends/gpu/elementwise/ops_swiglu_clamp.cu"

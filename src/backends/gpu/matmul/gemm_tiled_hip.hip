@@ -1,3 +1,3 @@
 /* HIP build of gemm_tiled.cu: CMake cannot compile one file as both CUDA and HIP,
  * so the ROCm library compiles this wrapper, which includes the CUDA source. */
-#include "backends/gpu/gemm_tiled.cu"
+#include "backends/gpu/matmul/gemm_tiled.cu"

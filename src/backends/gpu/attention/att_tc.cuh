@@ -18,7 +18,7 @@
 #ifndef RBEE_GPU_ATT_TC_CUH
 #define RBEE_GPU_ATT_TC_CUH
 
-#include "backends/gpu/att_common.cuh"
+#include "backends/gpu/attention/att_common.cuh"
 #include "backends/gpu/mma_tile.cuh"
 
 #include <limits.h>

@@ -1,0 +1,287 @@
+/* The entry points of the forward pass (transformer.c): rb_model_forward
+ * runs a prompt in micro-batches of the arena's size and a single token as a
+ * decode step; rb_model_forward_batch runs one token of each of n sequences
+ * as one micro-batch.
+ *
+ * One-token decode on a backend with graphs runs "position-independent":
+ * the position is only read on the device (rope's pos tensor, KV rows
+ * written at that position by rb_set_rows or the qkv projection's store,
+ * attention over the whole cache with q_pos), so every step queues the same
+ * ops on the same memory. The first such step runs eagerly (it also sizes
+ * the backend's scratch), the second is captured into a graph kept in the
+ * KV cache, and later steps only write token and position into host memory
+ * of the backend's (kv->in_host), replay the graph, which fetches them
+ * itself (rb_buffer_set_queued: no separate upload before the launch; 1B
+ * q4_0 tg128 +2%), and read the logits. The graph is rebuilt when the arena
+ * is reallocated and freed with the cache. Longrope models (factors chosen
+ * by position) stay eager; an eager model (rb_model_set_eager_decode,
+ * RBEE_NO_GRAPH=1) keeps the per-step shapes, for comparison. */
+#include "models/forward_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One micro-batch of rows through the pass, appended to their caches, and
+ * its logits read back (logits NULL: an inner chunk of a longer prompt). */
+static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *tokens, int64_t T,
+                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, rb_error *err) {
+    const rb_model_config *c = &m->cfg;
+    rb_backend *be = m->be;
+    fwd_bufs b;
+    rb_fwd_layout(c, T, all_logits, arena, &b);
+    rb_status s = rb_fwd_upload_inputs(be, &b, tokens, T, grp, n_grp, err);
+    if (s == RB_OK) s = rb_fwd_run(m, &b, T, grp, n_grp, all_logits, logits != NULL, false, err);
+    if (s != RB_OK) return s;
+    for (int64_t gi = 0; gi < n_grp; gi++) grp[gi].kv->used = grp[gi].p0 + grp[gi].n;
+    if (!logits) return RB_OK;
+    s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(c->n_vocab * (all_logits ? T : 1)));
+    if (s != RB_OK) return rb_error_set(err, s, "reading the logits: %s", rb_backend_last_error(be));
+    return RB_OK;
+}
+
+/* ---- decode steps: position-independent, captured into graphs ---- */
+
+/* The position-independent form is used for this cache's decode steps. */
+static bool decode_fixed(const rb_model *m, const rb_kv_cache *kv) {
+    if (m->cfg.has_rope_long) return false; /* the rope factors depend on the position */
+    switch (kv->decode_mode) {
+    case RB_DECODE_AUTO: return rb_backend_graphs_supported(m->be);
+    case RB_DECODE_FIXED:
+    case RB_DECODE_GRAPH_NOWARM: return true;
+    default: return false;
+    }
+}
+
+/* ... and captured into a graph (else run eagerly every step). */
+static bool decode_graphs(const rb_model *m, const rb_kv_cache *kv) {
+    return decode_fixed(m, kv) && kv->decode_mode != RB_DECODE_FIXED && rb_backend_graphs_supported(m->be);
+}
+
+/* Records what a slot's state refers to: the caches of the step and the
+ * owner's arena. false: no memory for the key (the slot stays as it was). */
+static bool slot_mark(rb_decode_graph *dg, rb_graph_state state, const uint64_t *key, int64_t n_key, uint64_t gen,
+                      const void *out) {
+    if (!dg->key || dg->n_key != n_key) {
+        uint64_t *k = malloc(sizeof(uint64_t) * (size_t)n_key);
+        if (!k) return false;
+        free(dg->key);
+        dg->key = k;
+        dg->n_key = n_key;
+    }
+    memcpy(dg->key, key, sizeof(uint64_t) * (size_t)n_key);
+    dg->gen = gen;
+    dg->out = out;
+    dg->state = state;
+    return true;
+}
+
+static rb_status launch(rb_backend *be, rb_graph *g, rb_error *err) {
+    rb_status s = rb_graph_launch(g);
+    return s == RB_OK ? RB_OK : rb_error_set(err, s, "replaying a decode graph: %s", rb_backend_last_error(be));
+}
+
+/* Queues the ops of a position-independent step (inputs uploaded) through
+ * dg, a graph slot of owner's: replays its graph when it was captured for
+ * the same caches (key) and arena; else runs the ops eagerly, and when the
+ * previous step was such an eager warm-up with the same key (or nowarm),
+ * captures them into dg first. A capture that fails leaves the slot eager
+ * until its key or the arena changes. */
+static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg, const uint64_t *key, int64_t n_key,
+                            const void *out, bool want, bool nowarm, const fwd_bufs *b, int64_t T,
+                            const seq_group *grp, int64_t n_grp, rb_error *err) {
+    rb_backend *be = m->be;
+    const bool same = dg->state != RB_GRAPH_NONE && dg->gen == owner->arena_gen && dg->n_key == n_key &&
+                      dg->out == out && memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
+    if (!same && dg->state != RB_GRAPH_NONE) rb_decode_graph_drop(dg);
+    if (dg->graph) return launch(be, dg->graph, err);
+    if (want && (dg->state == RB_GRAPH_WARM || (dg->state == RB_GRAPH_NONE && nowarm))) {
+        rb_error cerr;
+        rb_error_clear(&cerr);
+        rb_status s = rb_backend_capture_begin(be);
+        if (s != RB_OK) {
+            rb_error_set(&cerr, s, "begin: %s", rb_backend_last_error(be));
+        } else {
+            s = rb_fwd_run(m, b, T, grp, n_grp, true, true, true, &cerr);
+            rb_graph *gr = NULL;
+            const rb_status se = rb_backend_capture_end(be, &gr); /* discards it when an op failed */
+            if (s == RB_OK && se != RB_OK) rb_error_set(&cerr, se, "end: %s", rb_backend_last_error(be));
+            if (s == RB_OK && se == RB_OK) {
+                dg->graph = gr;
+                dg->state = RB_GRAPH_READY;
+                return launch(be, gr, err);
+            }
+        }
+        /* eager from now on, until the key or the arena changes (without
+         * memory for the key: retried after the next warm-up) */
+        if (!slot_mark(dg, RB_GRAPH_FAILED, key, n_key, owner->arena_gen, out)) dg->state = RB_GRAPH_NONE;
+        snprintf(dg->error, sizeof dg->error, "%s", cerr.msg);
+    }
+    rb_status s = rb_fwd_run(m, b, T, grp, n_grp, true, true, true, err);
+    /* warmed up (the backend's scratch is sized): the next such step captures */
+    if (s == RB_OK && want && dg->state == RB_GRAPH_NONE)
+        (void)slot_mark(dg, RB_GRAPH_WARM, key, n_key, owner->arena_gen, out);
+    return s;
+}
+
+/* The logits of a position-independent step of T rows written by the output
+ * head straight into the caller's memory, where the backend can write it in
+ * place (rb_backend_host_alloc's page-locked memory on a GPU: no read-back
+ * queued after the step; 1B tg128 +1%, 7B +0.3%): points b->logits at kv's
+ * wrapper of it. A graph's ops then write that memory, so where the logits
+ * go is part of what a graph was captured for (graph_step's out: the
+ * caller's pointer, or NULL for the arena), and the memory is wrapped only
+ * once it comes a second step in a row (a caller that moves its buffer
+ * every step keeps the read-back and its graphs). Another pointer, or more
+ * rows, wraps again and drops the cache's graphs that wrote through the old
+ * wrapper. Memory that cannot be wrapped is remembered and read back as
+ * before. Not with a final soft-cap (its ops would read the logits back
+ * over the bus) nor for more rows than the matrix-vector products take. */
+static bool direct_logits(rb_kv_cache *kv, float *logits, int64_t T, fwd_bufs *b) {
+    const rb_model_config *c = &kv->m->cfg;
+    if (c->final_softcap > 0 || T > RB_FUSE_ROWS) return false;
+    const size_t n = sizeof(float) * (size_t)(c->n_vocab * T);
+    const bool again = kv->out_seen == logits && kv->out_seen_size >= n;
+    kv->out_seen = logits;
+    kv->out_seen_size = n;
+    const bool known = kv->out_ptr == logits && kv->out_size >= n; /* wrapped, or found not wrappable */
+    if (!known) {
+        if (!again) return false;
+        if (kv->out_wrap) {
+            rb_kv_cache_drop_graph(kv); /* they write through the old wrapper */
+            rb_buffer_free(kv->out_wrap);
+            kv->out_wrap = NULL;
+        }
+        kv->out_ptr = logits;
+        kv->out_size = n;
+        if (rb_buffer_wrap_host(kv->m->be, logits, n, &kv->out_wrap) != RB_OK) kv->out_wrap = NULL;
+    }
+    if (!kv->out_wrap) return false;
+    rb_tensor_init4(&b->logits, RB_F32, c->n_vocab, T, 1, 1, kv->out_wrap, 0);
+    return true;
+}
+
+static rb_status decode_step(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err) {
+    rb_backend *be = m->be;
+    fwd_bufs b;
+    rb_fwd_layout(&m->cfg, 1, true, kv->arena, &b);
+    b.in_host = kv->in_host;
+    const bool direct = direct_logits(kv, logits, 1, &b);
+    seq_group g = {.kv = kv, .row0 = 0, .n = 1, .p0 = kv->used};
+    rb_status s = rb_fwd_upload_inputs(be, &b, &token, 1, &g, 1, err);
+    if (s == RB_OK)
+        s = graph_step(m, kv, &kv->dec, &kv->serial, 1, direct ? logits : NULL, decode_graphs(m, kv),
+                       kv->decode_mode == RB_DECODE_GRAPH_NOWARM, &b, 1, &g, 1, err);
+    if (s != RB_OK) return s;
+    /* a replay's device-side id checks report here */
+    s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)m->cfg.n_vocab);
+    if (s != RB_OK) return rb_error_set(err, s, "decode step: %s", rb_backend_last_error(be));
+    kv->used = g.p0 + 1;
+    return RB_OK;
+}
+
+/* One token for each of n sequences (n <= RB_MAX_UBATCH, checked), in the
+ * position-independent form through kvs[0]'s batch graph slot. */
+static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                              seq_group *grp, float *logits, rb_error *err) {
+    rb_backend *be = m->be;
+    rb_kv_cache *lead = kvs[0];
+    rb_status s = rb_fwd_ensure_arena(lead, n, err);
+    if (s != RB_OK) return s;
+    uint64_t *key = malloc(sizeof(uint64_t) * (size_t)n);
+    if (!key) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    bool want = true;
+    for (int64_t i = 0; i < n; i++) {
+        key[i] = kvs[i]->serial;
+        want = want && decode_graphs(m, kvs[i]);
+    }
+    fwd_bufs b;
+    rb_fwd_layout(&m->cfg, n, true, lead->arena, &b);
+    b.in_host = lead->in_host;
+    const bool direct = direct_logits(lead, logits, n, &b);
+    s = rb_fwd_upload_inputs(be, &b, tokens, n, grp, n, err);
+    if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, direct ? logits : NULL, want, false, &b, n, grp, n, err);
+    free(key);
+    if (s != RB_OK) return s;
+    s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));
+    if (s != RB_OK) return rb_error_set(err, s, "batched decode step: %s", rb_backend_last_error(be));
+    for (int64_t i = 0; i < n; i++) kvs[i]->used = grp[i].p0 + 1;
+    return RB_OK;
+}
+
+rb_status rb_model_decode_token(rb_model *m, rb_kv_cache *kv, int32_t token, float *logits, rb_error *err) {
+    if (!m || !kv || kv->m != m || !logits || !decode_fixed(m, kv))
+        return rb_error_set(err, RB_E_INVALID, "rb_model_decode_token: bad arguments or not a fixed decode");
+    if (kv->used >= kv->n_ctx) return rb_error_set(err, RB_E_RANGE, "context of %lld is full", (long long)kv->n_ctx);
+    int64_t ub = kv->arena_tokens > 1 ? kv->arena_tokens : 1;
+    rb_status s = rb_fwd_ensure_arena(kv, ub, err);
+    return s == RB_OK ? decode_step(m, kv, token, logits, err) : s;
+}
+
+rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
+                           float *logits, rb_error *err) {
+    if (!m || !kv || kv->m != m || (!tokens && n > 0))
+        return rb_error_set(err, RB_E_INVALID, "rb_model_forward: bad arguments");
+    if (n <= 0) return rb_error_set(err, RB_E_INVALID, "rb_model_forward: no tokens");
+    if (n > kv->n_ctx - kv->used) /* not used + n: n comes from the caller and may be huge */
+        return rb_error_set(err, RB_E_RANGE, "%lld tokens do not fit: context %lld, %lld already used", (long long)n,
+                            (long long)kv->n_ctx, (long long)kv->used);
+    const int64_t V = m->cfg.n_vocab;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return rb_error_set(err, RB_E_RANGE, "token id %d at index %lld is outside the vocabulary (0..%lld)",
+                                tokens[i], (long long)i, (long long)V - 1);
+    int64_t ub = n < RB_MAX_UBATCH ? n : RB_MAX_UBATCH;
+    if (kv->arena_tokens > ub) ub = kv->arena_tokens < RB_MAX_UBATCH ? kv->arena_tokens : RB_MAX_UBATCH;
+    rb_status s = rb_fwd_ensure_arena(kv, ub, err);
+    if (s != RB_OK) return s;
+    if (n == 1 && logits && decode_fixed(m, kv)) return decode_step(m, kv, tokens[0], logits, err);
+    for (int64_t done = 0; done < n;) {
+        int64_t T = n - done < kv->arena_tokens ? n - done : kv->arena_tokens;
+        bool last = done + T == n;
+        float *out = NULL;
+        if (all_logits) out = logits ? logits + done * V : NULL;
+        else if (last) out = logits;
+        seq_group g = {.kv = kv, .row0 = 0, .n = T, .p0 = kv->used};
+        s = forward_rows(m, kv->arena, tokens + done, T, &g, 1, all_logits, out, err);
+        if (s != RB_OK) return s;
+        done += T;
+    }
+    return RB_OK;
+}
+
+rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                                 float *logits, rb_error *err) {
+    if (!m || !kvs || !tokens || !logits || n <= 0)
+        return rb_error_set(err, RB_E_INVALID, "rb_model_forward_batch: bad arguments");
+    const int64_t V = m->cfg.n_vocab;
+    seq_group *g = malloc(sizeof(seq_group) * (size_t)n);
+    if (!g) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    rb_status s = RB_OK;
+    for (int64_t i = 0; i < n && s == RB_OK; i++) {
+        rb_kv_cache *kv = kvs[i];
+        if (!kv || kv->m != m) s = rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
+        else if (kv->used + 1 > kv->n_ctx)
+            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: context of %lld is full", (long long)i, (long long)kv->n_ctx);
+        else if (tokens[i] < 0 || tokens[i] >= V)
+            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i, tokens[i]);
+        for (int64_t j = 0; j < i && s == RB_OK; j++)
+            if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
+        g[i] = (seq_group){.kv = kv, .row0 = i, .n = 1, .p0 = kv ? kv->used : 0};
+    }
+    bool fixed = n <= RB_MAX_UBATCH;
+    for (int64_t i = 0; i < n && s == RB_OK && fixed; i++) fixed = decode_fixed(m, kvs[i]);
+    if (s == RB_OK && fixed) {
+        s = decode_batch(m, kvs, tokens, n, g, logits, err);
+        free(g);
+        return s;
+    }
+    for (int64_t done = 0; s == RB_OK && done < n; done += RB_MAX_UBATCH) {
+        const int64_t T = n - done < RB_MAX_UBATCH ? n - done : RB_MAX_UBATCH;
+        if ((s = rb_fwd_ensure_arena(kvs[0], T, err)) != RB_OK) break;
+        for (int64_t i = 0; i < T; i++) g[done + i].row0 = i;
+        s = forward_rows(m, kvs[0]->arena, tokens + done, T, g + done, T, true, logits + done * V, err);
+    }
+    free(g);
+    return s;
+}
