@@ -25,7 +25,7 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=$PATH:/usr/local/cuda/bin
   start=$SECONDS
   cmake -S . -B "$PREFIX-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON >/dev/null
-  ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_backend
   echo "build-gpu: CUDA backend built in $((SECONDS - start)) s"
   # The HIP flavour built by nvcc (RBEE_HIP_NVIDIA, src/backends/gpu/hip_on_nvidia.h):
   # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-prebuilt.sh run hipnv).
@@ -33,7 +33,7 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hipnv" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  ninja -C "$PREFIX-hipnv" rbee_rocm test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-hipnv" rbee_rocm test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_backend
   if ldd "$PREFIX-hipnv/tests/gpu/test_gpu_ops" | grep -q cublas; then
     echo "build-gpu: the HIP-on-NVIDIA flavour links cuBLAS"; exit 1
   fi
@@ -45,7 +45,7 @@ fi
 if command -v clang++-15 >/dev/null 2>&1 && [[ -d /usr/lib/x86_64-linux-gnu/cmake/hip-lang ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON >/dev/null
-  ninja -C "$PREFIX-hip" rbee_rocm rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_backend
+  ninja -C "$PREFIX-hip" rbee_rocm rbee_backends test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_backend
   echo "build-gpu: ROCm backend built in $((SECONDS - start)) s"
   # every AMD target's code object must be in every HIP object of the library
   bundler=$(command -v clang-offload-bundler-15 || command -v clang-offload-bundler || true)

@@ -30,6 +30,8 @@
 #   nopdl      bench7b for bf16 and q4_0 with RBEE_GPU_PDL=0 (the gain of gpu_pdl.h)
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
+#   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
+#              gpt-oss-20b shapes, decode to prefill)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
@@ -60,7 +62,7 @@ if [[ $CMD == pack ]]; then
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake -S . -B "$BH" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference"
+  T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_graph test_hf_reference"
   T="$T test_gpu_sd_ops test_gpu_sd_nets"
   ninja -C "$BC" $T bench_gpu bench_sd rbee_cli
   ninja -C "$BH" $T
@@ -143,10 +145,10 @@ EOF
 
 for s in "$@"; do
   case $s in
-  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
+  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_graph test_hf_reference \
            test_gpu_sd_ops test_gpu_sd_nets; do
            run_prog cuda $t cuda:0; done ;;
-  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
+  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_moe test_gpu_graph test_hf_reference \
            test_gpu_sd_ops test_gpu_sd_nets; do
            run_prog hipnv $t rocm:0; done ;;
   sdops) for t in test_gpu_sd_ops test_gpu_sd_nets; do run_prog cuda $t cuda:0; run_prog hipnv $t rocm:0; done ;;
@@ -214,6 +216,12 @@ for l in open(sys.argv[1]):
     if l.startswith("{"):
         r = json.loads(l); print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     result attn done ;;
+  moe) step "bench_gpu moe${TAG:+ ($TAG)}"; timeout 280 $BIN/cuda/bench_gpu moe cuda:0 >"$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+    python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %9.1f us %7.1f GB/s  graph %9.1f us  %6.3f TFLOP/s" % (r["shape"], r["part"], r["wtype"], r["T"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+    result moe done ;;
   ops) step "bench_gpu ops${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops${TAG:+-$TAG}.jsonl"
     grep -v "^{" "$OUT/bench_ops${TAG:+-$TAG}.jsonl"; result "ops${TAG:+ ($TAG)}" done ;;
   *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;
