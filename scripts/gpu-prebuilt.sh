@@ -21,7 +21,7 @@
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
 #              breakdown, and the SDXL step (128x128, f16); SD_BENCH="ARGS;ARGS..."
 #              replaces the list
-#   memcheck   compute-sanitizer memcheck of the op, attention, graph tests and the
+#   memcheck   compute-sanitizer memcheck of the op, attention, MoE, graph tests and the
 #              matrix-vector sweep
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
@@ -159,7 +159,7 @@ for s in "$@"; do
         [[ ${PIPESTATUS[0]} -eq 0 ]] && result "bench_sd $a" ok || result "bench_sd $a" FAIL
       done ;;
   memcheck)
-    for t in test_gpu_ops test_gpu_attention test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
+    for t in test_gpu_ops test_gpu_attention test_gpu_moe test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
       step "memcheck $t"
       timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t%% *}.log" 2>&1
       rc=$?; tail -3 "$OUT/memcheck_${t%% *}.log"
