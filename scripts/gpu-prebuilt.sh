@@ -28,7 +28,7 @@
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
 #              tools/bench/sd_worker_bench.py; SD_WORKER_BENCH="ARGS" adds to its flags
 #   memcheck   compute-sanitizer memcheck of the test programs labelled
-#              memcheck (ops, attention, graph) and the matrix-vector sweep
+#              memcheck (ops, attention, MoE, graph) and the matrix-vector sweep
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
@@ -40,6 +40,8 @@
 #              unless RBEE_BENCH_MODEL names another)
 #   peaks      PyTorch's copy bandwidth and bf16 GEMM rate on the card (the
 #              ceilings of docs/PERFORMANCE.md), where torch is installed
+#   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
+#              gpt-oss-20b shapes, decode to prefill)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
@@ -271,6 +273,12 @@ for l in open(sys.argv[1]):
     if l.startswith("{"):
         r = json.loads(l); print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     result attn done ;;
+  moe) step "bench_gpu moe${TAG:+ ($TAG)}"; timeout 280 $BIN/cuda/bench_gpu moe cuda:0 >"$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+    python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %9.1f us %7.1f GB/s  graph %9.1f us  %6.3f TFLOP/s" % (r["shape"], r["part"], r["wtype"], r["T"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+    result moe done ;;
   ops) step "bench_gpu ops${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops${TAG:+-$TAG}.jsonl"
     grep -v "^{" "$OUT/bench_ops${TAG:+-$TAG}.jsonl"; result "ops${TAG:+ ($TAG)}" done ;;
   *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;

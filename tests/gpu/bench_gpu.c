@@ -2,7 +2,8 @@
  * (steps ops and attn; not a ctest): `bench_gpu ops SPEC` times the device
  * copy bandwidth, the decode matrix-vector products (M = 1..32) for each
  * weight dtype on three Llama-2-7B shapes and the prefill GEMM (M = 512), see
- * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn). Whole
+ * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn); `bench_gpu moe SPEC`
+ * times the expert products (bench_moe). Whole
  * models: `rbee bench`. Prints one JSON object per measurement. Inputs are
  * seeded random values (never zeros). */
 #include "backends/gpu/gpu_tuning.h"
@@ -332,6 +333,123 @@ static int bench_attn(rb_backend *be) {
         rb_tensor_free(&d);
         rb_tensor_free(&qp);
     }
+    return 0;
+}
+
+/* ---- mixture-of-experts expert products, `bench_gpu moe SPEC` ----
+ * rb_matmul_id at published MoE shapes (random weights): Qwen3-30B-A3B
+ * (H 2048, F 768, 128 experts, 8 a token), Mixtral-8x7B (4096, 14336, 8, 2)
+ * and gpt-oss-20b (2880, 2880, 32, 4); the gate (or up) product [H -> F] with
+ * one shared row a token and the down product [F -> H] with one row a slot,
+ * T = 1, 4, 32 and 512 tokens. Each call's ids come from one of 16 sets of
+ * random distinct experts per token (so consecutive calls read other
+ * experts, as consecutive layers do); time per call is the median of 20
+ * runs of 16 calls (3 at T = 512), eager and (T <= 32) as a graph replay. GB/s: the bytes
+ * of the experts a call selects (distinct ones) / its time. */
+#define MOEB_SETS 16
+#define MOEB_RUNS 20
+
+static double moeb_time(rb_backend *be, rb_tensor *d, rb_tensor *w, rb_tensor *x, rb_tensor *ids, bool graph,
+                        int runs) {
+    rb_graph *gr = NULL;
+    if (graph) {
+        if (rb_backend_capture_begin(be) != RB_OK) return 0;
+        rb_status s = RB_OK;
+        for (int i = 0; i < MOEB_SETS && s == RB_OK; i++) s = rb_matmul_id(be, d, w, x, &ids[i]);
+        const rb_status e = rb_backend_capture_end(be, &gr);
+        if (s != RB_OK || e != RB_OK || !gr) {
+            fprintf(stderr, "graph capture failed: %s\n", rb_backend_last_error(be));
+            rb_graph_free(gr);
+            return 0;
+        }
+    }
+    double ts[MOEB_RUNS];
+    for (int r = 0; r < runs; r++) {
+        const double t0 = now();
+        if (gr) CHECK(rb_graph_launch(gr));
+        else
+            for (int i = 0; i < MOEB_SETS; i++) CHECK(rb_matmul_id(be, d, w, x, &ids[i]));
+        CHECK(rb_backend_sync(be));
+        ts[r] = (now() - t0) / MOEB_SETS;
+    }
+    rb_graph_free(gr);
+    qsort(ts, (size_t)runs, sizeof ts[0], mvb_cmp);
+    return ts[runs / 2];
+}
+
+static int bench_moe(rb_backend *be) {
+    const struct { const char *name; int64_t H, F, E, k; rb_dtype types[2]; } shapes[] = {
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, {RB_Q4_K, RB_Q8_0}},
+        {"mixtral-8x7b", 4096, 14336, 8, 2, {RB_Q4_K, RB_Q8_0}},
+        {"gpt-oss-20b", 2880, 2880, 32, 4, {RB_MXFP4, RB_Q8_0}},
+    };
+    const int64_t Ts[] = {1, 4, 32, 512};
+    const bool graphs = rb_backend_graphs_supported(be);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int part = 0; part < 2; part++) { /* 0: gate [H -> F], 1: down [F -> H] */
+                const rb_dtype dt = shapes[si].types[ti];
+                const int64_t E = shapes[si].E, k = shapes[si].k;
+                const int64_t K = part ? shapes[si].F : shapes[si].H, N = part ? shapes[si].H : shapes[si].F;
+                const size_t ebytes = rb_dtype_row_size(dt, K) * (size_t)N;
+                /* the experts: one random expert's bytes copied to all */
+                rb_tensor one = mvb_weights(be, dt, K, N), w;
+                const int64_t wne[3] = {K, N, E};
+                CHECK(rb_tensor_alloc(be, dt, 3, wne, &w));
+                for (int64_t e = 0; e < E; e++) CHECK(rb_buffer_copy(w.buf, (size_t)e * ebytes, one.buf, 0, ebytes));
+                CHECK(rb_buffer_set_constant(w.buf));
+                rb_tensor_free(&one);
+                for (size_t tj = 0; tj < sizeof Ts / sizeof Ts[0]; tj++) {
+                    const int64_t T = Ts[tj], S = part ? k : 1;
+                    rb_tensor x = random_tensor(be, RB_F32, K, S * T), d, ids[MOEB_SETS];
+                    x.ne[1] = S;
+                    x.ne[2] = T;
+                    x.nb[2] = x.nb[1] * (size_t)S;
+                    x.nb[3] = x.nb[2] * (size_t)T;
+                    const int64_t dne[3] = {N, k, T}, ine[2] = {k, T};
+                    CHECK(rb_tensor_alloc(be, RB_F32, 3, dne, &d));
+                    double distinct = 0;
+                    int32_t *iv = malloc(sizeof(int32_t) * (size_t)(k * T));
+                    bool *used = malloc((size_t)E);
+                    if (!iv || !used) exit(1);
+                    for (int i = 0; i < MOEB_SETS; i++) {
+                        memset(used, 0, (size_t)E);
+                        for (int64_t t = 0; t < T; t++)
+                            for (int64_t j = 0; j < k; j++) {
+                                int32_t e;
+                                bool dup;
+                                do {
+                                    e = (int32_t)((frand() * 0.5f + 0.5f) * (float)E) % (int32_t)E;
+                                    dup = false;
+                                    for (int64_t q = 0; q < j; q++) dup |= iv[t * k + q] == e;
+                                } while (dup);
+                                iv[t * k + j] = e;
+                                if (!used[e]) distinct += 1.0 / MOEB_SETS;
+                                used[e] = true;
+                            }
+                        CHECK(rb_tensor_alloc(be, RB_I32, 2, ine, &ids[i]));
+                        CHECK(rb_tensor_set(&ids[i], iv, sizeof(int32_t) * (size_t)(k * T)));
+                    }
+                    CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0])); /* warm-up: sizes the scratch */
+                    CHECK(rb_backend_sync(be));
+                    const double te = moeb_time(be, &d, &w, &x, ids, false, T <= 32 ? MOEB_RUNS : 3);
+                    const double tg = graphs && T <= 32 ? moeb_time(be, &d, &w, &x, ids, true, MOEB_RUNS) : 0;
+                    const double gb = distinct * (double)ebytes / 1e9;
+                    printf("{\"bench\":\"matmul_id\",\"shape\":\"%s\",\"part\":\"%s\",\"wtype\":\"%s\",\"K\":%lld,"
+                           "\"N\":%lld,\"E\":%lld,\"k\":%lld,\"T\":%lld,\"experts_read\":%.1f,\"us\":%.2f,"
+                           "\"GBps\":%.1f,\"graph_us\":%.2f,\"graph_GBps\":%.1f,\"TFLOPs\":%.3f}\n",
+                           shapes[si].name, part ? "down" : "gate", rb_dtype_name(dt), (long long)K, (long long)N,
+                           (long long)E, (long long)k, (long long)T, distinct, te * 1e6, gb / te, tg * 1e6,
+                           tg > 0 ? gb / tg : 0, 2.0 * (double)(K * N * k * T) / te / 1e12);
+                    fflush(stdout);
+                    free(iv);
+                    free(used);
+                    for (int i = 0; i < MOEB_SETS; i++) rb_tensor_free(&ids[i]);
+                    rb_tensor_free(&x);
+                    rb_tensor_free(&d);
+                }
+                rb_tensor_free(&w);
+            }
     return 0;
 }
 
