@@ -2,10 +2,10 @@
  * (steps ops and attn; not a ctest): `bench_gpu ops SPEC` times the device
  * copy bandwidth, the decode matrix-vector products (M = 1..32) for each
  * weight dtype on three Llama-2-7B shapes and the prefill GEMM (M = 512), see
- * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn); `bench_gpu moe SPEC`
- * times the expert products (bench_moe). Whole
- * models: `rbee bench`. Prints one JSON object per measurement. Inputs are
- * seeded random values (never zeros). */
+ * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn);
+ * `bench_gpu moe SPEC` times the expert products (bench_moe). Whole models:
+ * `rbee bench`. Prints one JSON object per measurement. Inputs are seeded
+ * random values (never zeros). */
 #include "backends/gpu/gpu_tuning.h"
 #include "rbee/backend.h"
 #include "rbee/ops.h"
@@ -455,7 +455,7 @@ static int bench_moe(rb_backend *be) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC\n");
+        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC | bench_gpu moe SPEC\n");
         return 2;
     }
     rb_backend *be = NULL;
@@ -468,6 +468,7 @@ int main(int argc, char **argv) {
     int rc = 2;
     if (strcmp(argv[1], "ops") == 0) rc = bench_ops(be);
     else if (strcmp(argv[1], "attn") == 0) rc = bench_attn(be);
+    else if (strcmp(argv[1], "moe") == 0) rc = bench_moe(be);
     rb_backend_destroy(be);
     return rc;
 }
