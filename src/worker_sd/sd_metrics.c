@@ -14,8 +14,6 @@ void sd_metrics_init(sd_metrics *m, wk_metrics *reg) {
     m->steps = wk_metrics_counter(reg, "llorch_sd_steps_total", "Denoising steps completed.", NULL);
     m->cancelled = wk_metrics_counter(reg, "llorch_jobs_cancelled_total", "Jobs that ended cancelled.", NULL);
     m->failed = wk_metrics_counter(reg, "llorch_jobs_failed_total", "Jobs that ended with an error.", NULL);
-    m->queue_full = wk_metrics_counter(reg, "llorch_rejected_queue_full_total",
-                                       "Requests answered 503 because the queue was full.", NULL);
     m->oom = wk_metrics_counter(reg, "llorch_sd_out_of_memory_total",
                                 "Generations that failed for lack of (device) memory.", NULL);
     m->tiled_retries = wk_metrics_counter(reg, "llorch_sd_vae_tiled_retries_total",
@@ -43,6 +41,5 @@ void sd_metrics_outcome(sd_metrics *m, bool cancelled, bool failed) {
     if (failed) wk_counter_add(m->failed, NULL, 1);
 }
 
-void sd_metrics_queue_full(sd_metrics *m) { wk_counter_add(m->queue_full, NULL, 1); }
 void sd_metrics_oom(sd_metrics *m) { wk_counter_add(m->oom, NULL, 1); }
 void sd_metrics_tiled_retry(sd_metrics *m) { wk_counter_add(m->tiled_retries, NULL, 1); }

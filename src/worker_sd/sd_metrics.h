@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 typedef struct sd_metrics {
-    wk_metric *images, *steps, *cancelled, *failed, *queue_full, *oom, *tiled_retries;
+    wk_metric *images, *steps, *cancelled, *failed, *oom, *tiled_retries;
     wk_metric *steps_per_s, *image_s; /* histograms by route */
 } sd_metrics;
 
@@ -23,7 +23,6 @@ void sd_metrics_step(sd_metrics *m);
 /* A finished run of n images: n_steps denoising steps in denoise_ms, total_ms in all. */
 void sd_metrics_run(sd_metrics *m, const char *route, int n, int n_steps, double denoise_ms, double total_ms);
 void sd_metrics_outcome(sd_metrics *m, bool cancelled, bool failed);
-void sd_metrics_queue_full(sd_metrics *m);
 void sd_metrics_oom(sd_metrics *m);
 void sd_metrics_tiled_retry(sd_metrics *m);
 

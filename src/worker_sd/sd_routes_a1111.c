@@ -5,6 +5,7 @@
  * lists, options (GET and POST) and png-info. Bad requests get a 400 with
  * every field error and A1111's "detail" text. */
 #include "worker/wk_base64.h"
+#include "worker/wk_submit.h"
 #include "worker/wk_util.h"
 #include "worker_sd/sd_a1111.h"
 #include "worker_sd/sd_job.h"
@@ -68,12 +69,10 @@ static bool route_generate(wk_req *r, sd_worker *sw, bool img2img) {
         json_decref(body);
         return reply_failed(r, "INTERNAL", "out of memory");
     }
-    wk_job_set_cancel_hook(j, sd_worker_poke, sw);
-    rb_status s = sd_worker_submit(sw, j);
     bool ret;
-    if (s != RB_OK) {
-        ret = sd_reply_submit_failed(r, sw, s);
-    } else if (!sd_wait_finished(r, j)) {
+    if (!wk_job_submit(w, r, j, false, &ret)) {
+        /* answered */
+    } else if (!wk_job_wait_finished(r, j)) {
         wk_req_count(r, 499);
         ret = false;
     } else {

@@ -2,6 +2,7 @@
  * request (sd_request_from_rbee, then the engine's own checks), queues it
  * and answers {job_id, sse_url}; the stream, status and cancel routes are
  * the worker layer's. */
+#include "worker/wk_submit.h"
 #include "worker_sd/sd_job.h"
 #include "worker_sd/sd_worker.h"
 
@@ -31,16 +32,8 @@ static bool route_jobs_create(wk_req *r, void *ctx) {
     }
     wk_job *j = sd_job_new(&req, w->model_id, wk_req_route_label(r));
     if (!j) return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
-    wk_job_set_cancel_hook(j, sd_worker_poke, sw);
-    rb_status s = sd_worker_submit(sw, j);
-    if (s == RB_OK && !wk_jobs_add(&w->jobs, j)) {
-        wk_job_cancel(j);
-        s = RB_E_NOMEM;
-    }
     bool ret;
-    if (s != RB_OK) {
-        ret = sd_reply_submit_failed(r, sw, s);
-    } else {
+    if (wk_job_submit(w, r, j, true, &ret)) {
         char url[160];
         snprintf(url, sizeof url, "/v1/jobs/%s/stream", j->id);
         const sd_task *t = sd_job_task(j);

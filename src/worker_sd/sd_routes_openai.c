@@ -4,6 +4,7 @@
  * OpenAI's shape. */
 #include "worker/wk_base64.h"
 #include "worker/wk_form.h"
+#include "worker/wk_submit.h"
 #include "worker/wk_util.h"
 #include "worker_sd/sd_job.h"
 #include "worker_sd/sd_openai.h"
@@ -24,12 +25,10 @@ static bool run(wk_req *r, sd_worker *sw, sd_gen_request *req) {
     wk_worker *w = sw->w;
     wk_job *j = sd_job_new(req, w->model_id, wk_req_route_label(r));
     if (!j) return wk_reply_json(r, 500, openai_error("server_error", "out_of_memory", "out of memory"));
-    wk_job_set_cancel_hook(j, sd_worker_poke, sw);
-    rb_status s = sd_worker_submit(sw, j);
     bool ret;
-    if (s != RB_OK) {
-        ret = sd_reply_submit_failed(r, sw, s);
-    } else if (!sd_wait_finished(r, j)) {
+    if (!wk_job_submit(w, r, j, false, &ret)) {
+        /* answered */
+    } else if (!wk_job_wait_finished(r, j)) {
         wk_req_count(r, 499);
         ret = false;
     } else {

@@ -96,14 +96,16 @@ bool sd_version_parse(const char *v, rb_sd_arch *arch, bool *arch_set, rb_sd_pre
     return true;
 }
 
-rb_status sd_worker_submit(sd_worker *sw, wk_job *j) {
+static rb_status submit(void *user, wk_job *j) {
+    sd_worker *sw = user;
     pthread_rwlock_rdlock(&sw->engine_lock);
     rb_status s = sw->engine ? sd_engine_submit(sw->engine, j) : RB_E_UNSUPPORTED;
     pthread_rwlock_unlock(&sw->engine_lock);
     return s;
 }
 
-void sd_worker_poke(void *user) {
+/* The jobs' cancel hook: wakes the engine so it notices a cancel at once. */
+static void sd_worker_poke(void *user) {
     sd_worker *sw = user;
     pthread_rwlock_rdlock(&sw->engine_lock);
     if (sw->engine) sd_engine_poke(sw->engine);
@@ -115,15 +117,6 @@ wk_job *sd_worker_current(sd_worker *sw) {
     wk_job *j = sw->engine ? sd_engine_current(sw->engine) : NULL;
     pthread_rwlock_unlock(&sw->engine_lock);
     return j;
-}
-
-bool sd_reply_submit_failed(wk_req *r, sd_worker *sw, rb_status s) {
-    if (s == RB_E_RANGE) {
-        sd_metrics_queue_full(&sw->metrics);
-        return wk_reply_unavailable(r, "QUEUE_FULL", "the request queue is full; retry later");
-    }
-    if (s == RB_E_CANCELLED || s == RB_E_UNSUPPORTED) return wk_reply_not_ready(r, sw->w);
-    return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
 }
 
 void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_names *names, wk_errors *errs) {
@@ -143,21 +136,6 @@ void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_name
     wk_errors_add(errs, field, s == RB_E_UNSUPPORTED ? "unsupported" : "model", "%s", err.msg);
 }
 
-bool sd_wait_finished(wk_req *r, wk_job *j) {
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        bool done = j->state == WK_JOB_DONE || j->state == WK_JOB_FAILED;
-        size_t n = j->n_events;
-        pthread_mutex_unlock(&j->mu);
-        if (done) return true;
-        if (wk_req_client_gone(r)) {
-            wk_job_cancel(j);
-            return false;
-        }
-        wk_job_wait_events(j, n, 50);
-    }
-}
-
 static void load_stats(void *user, int *queued, int *active) {
     sd_worker *sw = user;
     *queued = *active = 0;
@@ -166,40 +144,11 @@ static void load_stats(void *user, int *queued, int *active) {
     pthread_rwlock_unlock(&sw->engine_lock);
 }
 
-static bool model_in_memory(const sd_worker *sw) {
-    wk_state st = wk_worker_state(sw->w);
-    return sw->model && (st == WK_STATE_READY || st == WK_STATE_STOPPING);
-}
-
-/* ---- gauges ---- */
-
-static double g_queue(void *u) {
-    int q, a;
-    load_stats(u, &q, &a);
-    return q;
-}
-static double g_active(void *u) {
-    int q, a;
-    load_stats(u, &q, &a);
-    return a;
-}
-static double g_queue_cap(void *u) { return (double)((sd_worker *)u)->w->cfg.queue_depth; }
-static double g_model_bytes(void *u) {
-    sd_worker *sw = u;
-    return model_in_memory(sw) ? (double)sw->info.weight_bytes : 0.0;
-}
-static bool device_info(sd_worker *sw, rb_device_info *di) {
-    memset(di, 0, sizeof *di);
-    return model_in_memory(sw) && sw->be && rb_backend_device_info(sw->be, di) == RB_OK;
-}
-static double g_dev_total(void *u) {
-    rb_device_info di;
-    return device_info(u, &di) ? (double)di.mem_total : 0.0;
-}
-static double g_dev_used(void *u) {
-    rb_device_info di;
-    if (!device_info(u, &di)) return 0.0;
-    return (double)(di.mem_total - (di.mem_free < di.mem_total ? di.mem_free : di.mem_total));
+static bool memory(void *user, uint64_t *weight_bytes, rb_backend **be) {
+    sd_worker *sw = user;
+    *weight_bytes = sw->info.weight_bytes;
+    *be = sw->be;
+    return sw->model != NULL;
 }
 
 static rb_status setup(wk_worker *w, void *user, rb_error *err) {
@@ -216,13 +165,6 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
                             "so previews come from the cheap latent-to-RGB approximation; leave --taesd out");
     sd_metrics_init(&sw->metrics, &w->metrics);
     sw->metrics_ok = true;
-    wk_metrics *m = &w->metrics;
-    wk_metrics_gauge_fn(m, "llorch_queue_depth", "Requests waiting for the generation thread.", g_queue, sw);
-    wk_metrics_gauge_fn(m, "llorch_queue_capacity", "Queue size before requests get 503.", g_queue_cap, sw);
-    wk_metrics_gauge_fn(m, "llorch_active_jobs", "Generations running (0 or 1).", g_active, sw);
-    wk_metrics_gauge_fn(m, "llorch_model_bytes", "Bytes of model weights.", g_model_bytes, sw);
-    wk_metrics_gauge_fn(m, "llorch_device_memory_total_bytes", "Device memory, total.", g_dev_total, sw);
-    wk_metrics_gauge_fn(m, "llorch_device_memory_used_bytes", "Device memory in use (total - free).", g_dev_used, sw);
     rb_status s;
     if ((s = sd_routes_jobs_add(sw, err)) != RB_OK) return s;
     if (!w->cfg.no_webui && (s = wk_web_add(&w->router, sd_web_files, sd_web_n_files, err)) != RB_OK) return s;
@@ -340,7 +282,7 @@ static void stop(void *user) {
 
 static void info(void *user, json_t *j, bool loaded) {
     sd_worker *sw = user;
-    loaded = loaded && model_in_memory(sw);
+    loaded = loaded && sw->model;
     json_object_set_new(j, "max_size", json_integer((json_int_t)sw->max_size));
     json_object_set_new(j, "previews", json_string("latent-rgb"));
     if (sw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(sw->be)));
@@ -349,7 +291,8 @@ static void info(void *user, json_t *j, bool loaded) {
         return;
     }
     rb_device_info di;
-    device_info(sw, &di);
+    memset(&di, 0, sizeof di);
+    if (sw->be && rb_backend_device_info(sw->be, &di) != RB_OK) memset(&di, 0, sizeof di);
     json_object_set_new(j, "memory", json_pack("{s:I,s:I,s:I,s:I}", "model_bytes", (json_int_t)sw->info.weight_bytes,
                                                "process_rss_bytes", (json_int_t)wk_process_rss(),
                                                "device_total_bytes", (json_int_t)di.mem_total, "device_free_bytes",
@@ -421,7 +364,13 @@ int sd_worker_main(int argc, char **argv) {
         .default_model = default_model,
         .setup = setup,
         .load = load,
+        .submit = submit,
+        .poke = sd_worker_poke,
         .load_stats = load_stats,
+        .queue_help = "Requests waiting for the generation thread.",
+        .active_metric = "llorch_active_jobs",
+        .active_help = "Generations running (0 or 1).",
+        .memory = memory,
         .stop_accepting = stop_accepting,
         .stop = stop,
         .info = info,

@@ -51,14 +51,6 @@ int sd_worker_options(sd_worker *sw, wk_opt *out, int max);
  * False for an unknown name. */
 bool sd_version_parse(const char *v, rb_sd_arch *arch, bool *arch_set, rb_sd_predict_opt *pred, bool *turbo);
 
-/* Queues a job (RB_E_UNSUPPORTED: no engine, RB_E_RANGE: queue full,
- * RB_E_CANCELLED: draining). */
-rb_status sd_worker_submit(sd_worker *sw, wk_job *j);
-/* The jobs' cancel hook (user: the sd_worker). */
-void sd_worker_poke(void *user);
-/* The answer to a failed submit: 503 QUEUE_FULL + Retry-After (counted),
- * the not-ready answer, or 500. */
-bool sd_reply_submit_failed(wk_req *r, sd_worker *sw, rb_status s);
 /* The running job (new reference) or NULL. */
 wk_job *sd_worker_current(sd_worker *sw);
 
@@ -70,10 +62,6 @@ typedef struct sd_field_names {
  * within the text encoders, a schedule the sampler takes, a strength that
  * leaves a step, an inpainting model's mask...), recorded as field errors. */
 void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_names *names, wk_errors *errs);
-
-/* Waits in the connection thread for j to finish; false (job cancelled)
- * when the client went away first. */
-bool sd_wait_finished(wk_req *r, wk_job *j);
 
 /* Route registration (sd_routes_*.c). */
 rb_status sd_routes_jobs_add(sd_worker *sw, rb_error *err);
