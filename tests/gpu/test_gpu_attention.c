@@ -273,7 +273,8 @@ static void run_settled(rb_backend *c, rb_backend *g, const fcase *f, gp *q, gp 
             for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
                 for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
                     memcpy(rows[w].orig + rt->offs + i0 * rt->nb[0] + i2 * rt->nb[2] + i3 * rt->nb[3],
-                           kv[w]->orig + t->offs + i0 * t->nb[0] + pos * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], 2);
+                           kv[w]->orig + t->offs + i0 * t->nb[0] + pos * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3],
+                           rb_dtype_info((int)t->dtype)->type_size);
         TU_OK(rb_buffer_set(rows[w].gb, 0, rows[w].orig, rows[w].size));
         nan_rows(kv[w], pos, pos + 1, true);
     }
@@ -496,7 +497,7 @@ static void test_attention_16bit(void **state) {
  * generic kernel (f32 K/V; head dim 16 as the tiny gpt-oss model; key
  * splits merged by k_att_merge; a query that sees nothing), the tensor-core
  * kernel (Tq >= 16, its splits too), both decode kernels (wide for D = 64 /
- * 128, att_decode.cuh for 80 / 96 / 256 and, with RBEE_GPU_ATT_WIDE=0, all
+ * 128, att_decode.cuh for 80 / 96 / 256 and, tuned to narrow_decode_att, all
  * of them; in-kernel merges of key splits; the keys_settled launches and
  * their short path through run_settled). Head 0's sink is far above every
  * score (its output ~0), head 1's far below. Bounds as the kernels'. */
@@ -547,9 +548,10 @@ static void test_attention_sinks(void **state) {
     tu_rng rng;
     tu_rng_seed(&rng, 4545);
     sink_sets(c, g, &rng);
-    assert_int_equal(setenv("RBEE_GPU_ATT_WIDE", "0", 1), 0);
+    const rb_gpu_tuning narrow = {.narrow_decode_att = true}, dflt = {0};
+    TU_OK(rb_gpu_backend_tune(g, &narrow));
     sink_sets(c, g, &rng);
-    assert_int_equal(unsetenv("RBEE_GPU_ATT_WIDE"), 0);
+    TU_OK(rb_gpu_backend_tune(g, &dflt));
     rb_backend_destroy(c);
     rb_backend_destroy(g);
 }

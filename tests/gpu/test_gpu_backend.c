@@ -195,12 +195,14 @@ static void test_unsupported(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
-    const int64_t ne[4] = {64, 3, 1, 1};
-    rb_tensor src, idx, w, d;
+    /* an op without a GPU kernel (index_select: the models gather with get_rows) */
+    const int64_t ne[4] = {64, 3, 1, 1}, ine[4] = {2, 1, 1, 1}, sne[4] = {64, 2, 1, 1};
+    rb_tensor src, idx, sel, w, d;
     TU_OK(rb_tensor_alloc(g, RB_F32, 2, ne, &src));
-    TU_OK(rb_tensor_alloc(g, RB_I32, 2, ne, &idx));
+    TU_OK(rb_tensor_alloc(g, RB_I32, 1, ine, &idx));
+    TU_OK(rb_tensor_alloc(g, RB_F32, 2, sne, &sel));
     TU_OK(rb_fill(g, &src, 1.0f));
-    assert_int_equal(rb_argsort(g, &idx, &src, false), RB_E_UNSUPPORTED);
+    assert_int_equal(rb_index_select(g, &sel, &src, &idx, 1), RB_E_UNSUPPORTED);
     assert_true(strlen(rb_backend_last_error(g)) > 0);
     /* a weight format without a GPU kernel: refused, never a wrong result */
     const int64_t wne[4] = {256, 4, 1, 1}, dne[4] = {4, 3, 1, 1};
@@ -214,6 +216,7 @@ static void test_unsupported(void **state) {
     print_message("unsupported: %s\n", rb_backend_last_error(g));
     rb_tensor_free(&src);
     rb_tensor_free(&idx);
+    rb_tensor_free(&sel);
     rb_tensor_free(&w);
     rb_tensor_free(&b);
     rb_tensor_free(&d);

@@ -121,7 +121,10 @@ def main():
     try:
         for _ in range(6000):
             if proc.poll() is not None:
-                raise SystemExit('the worker exited; see /tmp/rbee-sd-worker-bench.log')
+                log.flush()
+                with open('/tmp/rbee-sd-worker-bench.log') as f:
+                    tail = f.read()[-3000:]
+                raise SystemExit(f'the worker exited ({proc.returncode}); its log ends:\n{tail}')
             try:
                 with urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/ready', timeout=5) as r:
                     if r.status == 200:
