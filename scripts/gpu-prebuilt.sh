@@ -12,7 +12,7 @@
 #   sd-worker-rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9: the binaries
 #   share most bytes);
 #   downloads the runtime .debs (jansson, cmocka, pcre2, libmicrohttpd,
-#   libcurl, libpng, libjpeg, zlib) into .cache/gpu-debs, which travels too.
+#   libcurl and its libraries, libpng, libjpeg, zlib) into .cache/gpu-debs, which travels too.
 #   The SD network tests read the diffusers fixtures from $RBEE_FIXTURES_DIR
 #   (a copy of the parts they need, carried with the call; the tracked tree
 #   is ~22 MiB once models/default/hf/model.safetensors is set aside).
@@ -106,8 +106,11 @@ if [[ $CMD == pack ]]; then
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
   rm -rf .cache/dev/stage
   mkdir -p .cache/gpu-debs
+  # libcurl4's own libraries too (ssh, rtmp, http2, psl, brotli, ldap, kerberos), which a
+  # GPU machine's image may lack; the C, crypto and TLS libraries are the host's
   (cd .cache/gpu-debs && apt-get download libjansson4 libcmocka0 libpcre2-8-0 libmicrohttpd12 libcurl4 \
-    libpng16-16 libjpeg62-turbo zlib1g >/dev/null)
+    libpng16-16 libjpeg62-turbo zlib1g libssh2-1 librtmp1 libnghttp2-14 libpsl5 libbrotli1 libldap-2.5-0 \
+    libsasl2-2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1 >/dev/null)
   ls -la .cache/dev .cache/gpu-debs
   exit 0
 fi
