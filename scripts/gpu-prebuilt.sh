@@ -106,11 +106,14 @@ if [[ $CMD == pack ]]; then
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
   rm -rf .cache/dev/stage
   mkdir -p .cache/gpu-debs
-  # libcurl4's own libraries too (ssh, rtmp, http2, psl, brotli, ldap, kerberos), which a
-  # GPU machine's image may lack; the C, crypto and TLS libraries are the host's
+  # with every library libcurl4 and libmicrohttpd load (ssh, rtmp, http2, psl, brotli, ldap,
+  # kerberos, gnutls, openssl...): the GPU machine's image has other sonames for some of them;
+  # only the C and C++ runtimes are the host's
   (cd .cache/gpu-debs && apt-get download libjansson4 libcmocka0 libpcre2-8-0 libmicrohttpd12 libcurl4 \
     libpng16-16 libjpeg62-turbo zlib1g libssh2-1 librtmp1 libnghttp2-14 libpsl5 libbrotli1 libldap-2.5-0 \
-    libsasl2-2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1 >/dev/null)
+    libsasl2-2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1 libffi8 \
+    libgmp10 libgnutls30 libhogweed6 libnettle8 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libzstd1 \
+    libssl3 >/dev/null)
   ls -la .cache/dev .cache/gpu-debs
   exit 0
 fi
@@ -134,7 +137,10 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $d ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
 BIN=/tmp/rbee-bin
-mkdir -p $BIN
+mkdir -p $BIN $BIN/share
+# the programs find their data (the CLIP vocabulary, the bundled models) in
+# ../share/rbee beside them, as in an install: this checkout
+ln -sfn "$PWD" $BIN/share/rbee
 for a in .cache/dev/*.tar.xz; do tar -C $BIN -xJf "$a" || exit 1; done
 # RBEE_ALT=FILE.xz: another build's rbee (xz) in place of the packed one, for
 # an A/B of two builds in one call (run the script once with it, once without)

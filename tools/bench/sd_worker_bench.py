@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 PROMPT = 'a photograph of an astronaut riding a horse'
@@ -39,8 +40,11 @@ def free_port():
 def post(port, path, body, timeout=3600):
     req = urllib.request.Request(f'http://127.0.0.1:{port}{path}', data=json.dumps(body).encode(),
                                  headers={'Content-Type': 'application/json'})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise SystemExit(f'POST {path}: HTTP {e.code}: {e.read().decode(errors="replace")}')
 
 
 def stream(port, job_id):
