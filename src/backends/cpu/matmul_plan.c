@@ -40,13 +40,12 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     bool a_strided = a->nb[0] != ta->type_size;
     /* prefill with a packed kernel: 16-row groups packed once, then every
      * activation row streams past them 8 at a time */
-    p->packed = p->M > 1 && !a_strided && p->vt == RB_Q8_0 && p->k->pack_rows[a->dtype] != NULL &&
-                p->k->gemm_packed[a->dtype] != NULL;
+    p->packed = p->M > 1 && !a_strided && p->k->pack_rows[a->dtype] != NULL && p->k->gemm_packed[a->dtype] != NULL;
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
         p->tile_c = RB_CPU_TILE_MAX;
-        p->ld_aux = (size_t)(p->K / 32);
-        p->pbuf_stride = align64(p->ld_aux * RB_CPU_PACK_BLOCK_BYTES);
+        p->ld_aux = p->vt == RB_Q8_0 ? (size_t)(p->K / 32) : 0; /* only q8_0 activations use aux */
+        p->pbuf_stride = align64((size_t)(p->K / ta->block_size) * p->k->pack_bytes[a->dtype]);
     }
 
     size_t n_act_rows = (size_t)(p->M * p->B2 * p->B3);
@@ -105,7 +104,7 @@ void rb_mm_convert_task(void *ctx, int ith, int nth) {
             for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
         }
         if (p->vt != RB_F32) p->k->from_f32[p->vt](x, out, p->K);
-        if (p->packed) {
+        if (p->packed && p->ld_aux) {
             const rb_block_q8_0 *yb = (const rb_block_q8_0 *)(const void *)out;
             rb_act_aux *ax = p->aux + (size_t)r * p->ld_aux;
             for (size_t bi = 0; bi < p->ld_aux; bi++) {
