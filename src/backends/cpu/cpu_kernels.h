@@ -51,6 +51,9 @@ typedef void (*rb_pack_rows_fn)(int64_t n, int nr, const void *x, size_t lda, vo
 typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
                                   const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
 #define RB_CPU_PACK_ROWS 16
+/* Activation rows per gemm_packed call in the matmul (the float kernels hold
+ * a 16 x 16 register tile; the others split it). */
+#define RB_CPU_PACK_COLS 16
 #define RB_CPU_PACK_BLOCK_BYTES 576
 /* k-quants (q8_K activations, aux unused): bytes per packed 256-element
  * super-block for scale groups of G elements (gemm_kquant_vnni_avx512.c) */

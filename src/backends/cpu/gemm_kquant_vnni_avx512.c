@@ -238,15 +238,15 @@ RB_AI void kq_cols(int64_t nsb, int nr, const char *packed, const char *y, size_
         __m512 as[8];
         for (int c = 0; c < C; c++) as[c] = _mm512_setzero_ps();
         for (int g = 0; g < NG; g++) {
-            __m512i w[8];
-            for (int k = 0; k < CH; k++) w[k] = _mm512_load_si512(pb + 64 * (g * CH + k));
-            const __m512 s = _mm512_load_ps(pb + 4096 + 64 * g);
-            for (int c = 0; c < C; c++) {
-                const int8_t *q = yc[c][b].qs + g * G;
-                __m512i a = _mm512_setzero_si512();
-                for (int k = 0; k < CH; k++) a = _mm512_dpbusd_epi32(a, w[k], bcast32(q + 4 * k));
-                as[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, as[c]);
+            /* one weight vector at a time against all C rows: C independent chains */
+            __m512i a[8];
+            for (int c = 0; c < C; c++) a[c] = _mm512_setzero_si512();
+            for (int k = 0; k < CH; k++) {
+                const __m512i w = _mm512_load_si512(pb + 64 * (g * CH + k));
+                for (int c = 0; c < C; c++) a[c] = _mm512_dpbusd_epi32(a[c], w, bcast32(yc[c][b].qs + g * G + 4 * k));
             }
+            const __m512 s = _mm512_load_ps(pb + 4096 + 64 * g);
+            for (int c = 0; c < C; c++) as[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[c]), s, as[c]);
         }
         const char *pm = pb + 4096 + 64 * NG;
         __m512i mi[8];
