@@ -12,7 +12,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="${1:-$ROOT/build/cache/tokenizers}"
 VERSION="3.7.2"
-NAMES=(llama2 llama3 llama3_1 qwen3 gemma3)
+NAMES=(llama2 llama3 llama3_1 qwen3 gemma3 gptoss)
 SUMS="$ROOT/tests/data/tokenizer/SHA256SUMS"
 FILES=(tokenizer.json tokenizer_config.json)
 

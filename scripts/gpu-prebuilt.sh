@@ -2,16 +2,25 @@
 # GPU checks from binaries built on the dev machine, so the lent GPU machine
 # (device tool, billed by the second) spends no time compiling.
 #
-# Here:   scripts/gpu-prebuilt.sh pack
-#   builds the CUDA flavour (sm_90, build/dev-cuda) and the HIP-on-NVIDIA
-#   flavour of the ROCm backend (sm_90, build/gpu-hipnv) and packs the GPU
-#   tests, test_hf_reference, bench_gpu and rbee of both into
-#   .cache/dev/{cuda,hipnv}.tar.xz (xz -9: the binaries share most bytes,
-#   ~5 MiB in all beside the ~47 MiB tracked tree); downloads the runtime .debs (jansson, cmocka,
-#   pcre2) into .cache/gpu-debs, which travels too.
+# Here:   scripts/gpu-prebuilt.sh pack [PREFIX]
+#   builds the CUDA flavour (sm_90, PREFIX-cuda; default build/dev-cuda) and
+#   the HIP-on-NVIDIA flavour of the ROCm backend (sm_90, PREFIX-hipnv;
+#   default build/gpu-hipnv) and packs the GPU tests (with the Stable
+#   Diffusion op and network tests), test_hf_reference, and (CUDA only)
+#   bench_gpu, bench_sd and rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9:
+#   the binaries share most bytes); downloads the runtime .debs (jansson,
+#   cmocka, pcre2, libmicrohttpd, libcurl, libpng, libjpeg, zlib) into
+#   .cache/gpu-debs, which travels too. The SD network tests read the
+#   diffusers fixtures from $RBEE_FIXTURES_DIR (a copy of the parts they
+#   need, carried with the call; the tracked tree is ~22 MiB once
+#   models/default/hf/model.safetensors is set aside).
 # There: scripts/gpu-prebuilt.sh run STEP... with STEP one of
 #   tests      every GPU test program and test_hf_reference on cuda:0
 #   hipnv      the same on rocm:0 (ROCm backend's HIP host path, HIP_NVIDIA)
+#   sdops      the SD op and network tests alone, on cuda:0 and rocm:0
+#   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
+#              breakdown, and the SDXL step (128x128, f16); SD_BENCH="ARGS;ARGS..."
+#              replaces the list
 #   memcheck   compute-sanitizer memcheck of the op, attention, graph tests and the
 #              matrix-vector sweep
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
@@ -24,7 +33,8 @@
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_GPU_PDL=0 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
-#   t:PROG     one GPU test program on cuda:0
+#   t:PROG     one GPU test program on cuda:0 (h:PROG: on rocm:0, the HIP flavour);
+#              PROG_TIMEOUT=S limits each test program (default 300 s)
 #   tgd:SHAPE:TYPE:D  tg128 of a random model after D tokens in the cache
 #              (rbee bench -d D: decode at a real context length)
 #   trace:SHAPE:TYPE  RBEE_GPU_TRACE of a short decode run (pp16 tg32) of a random
@@ -42,26 +52,32 @@ shift || true
 
 if [[ $CMD == pack ]]; then
   set -e
-  cmake -S . -B build/dev-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON \
+  BC=${1:+$1-cuda}
+  BC=${BC:-build/dev-cuda}
+  BH=${1:+$1-hipnv}
+  BH=${BH:-build/gpu-hipnv}
+  cmake -S . -B "$BC" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake -S . -B build/gpu-hipnv -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
+  cmake -S . -B "$BH" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference"
-  ninja -C build/dev-cuda $T bench_gpu rbee_cli
-  ninja -C build/gpu-hipnv $T
+  T="$T test_gpu_sd_ops test_gpu_sd_nets"
+  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli
+  ninja -C "$BH" $T
   rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv
   for t in $T; do
-    cp build/dev-cuda/tests/*/$t .cache/dev/stage/cuda/
-    cp build/gpu-hipnv/tests/*/$t .cache/dev/stage/hipnv/
+    cp "$BC"/tests/*/$t .cache/dev/stage/cuda/
+    cp "$BH"/tests/*/$t .cache/dev/stage/hipnv/
   done
-  cp build/dev-cuda/tests/gpu/bench_gpu build/dev-cuda/apps/rbee/rbee .cache/dev/stage/cuda/
+  cp "$BC"/tests/gpu/bench_gpu "$BC"/tests/gpu/bench_sd "$BC"/apps/rbee/rbee .cache/dev/stage/cuda/
   strip .cache/dev/stage/*/*
   # one archive per flavour: the tracked tree (~47 MiB) leaves room for one at a time
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
   rm -rf .cache/dev/stage
   mkdir -p .cache/gpu-debs
-  (cd .cache/gpu-debs && apt-get download libjansson4 libcmocka0 libpcre2-8-0 >/dev/null)
+  (cd .cache/gpu-debs && apt-get download libjansson4 libcmocka0 libpcre2-8-0 libmicrohttpd12 libcurl4 \
+    libpng16-16 libjpeg62-turbo zlib1g >/dev/null)
   ls -la .cache/dev .cache/gpu-debs
   exit 0
 fi
@@ -98,7 +114,7 @@ run_prog() { # flavour prog backend-spec [env...]
   local fl=$1 t=$2 spec=$3; shift 3
   step "$fl/$t on $spec"
   local log=$OUT/${fl}_$t.log rc
-  env RBEE_TEST_GPU=$spec RBEE_TEST_BACKEND=$spec "$@" timeout 300 $BIN/$fl/$t >"$log" 2>&1
+  env RBEE_TEST_GPU=$spec RBEE_TEST_BACKEND=$spec "$@" timeout "${PROG_TIMEOUT:-300}" $BIN/$fl/$t >"$log" 2>&1
   rc=$?
   grep -E "FAILED|Failure|error:|SKIPPED" "$log" | head -12
   tail -2 "$log"
@@ -127,10 +143,19 @@ EOF
 
 for s in "$@"; do
   case $s in
-  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference; do
+  tests) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
+           test_gpu_sd_ops test_gpu_sd_nets; do
            run_prog cuda $t cuda:0; done ;;
-  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference; do
+  hipnv) for t in test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference \
+           test_gpu_sd_ops test_gpu_sd_nets; do
            run_prog hipnv $t rocm:0; done ;;
+  sdops) for t in test_gpu_sd_ops test_gpu_sd_nets; do run_prog cuda $t cuda:0; run_prog hipnv $t rocm:0; done ;;
+  sd) IFS=';' read -ra sdargs <<<"${SD_BENCH:---preset sd15 --dtype f16 --ops;--preset sdxl --dtype f16}"
+      for a in "${sdargs[@]}"; do
+        step "bench_sd $a"
+        timeout 280 $BIN/cuda/bench_sd cuda:0 $a --reps 10 2>&1 | tee -a "$OUT/bench_sd.log" | grep -v '^{'
+        [[ ${PIPESTATUS[0]} -eq 0 ]] && result "bench_sd $a" ok || result "bench_sd $a" FAIL
+      done ;;
   memcheck)
     for t in test_gpu_ops test_gpu_attention test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
       step "memcheck $t"
@@ -143,6 +168,7 @@ for s in "$@"; do
   bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
   bf16_1b|q8_0_1b|q4_0_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
   t:*) run_prog cuda "${s#t:}" cuda:0 ;;
+  h:*) run_prog hipnv "${s#h:}" rocm:0 ;;
   tgd:*:*:*) IFS=: read -r _ dsh dty dd <<<"$s"; TAG=${TAG:+$TAG-}d$dd bench "$dsh" "$dty" 2 -d "$dd" -p 0 ;;
   trace:*:*)
     IFS=: read -r _ tsh tty <<<"$s"

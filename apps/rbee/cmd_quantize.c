@@ -1,7 +1,9 @@
-/* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every 2-D weight of a
- * GGUF file in another type (see rb_quantize_gguf), keeping metadata. */
+/* `rbee quantize IN.gguf OUT.gguf TYPE`: re-encodes every weight matrix of a
+ * GGUF file in another type (see rb_quantize_gguf), keeping metadata; a
+ * Stable Diffusion file with the SD converter's rules (sd_requantize_gguf). */
 #include "commands.h"
 #include "convert/convert.h"
+#include "sd/sd_convert.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -9,7 +11,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: rbee quantize IN.gguf OUT.gguf TYPE [--quiet]\n\n"
-               "Requantizes every 2-D weight to TYPE (%s); 1-D tensors become f32,\n"
+               "Requantizes every weight matrix to TYPE (%s; mxfp4: the experts' stacked\n"
+               "matrices as mxfp4, the other matrices as q8_0); 1-D tensors and expert routers become f32,\n"
                "metadata is copied with general.file_type updated.\n",
             rb_convert_type_list());
 }
@@ -44,13 +47,15 @@ int rb_cmd_quantize(int argc, char **argv) {
     rb_convert_stats st;
     rb_error err;
     rb_error_clear(&err);
-    if (rb_quantize_gguf(in, out, &o, &st, &err) != RB_OK) {
+    const bool sd = sd_convert_is_sd_gguf(in);
+    if ((sd ? sd_requantize_gguf(in, out, &o, &st, &err) : rb_quantize_gguf(in, out, &o, &st, &err)) != RB_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
     if (!quiet)
         fprintf(stderr, "wrote %s: %lld tensors, %lld weights as %s, %lld as f16 (fallback), %.2f MiB\n", out,
-                (long long)st.n_tensors, (long long)st.n_quantized, rb_dtype_name(type), (long long)st.n_fallback,
+                (long long)st.n_tensors, (long long)st.n_quantized,
+                type == RB_MXFP4 ? "mxfp4 (experts) or q8_0" : rb_dtype_name(type), (long long)st.n_fallback,
                 (double)st.bytes_out / (1024.0 * 1024.0));
     return 0;
 }

@@ -13,5 +13,9 @@ int rb_cmd_tokenize(int argc, char **argv);
 int rb_cmd_detokenize(int argc, char **argv);
 int rb_cmd_chat_render(int argc, char **argv);
 int rb_cmd_bench(int argc, char **argv);
+int rb_cmd_txt2img(int argc, char **argv);
+int rb_cmd_img2img(int argc, char **argv);
+int rb_cmd_inpaint(int argc, char **argv);
+int rb_cmd_bench_sd(int argc, char **argv);
 
 #endif

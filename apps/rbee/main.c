@@ -22,6 +22,10 @@ static const command k_commands[] = {
     {"tokenize", rb_cmd_tokenize, "print the token ids of stdin as a JSON array"},
     {"detokenize", rb_cmd_detokenize, "print the text of token ids read from stdin"},
     {"chat-render", rb_cmd_chat_render, "render a JSON conversation with the model's chat template"},
+    {"txt2img", rb_cmd_txt2img, "Stable Diffusion: generate images from a prompt (PNG with A1111 infotext)"},
+    {"img2img", rb_cmd_img2img, "Stable Diffusion: redraw an image guided by a prompt"},
+    {"inpaint", rb_cmd_inpaint, "Stable Diffusion: repaint the masked part of an image"},
+    {"bench-sd", rb_cmd_bench_sd, "Stable Diffusion UNet step and image times (--random: no download)"},
 };
 
 static void usage(FILE *f) {

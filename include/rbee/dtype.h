@@ -34,7 +34,8 @@ typedef enum rb_dtype {
     RB_I64 = 27,
     RB_F64 = 28,
     RB_BF16 = 30,
-    RB_DTYPE_END_ = 31 /* one past the largest id; not a type */
+    RB_MXFP4 = 39, /* OCP microscaling FP4 (E2M1 values, E8M0 scale per 32), ggml's block_mxfp4 */
+    RB_DTYPE_END_ = 40 /* one past the largest id; not a type */
 } rb_dtype;
 
 typedef struct rb_dtype_traits {

@@ -1,5 +1,5 @@
 /* Decoder-only transformer models (Llama 2/3, TinyLlama, Mistral, Qwen2,
- * Gemma, Gemma 2, Phi-3), written once against the ops of ops.h and loaded
+ * Gemma, Gemma 2, Phi-3, Qwen3, Qwen3-MoE, Gemma 3, OLMo 2, gpt-oss, Mixtral), written once against the ops of ops.h and loaded
  * from a GGUF file (llama.cpp's names and metadata) or a Hugging Face folder
  * (config.json + safetensors). The model holds weights on one backend; a
  * KV cache holds one sequence's keys and values; rb_model_forward runs a
@@ -21,6 +21,12 @@ typedef enum rb_arch {
     RB_ARCH_GEMMA,
     RB_ARCH_GEMMA2,
     RB_ARCH_PHI3,
+    RB_ARCH_QWEN3,    /* per-head q/k norms */
+    RB_ARCH_QWEN3MOE, /* qwen3 with mixture-of-experts feed-forwards */
+    RB_ARCH_GEMMA3,   /* gemma3 text: local/global layers with their own rope bases, q/k norms */
+    RB_ARCH_OLMO2,    /* norms after each sublayer, q/k norms over the whole projection */
+    RB_ARCH_GPTOSS,   /* attention sinks, alternating windows, yarn, clamped-SwiGLU experts */
+    RB_ARCH_MIXTRAL,  /* llama with mixture-of-experts feed-forwards (GGUF: "llama" with experts) */
     RB_ARCH_COUNT_
 } rb_arch;
 
@@ -40,7 +46,10 @@ typedef struct rb_model_config {
     float rope_attn_factor;
     bool has_rope_factors; /* per-dimension factors (llama3 / longrope short) */
     bool has_rope_long;    /* longrope: long factors used once positions reach rope_orig_ctx */
-    int64_t rope_orig_ctx; /* longrope: original context length */
+    int64_t rope_orig_ctx; /* longrope, yarn: original context length */
+    float rope_yarn_factor;                    /* > 0: yarn scaling (transformers' formula), factors computed */
+    float rope_yarn_beta_fast, rope_yarn_beta_slow;
+    bool rope_yarn_truncate;                   /* round the ramp's ends (transformers' default; gpt-oss: false) */
     /* variants */
     bool tied_embeddings;
     bool qkv_bias;         /* qwen2 */
@@ -50,10 +59,23 @@ typedef struct rb_model_config {
     bool fused_qkv;        /* phi3: one qkv projection */
     bool fused_gate_up;    /* phi3: one gate_up projection */
     int sliding_window;    /* 0 = none */
-    int swa_pattern;       /* 0: all layers use the window; 2: even layers only (gemma2) */
+    int swa_pattern;       /* 0: all layers use the window; n: layer il does iff il % n < n - 1 (llama.cpp's
+                            * rule: 2 = even layers, gemma2 and gpt-oss; 6 = five local then one global, gemma3) */
     float attn_softcap;    /* 0 = none */
     float final_softcap;   /* 0 = none */
     float attn_scale;      /* 1/sqrt(head_dim) or query_pre_attn_scalar^-1/2 */
+    /* newer architectures */
+    int qk_norm;           /* RMSNorm on q and k before the rope: 0 none, 1 per head (qwen3, gemma3),
+                            * 2 over the whole projection (olmo2) */
+    bool pre_norms;        /* norms before attention and the MLP (all but olmo2) */
+    float rope_theta_swa;  /* > 0: rope base of the sliding-window layers (gemma3's rope_local_base_freq),
+                            * which also ignore rope scaling */
+    bool attn_sinks;       /* per-head sink logits in the attention softmax (gpt-oss) */
+    int64_t n_expert, n_expert_used, n_ff_exp; /* mixture of experts (0: dense MLP everywhere) */
+    bool moe_norm_topk;    /* renormalize the top-k routing weights to sum 1 */
+    bool moe_topk_softmax; /* softmax over the top-k router logits (gpt-oss); else softmax, then top-k */
+    bool moe_bias;         /* router and expert biases (gpt-oss) */
+    float swiglu_alpha, swiglu_limit; /* limit > 0: clamped SwiGLU (gpt-oss: 1.702, 7) */
     /* special tokens known from the model files (-1 if unknown) */
     int32_t bos_id;
     int32_t eos_ids[4];

@@ -48,7 +48,8 @@ rb_status rb_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_tens
 /* dst = a op b, a and b broadcast to dst's shape. */
 rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 /* Gated linear unit (one pass instead of rb_unary(act) then rb_binary(MUL)):
- * dst = act(gate) * up elementwise. dst, gate and up are f32 of one shape (no
+ * dst = act(gate) * up elementwise. dst, gate and up are f32, f16 or bf16
+ * (computed in f32) of one shape (no
  * broadcasting) with any strides: gate and up are typically the two halves of
  * a fused [2F, T] projection, i.e. strided views into one tensor. act is
  * RB_UNARY_SILU (SwiGLU), RB_UNARY_GELU_TANH or RB_UNARY_GELU (GeGLU) or
@@ -56,6 +57,13 @@ rb_status rb_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_te
  * same view as gate or up. On the CPU the results are bit-identical to the
  * unfused two calls. */
 rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
+/* gpt-oss's clamped SwiGLU, elementwise over f32 tensors of one shape (any
+ * strides; dst may be the same view as gate or up):
+ *   g = min(gate, limit), u = clamp(up, -limit, limit)
+ *   dst = (u + 1) * g * sigmoid(alpha * g)
+ * (transformers' GptOssExperts: alpha 1.702, limit 7). limit > 0, alpha finite. */
+rb_status rb_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                          float limit);
 /* dst = cond != 0 ? a : b; cond is i32 or float, all three broadcast to dst. */
 rb_status rb_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
 /* Copies src into dst converting dtype (same element count per dim): any
@@ -89,6 +97,13 @@ rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, co
  * per-channel w and b (each [C], nullable). */
 rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                         const rb_tensor *b, float eps);
+/* rb_group_norm followed by an activation in one pass (the GroupNorm + SiLU
+ * of every ResnetBlock2D): dst = act(group_norm(src)). act is RB_UNARY_SILU,
+ * RB_UNARY_GELU, RB_UNARY_GELU_TANH or RB_UNARY_RELU; other ops fail with
+ * RB_E_INVALID. The statistics are f32 or better for any src dtype. On the
+ * CPU the results are bit-identical to rb_group_norm then rb_unary on dst. */
+rb_status rb_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
+                            const rb_tensor *b, float eps, rb_unary_op act);
 
 /* Embedding gather: dst row i = table row ids[i]. table [D, V] in any dtype
  * (quantized too); ids i32 [T] (or [T, B] with dst [D, T, B]); dst f32/f16.
@@ -110,11 +125,24 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
 /* Matrix product with ggml semantics: both operands hold rows of length K.
  *   a: [K, N, A2, A3]  weights; f32, f16, bf16 or any quantized dtype
  *   b: [K, M, B2, B3]  activations; f32, f16 or bf16, any strides
- *   dst: [N, M, B2, B3] f32 (or f16): dst[m][n] = sum_k a[n][k] * b[m][k]
+ *   dst: [N, M, B2, B3] f32 (or f16, bf16): dst[m][n] = sum_k a[n][k] * b[m][k]
  * a's dims 2 and 3 broadcast over b's (B2 % A2 == 0, B3 % A3 == 0: grouped-
  * query attention style). Quantized a may quantize b internally (to q8_0 /
  * q8_1 / q8_K blocks) as ggml does. */
 rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+
+/* Expert-indexed matrix product (mixture-of-experts layers):
+ *   a   [K, N, E]  the E experts' weights, one [K, N] matrix each (any weight
+ *                  dtype, as rb_matmul's a; rows contiguous, nb[2] any)
+ *   b   [K, S, T]  activations of T tokens: S == 1, one row per token used by
+ *                  all its experts; or S == k, one row per (slot, token)
+ *   ids i32 [k, T] the experts of each token, in slot order (each in 0..E-1)
+ *   dst [N, k, T]  f32: dst[:, j, t] = a[:, :, ids[j, t]] * b[:, S == 1 ? 0 : j, t]
+ * The rows of b are grouped by expert, so each expert's weights are read
+ * once per call, and experts no token selected are not read at all (a
+ * decode step reads only the k selected experts). Ids outside 0..E-1 fail
+ * with RB_E_RANGE before anything is written. */
+rb_status rb_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b, const rb_tensor *ids);
 
 /* rb_matmul with the passes around it fused in. In decode every op over one
  * row is a kernel launch on a GPU, so the norm before a projection, the gate
@@ -202,12 +230,17 @@ typedef struct rb_attn_params {
      * appends to). A backend may then read those rows before the ops ahead
      * have finished. */
     bool keys_settled;
+    /* nullable f32 [Hq] on the backend: attention sinks (gpt-oss), a learned
+     * logit per query head that joins every softmax denominator without a
+     * value: out = sum_j exp(s_j) v_j / (exp(sink_h) + sum_j exp(s_j)) */
+    const rb_tensor *sinks;
 } rb_attn_params;
 
 /* Scaled dot-product attention with grouped-query heads:
  *   q [D, Tq, Hq, B], k [D, Tk, Hkv, B], v [Dv, Tk, Hkv, B] (Hq % Hkv == 0;
  *   query head h uses kv head h / (Hq/Hkv)); f32/f16/bf16, any strides.
- *   dst [Dv, Hq, Tq, B] f32: ready to reshape to [Dv*Hq, Tq, B].
+ *   dst [Dv, Hq, Tq, B] f32 (or f16, bf16: the f32 result rounded once):
+ *   ready to reshape to [Dv*Hq, Tq, B].
  * Keys are at positions 0..Tk-1. Memory stays linear in Tk (no [Tq, Tk]
  * matrix is required). A query with no visible key gets zeros. */
 rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
@@ -219,7 +252,9 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
 rb_status rb_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
                     int stride, int pad, int dilation, int groups);
 /* 2-D convolution: x [W, H, Cin, N], w [KW, KH, Cin/groups, Cout], bias
- * nullable [Cout]; dst [Wout, Hout, Cout, N]; stride/pad/dilation are {x, y}. */
+ * nullable [Cout]; dst [Wout, Hout, Cout, N]; stride/pad/dilation are {x, y}.
+ * x and dst f32, f16 or bf16 (any strides), w f32, f16 or bf16, bias f32;
+ * products summed in f32 (no TF32), the result rounded once into dst. */
 rb_status rb_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
                     const int stride[2], const int pad[2], const int dilation[2], int groups);
 

@@ -9,6 +9,8 @@
 #include "rbee/dtype.h"
 #include "rbee/status.h"
 
+#include <string.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +22,7 @@ extern "C" {
 #define RB_QK8_0 32
 #define RB_QK8_1 32
 #define RB_QK_K 256
+#define RB_QK_MXFP4 32
 #define RB_K_SCALE_SIZE 12
 
 typedef struct { rb_f16 d; uint8_t qs[RB_QK4_0 / 2]; } rb_block_q4_0;
@@ -73,7 +76,14 @@ typedef struct {
     int16_t bsums[RB_QK_K / 16];
 } rb_block_q8_K;
 
+/* mxfp4: e is an E8M0 exponent, the block's scale is 2^(e - 128) (ggml's
+ * "half" scale: the value table rb_mxfp4_values holds the E2M1 values
+ * doubled); value j < 16 is the low nibble of qs[j], value j + 16 the high
+ * one, each an index into the table (bit 3 the sign). */
+typedef struct { uint8_t e; uint8_t qs[RB_QK_MXFP4 / 2]; } rb_block_mxfp4;
+
 _Static_assert(sizeof(rb_block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(rb_block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(rb_block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(rb_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(rb_block_q5_1) == 24, "q5_1 layout");
@@ -85,6 +95,18 @@ _Static_assert(sizeof(rb_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(rb_block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(rb_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(rb_block_q8_K) == 292, "q8_K layout");
+
+/* The 16 values an mxfp4 nibble stands for (E2M1 doubled: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives). */
+extern const int8_t rb_mxfp4_values[16];
+/* 2^(e - 128) as f32 (subnormal for e < 2): an mxfp4 block's scale. Inline:
+ * the SIMD dot products call it per block. */
+static inline float rb_e8m0_half_to_f32(uint8_t e) {
+    /* a subnormal bit pattern for e < 2, else a biased exponent of e - 1 */
+    const uint32_t bits = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* Decodes n elements (a multiple of the block size) of type t into f32.
  * Works for every dtype (plain types are converted). RB_E_INVALID if n is not

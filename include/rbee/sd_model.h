@@ -27,12 +27,18 @@ typedef struct rb_sd_load_opts {
     /* dtype of linear weights and embedding tables on the backend: RB_F32
      * (the default, 0) converts everything to f32; RB_F16 or RB_BF16 keeps
      * them half-size (converted if stored otherwise). Convolution kernels
-     * follow it when it is f16 and are f32 otherwise; biases and norm
+     * follow it when it is f16 or bf16 and are f32 otherwise; biases and norm
      * weights are always f32. */
     rb_dtype weight_dtype;
     /* NULL or "": "<name>.safetensors" if present, else "<name>.fp16.safetensors";
      * "fp16": the reverse order. */
     const char *variant;
+    /* dtype of the activations between ops (rb_*_set_act_dtype): RB_F32 (the
+     * default, 0), RB_F16 or RB_BF16. Half precision halves the activation
+     * memory and lets a GPU use its tensor cores; products still accumulate
+     * in f32 and norms and softmax keep f32 statistics. Inputs and outputs
+     * stay f32 tensors. */
+    rb_dtype act_dtype;
 } rb_sd_load_opts;
 
 /* ---- CLIP text encoder (CLIPTextModel, CLIPTextModelWithProjection) ---- */
@@ -77,6 +83,9 @@ typedef struct rb_clip_text_outputs {
     rb_tensor *last_hidden; /* [hidden_size, T, B]: final_layer_norm(hidden_states[n_layers]) */
     rb_tensor *pooled;      /* [hidden_size, B]: last_hidden at each sequence's EOS */
     rb_tensor *text_embeds; /* [projection_dim, B]: text_projection(pooled); with_projection only */
+    /* true: hidden receives final_layer_norm(hidden_states[hidden_index])
+     * instead (SD 1.x clip skip, as diffusers and AUTOMATIC1111 apply it). */
+    bool hidden_final_norm;
 } rb_clip_text_outputs;
 
 /* ids: host memory, B sequences of T token ids (T <= max_positions; 77 in
@@ -84,6 +93,14 @@ typedef struct rb_clip_text_outputs {
  * the layers the outputs need are run. */
 rb_status rb_clip_text_encode(rb_clip_text *m, const int32_t *ids, int64_t T, int64_t B,
                               const rb_clip_text_outputs *out, rb_error *err);
+
+/* Sets the dtype of a network's activations (see rb_sd_load_opts.act_dtype;
+ * the folder loaders apply the option with these). RB_E_UNSUPPORTED for
+ * other dtypes. The networks run what they are asked for; the SDXL
+ * pipelines' f32 upcast of a force_upcast VAE is the pipeline's
+ * (rb_sd_model_load), as in diffusers. */
+rb_status rb_clip_text_set_act_dtype(rb_clip_text *m, rb_dtype dt, rb_error *err);
+rb_dtype rb_clip_text_act_dtype(const rb_clip_text *m);
 
 /* ---- UNet2DConditionModel ---- */
 
@@ -125,6 +142,8 @@ rb_status rb_unet_config_load(const char *path, rb_unet_config *cfg, rb_error *e
 /* dir: a unet/ folder (config.json + diffusion_pytorch_model[.fp16].safetensors). */
 rb_status rb_unet_load(const char *dir, rb_backend *be, const rb_sd_load_opts *opts, rb_unet **out, rb_error *err);
 void rb_unet_free(rb_unet *u);
+rb_status rb_unet_set_act_dtype(rb_unet *u, rb_dtype dt, rb_error *err); /* as rb_clip_text_set_act_dtype */
+rb_dtype rb_unet_act_dtype(const rb_unet *u);
 const rb_unet_config *rb_unet_get_config(const rb_unet *u);
 size_t rb_unet_weight_bytes(const rb_unet *u);
 
@@ -154,8 +173,11 @@ typedef struct rb_vae_config {
      * when encoding, decoded from latents / scaling + shift. */
     float scaling_factor, shift_factor;
     bool has_shift_factor; /* false: shift_factor null (0) */
-    bool force_upcast;     /* decode in f32 (the published SDXL VAE overflows f16) */
+    bool force_upcast;     /* SDXL pipelines run it in f32 instead of f16 (the published SDXL VAE overflows f16) */
     bool mid_block_attention, use_quant_conv, use_post_quant_conv;
+    /* Not from config.json: a loader's choice. true binds only the decoder
+     * (and post_quant_conv); rb_vae_encode then fails with RB_E_UNSUPPORTED. */
+    bool decoder_only;
 } rb_vae_config;
 
 typedef struct rb_vae rb_vae;
@@ -164,6 +186,9 @@ rb_status rb_vae_config_load(const char *path, rb_vae_config *cfg, rb_error *err
 /* dir: a vae/ folder (config.json + diffusion_pytorch_model[.fp16].safetensors). */
 rb_status rb_vae_load(const char *dir, rb_backend *be, const rb_sd_load_opts *opts, rb_vae **out, rb_error *err);
 void rb_vae_free(rb_vae *v);
+/* as rb_clip_text_set_act_dtype */
+rb_status rb_vae_set_act_dtype(rb_vae *v, rb_dtype dt, rb_error *err);
+rb_dtype rb_vae_act_dtype(const rb_vae *v);
 const rb_vae_config *rb_vae_get_config(const rb_vae *v);
 size_t rb_vae_weight_bytes(const rb_vae *v);
 /* Image pixels per latent pixel: 2^(n_levels-1) (8). */

@@ -41,8 +41,11 @@ rb_status rb_error_set(rb_error *err, rb_status code, const char *fmt, ...)
 #endif
     ;
 
-/* Prepends context ("while loading x: ") to an existing message. */
-rb_status rb_error_prefix(rb_error *err, const char *fmt, ...)
+/* Prepends context ("while loading x: ") to an existing message. Returns
+ * nothing on purpose: the caller returns the status it already holds (with
+ * a NULL err there is no code to return, and a returned RB_OK would turn a
+ * failure into success). */
+void rb_error_prefix(rb_error *err, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

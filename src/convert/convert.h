@@ -21,7 +21,7 @@ extern "C" {
 typedef void (*rb_convert_progress_fn)(void *ud, int64_t done, int64_t total, const char *tensor_name);
 
 typedef struct rb_convert_opts {
-    rb_dtype type;                   /* target of 2-D weights (see rb_convert_type_ok) */
+    rb_dtype type;                   /* target of weight matrices (see rb_convert_type_ok) */
     const char *name;                /* general.name; NULL = folder / input name */
     FILE *log;                       /* warnings (fallbacks, skipped tensors); NULL = silent */
     rb_convert_progress_fn progress; /* may be NULL */
@@ -39,16 +39,21 @@ typedef struct rb_convert_stats {
  * stderr); meant for terminals. */
 void rb_convert_progress_bar(void *ud, int64_t done, int64_t total, const char *tensor_name);
 
-/* Types a weight can be converted to: f32, f16, bf16 and the block formats
- * q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K. */
+/* Types a weight can be converted to: f32, f16, bf16, the block formats
+ * q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K, and mxfp4 (llama.cpp's
+ * MXFP4_MOE: the experts' stacked matrices in mxfp4, every other matrix in
+ * q8_0). Expert routers (ffn_gate_inp) and vectors stay f32 whatever the type. */
 bool rb_convert_type_ok(rb_dtype t);
 /* Comma-separated list of those names, for messages. */
 const char *rb_convert_type_list(void);
 /* llama.cpp's general.file_type (enum llama_ftype) for a target type. */
 uint32_t rb_convert_file_type(rb_dtype t);
-/* The dtype a 2-D weight with rows of ne0 elements gets for target t: t itself,
- * or f16 when ne0 is not a multiple of t's block size (as llama.cpp does). */
-rb_dtype rb_convert_weight_dtype(rb_dtype t, int64_t ne0);
+/* The dtype a weight matrix (expert: a 3-D expert stack) gets for target t
+ * before the fallback: t itself, except mxfp4's q8_0 for non-expert matrices. */
+rb_dtype rb_convert_intended_dtype(rb_dtype t, bool expert);
+/* ... and with rows of ne0 elements: that type, or f16 when ne0 is not a
+ * multiple of its block size (as llama.cpp does). */
+rb_dtype rb_convert_weight_dtype(rb_dtype t, int64_t ne0, bool expert);
 
 /* hf_dir -> out_path. Unknown model_type: RB_E_UNSUPPORTED listing the
  * supported architectures; a missing or mis-shaped tensor: RB_E_FORMAT naming

@@ -16,6 +16,7 @@ struct cv_stream {
     size_t align;
     size_t n, next;
     size_t *nbytes;
+    size_t written; /* bytes of tensor `next` written so far */
     uint64_t pos;
     int io_err;
 };
@@ -186,16 +187,33 @@ fail:
 
 size_t cv_stream_tensor_bytes(const cv_stream *s, size_t i) { return i < s->n ? s->nbytes[i] : 0; }
 
-rb_status cv_stream_write(cv_stream *s, const void *data, size_t nbytes, rb_error *err) {
+rb_status cv_stream_write_part(cv_stream *s, const void *data, size_t nbytes, rb_error *err) {
     if (s->next >= s->n) return rb_error_set(err, RB_E_INVALID, "gguf stream: more tensors than declared");
-    if (nbytes != s->nbytes[s->next])
-        return rb_error_set(err, RB_E_INVALID, "gguf stream: tensor %zu has %zu bytes, declared %zu", s->next,
-                            nbytes, s->nbytes[s->next]);
+    if (nbytes > s->nbytes[s->next] - s->written)
+        return rb_error_set(err, RB_E_INVALID, "gguf stream: tensor %zu gets %zu more bytes, declared %zu in all",
+                            s->next, s->written + nbytes, s->nbytes[s->next]);
     emit(s, data, nbytes);
-    emit_pad(s);
-    s->next++;
+    s->written += nbytes;
+    if (s->written == s->nbytes[s->next]) {
+        emit_pad(s);
+        s->next++;
+        s->written = 0;
+    }
     if (s->io_err) return rb_error_set(err, RB_E_IO, "writing '%s' failed: %s", s->part, strerror(s->io_err));
     return RB_OK;
+}
+
+rb_status cv_stream_write(cv_stream *s, const void *data, size_t nbytes, rb_error *err) {
+    if (s->next >= s->n) return rb_error_set(err, RB_E_INVALID, "gguf stream: more tensors than declared");
+    if (s->written != 0 || nbytes != s->nbytes[s->next])
+        return rb_error_set(err, RB_E_INVALID, "gguf stream: tensor %zu has %zu bytes, declared %zu", s->next,
+                            nbytes, s->nbytes[s->next]);
+    if (nbytes == 0) { /* nothing to write: the tensor is complete */
+        emit_pad(s);
+        s->next++;
+        return RB_OK;
+    }
+    return cv_stream_write_part(s, data, nbytes, err);
 }
 
 static void stream_free(cv_stream *s) {

@@ -3,6 +3,7 @@
 #include "convert/hf_metadata.h"
 
 #include "convert/convert.h"
+#include "models/model_internal.h"
 #include "rbee/json_config.h"
 #include "rbee/tokenizer.h"
 
@@ -12,7 +13,8 @@
 #include <sys/stat.h>
 
 const char *cv_gguf_arch(const rb_model_config *c) {
-    return c->arch == RB_ARCH_MISTRAL ? "llama" : rb_arch_name(c->arch);
+    /* llama.cpp writes Mistral and Mixtral as llama (Mixtral: llama with experts) */
+    return c->arch == RB_ARCH_MISTRAL || c->arch == RB_ARCH_MIXTRAL ? "llama" : rb_arch_name(c->arch);
 }
 
 typedef struct kvw {
@@ -38,18 +40,99 @@ static void f32k(kvw *k, const char *sfx, float v) {
     snprintf(key, sizeof key, "%s.%s", k->arch, sfx);
     note(k, rb_gguf_writer_set_f32(k->w, key, v), key);
 }
+static void strk(kvw *k, const char *sfx, const char *v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", k->arch, sfx);
+    note(k, rb_gguf_writer_set_str(k->w, key, v), key);
+}
+static void boolk(kvw *k, const char *sfx, bool v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", k->arch, sfx);
+    note(k, rb_gguf_writer_set_bool(k->w, key, v), key);
+}
+
+static bool is_gemma(const rb_model_config *c) {
+    return c->arch == RB_ARCH_GEMMA || c->arch == RB_ARCH_GEMMA2 || c->arch == RB_ARCH_GEMMA3;
+}
+
+/* The sliding-window layout a GGUF loader infers without a pattern key:
+ * gemma2 and gpt-oss alternate (period 2), gemma3 five local then one
+ * global (6), the others use the window everywhere (0). */
+static int implied_swa_pattern(const rb_model_config *c) {
+    switch (c->arch) {
+    case RB_ARCH_GEMMA2:
+    case RB_ARCH_GPTOSS: return 2;
+    case RB_ARCH_GEMMA3: return 6;
+    default: return 0;
+    }
+}
+
+/* What GGUF metadata cannot say: sliding-window layouts other than the
+ * implied one (gemma3 has a pattern key), yarn variants the loader would
+ * not reproduce. */
+static rb_status check_expressible(const rb_model_config *c, rb_error *err) {
+    if (c->sliding_window > 0 && c->swa_pattern != implied_swa_pattern(c) && c->arch != RB_ARCH_GEMMA3)
+        return rb_error_set(err, RB_E_UNSUPPORTED,
+                            "this layout of sliding-window layers cannot be expressed in %s GGUF metadata",
+                            cv_gguf_arch(c));
+    if (c->rope_yarn_factor > 0) {
+        rb_model_config d = *c;
+        d.rope_yarn_truncate = c->arch != RB_ARCH_GPTOSS; /* what the GGUF loader assumes */
+        float f[1], attn = 0;
+        d.n_rot = 2; /* only the attention factor is wanted */
+        rb_rope_yarn_factors(&d, f, &attn);
+        if (d.rope_yarn_truncate != c->rope_yarn_truncate)
+            return rb_error_set(err, RB_E_UNSUPPORTED, "yarn with truncate %s cannot be expressed in %s GGUF metadata",
+                                c->rope_yarn_truncate ? "true" : "false", cv_gguf_arch(c));
+        if (attn != c->rope_attn_factor)
+            return rb_error_set(err, RB_E_UNSUPPORTED,
+                                "an explicit yarn attention_factor (%g) cannot be expressed in GGUF metadata",
+                                (double)c->rope_attn_factor);
+    }
+    return RB_OK;
+}
+
+/* llama.cpp's converter writes head_dim where the HF config states it (these
+ * architectures' configs do), and it is needed wherever it is not n_embd / n_head. */
+static bool writes_head_dim(const rb_model_config *c) {
+    return is_gemma(c) || c->arch == RB_ARCH_QWEN3 || c->arch == RB_ARCH_QWEN3MOE || c->arch == RB_ARCH_GPTOSS ||
+           c->head_dim * c->n_head != c->n_embd;
+}
+
+static void write_rope(kvw *k, const rb_model_config *c) {
+    u32k(k, "rope.dimension_count", c->n_rot);
+    f32k(k, "rope.freq_base", c->rope_theta);
+    if (c->rope_theta_swa > 0) f32k(k, "rope.freq_base_swa", c->rope_theta_swa); /* gemma3's local base */
+    if (c->rope_freq_scale > 0 && c->rope_freq_scale != 1.0f) {
+        strk(k, "rope.scaling.type", "linear");
+        f32k(k, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
+    }
+    if (c->rope_yarn_factor > 0) {
+        strk(k, "rope.scaling.type", "yarn");
+        f32k(k, "rope.scaling.factor", c->rope_yarn_factor);
+        u32k(k, "rope.scaling.original_context_length", c->rope_orig_ctx);
+        f32k(k, "rope.scaling.yarn_beta_fast", c->rope_yarn_beta_fast);
+        f32k(k, "rope.scaling.yarn_beta_slow", c->rope_yarn_beta_slow);
+    }
+    if (c->has_rope_long) {
+        f32k(k, "rope.scaling.attn_factor", c->rope_attn_factor);
+        u32k(k, "rope.scaling.original_context_length", c->rope_orig_ctx);
+    }
+}
+
+static void write_experts(kvw *k, const rb_model_config *c) {
+    if (c->n_expert <= 0) return;
+    u32k(k, "expert_count", c->n_expert);
+    u32k(k, "expert_used_count", c->n_expert_used);
+    if (c->arch != RB_ARCH_MIXTRAL) u32k(k, "expert_feed_forward_length", c->n_ff_exp);
+    /* llama.cpp renormalizes qwen3moe's top-k weights; say so where the model does not */
+    if (c->arch == RB_ARCH_QWEN3MOE && !c->moe_norm_topk) boolk(k, "expert_weights_norm", false);
+}
 
 rb_status cv_write_model_kv(rb_gguf_writer *w, const rb_model_config *c, const char *name, rb_dtype type,
                             rb_error *err) {
-    const bool gemma = c->arch == RB_ARCH_GEMMA || c->arch == RB_ARCH_GEMMA2;
-    if (c->sliding_window > 0) {
-        /* what a GGUF loader infers: gemma2 alternates (even layers), others use the window everywhere */
-        int implied = c->arch == RB_ARCH_GEMMA2 ? 2 : 0;
-        if (c->swa_pattern != implied)
-            return rb_error_set(err, RB_E_UNSUPPORTED,
-                                "this layout of sliding-window layers cannot be expressed in %s GGUF metadata",
-                                cv_gguf_arch(c));
-    }
+    rb_status s = check_expressible(c, err);
+    if (s != RB_OK) return s;
     kvw k = {.w = w, .arch = cv_gguf_arch(c), .st = RB_OK};
     note(&k, rb_gguf_writer_set_str(w, "general.architecture", k.arch), "general.architecture");
     note(&k, rb_gguf_writer_set_str(w, "general.name", name), "general.name");
@@ -62,27 +145,21 @@ rb_status cv_write_model_kv(rb_gguf_writer *w, const rb_model_config *c, const c
     u32k(&k, "feed_forward_length", c->n_ff);
     u32k(&k, "attention.head_count", c->n_head);
     u32k(&k, "attention.head_count_kv", c->n_head_kv);
-    if (gemma || c->head_dim * c->n_head != c->n_embd) {
+    if (writes_head_dim(c)) {
         u32k(&k, "attention.key_length", c->head_dim);
         u32k(&k, "attention.value_length", c->head_dim);
     }
     f32k(&k, "attention.layer_norm_rms_epsilon", c->norm_eps);
-    u32k(&k, "rope.dimension_count", c->n_rot);
-    f32k(&k, "rope.freq_base", c->rope_theta);
-    if (c->rope_freq_scale > 0 && c->rope_freq_scale != 1.0f) {
-        char key[160];
-        snprintf(key, sizeof key, "%s.rope.scaling.type", k.arch);
-        note(&k, rb_gguf_writer_set_str(w, key, "linear"), key);
-        f32k(&k, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
+    write_rope(&k, c);
+    if (c->sliding_window > 0) {
+        u32k(&k, "attention.sliding_window", c->sliding_window);
+        if (c->swa_pattern != implied_swa_pattern(c)) u32k(&k, "attention.sliding_window_pattern", c->swa_pattern);
     }
-    if (c->has_rope_long) {
-        f32k(&k, "rope.scaling.attn_factor", c->rope_attn_factor);
-        u32k(&k, "rope.scaling.original_context_length", c->rope_orig_ctx);
-    }
-    if (c->sliding_window > 0) u32k(&k, "attention.sliding_window", c->sliding_window);
     if (c->attn_softcap > 0) f32k(&k, "attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) f32k(&k, "final_logit_softcapping", c->final_softcap);
-    if (c->arch == RB_ARCH_GEMMA2) f32k(&k, "attention.scale", c->attn_scale); /* query_pre_attn_scalar^-1/2 */
+    if (c->arch == RB_ARCH_GEMMA2 || c->arch == RB_ARCH_GEMMA3)
+        f32k(&k, "attention.scale", c->attn_scale); /* query_pre_attn_scalar^-1/2 */
+    write_experts(&k, c);
     if (k.st != RB_OK) return rb_error_set(err, k.st, "cannot write metadata key '%s'", k.failed);
     return RB_OK;
 }

@@ -1,7 +1,7 @@
 /* rb_quantize_gguf: GGUF -> GGUF in another weight type. Every kv is copied
- * (general.file_type replaced), 2-D float/quantized weights are decoded to
- * f32 and re-encoded, 1-D tensors become f32, other tensors are copied
- * as they are; one tensor at a time. */
+ * (general.file_type replaced), 2-D and 3-D (expert stack) float/quantized
+ * weights are decoded to f32 and re-encoded, 1-D tensors and expert routers
+ * become f32, other tensors are copied as they are; one tensor at a time. */
 #include "convert/convert.h"
 #include "convert/gguf_stream.h"
 #include "convert/tensor_xform.h"
@@ -19,9 +19,16 @@ static bool decodable(rb_dtype t) {
     return tr && (tr->is_float || tr->is_quant) && t != RB_Q8_K && t != RB_Q8_1;
 }
 
+/* llama.cpp's expert routers stay f32 (requantizing them would move the routing). */
+static bool is_router(const rb_gguf_tensor_info *ti) {
+    static const char sfx[] = "ffn_gate_inp.weight";
+    const size_t n = sizeof sfx - 1;
+    return ti->name.len >= n && memcmp(ti->name.ptr + ti->name.len - n, sfx, n) == 0;
+}
+
 static q_action action_of(const rb_gguf_tensor_info *ti) {
     if (!decodable(ti->dtype)) return Q_COPY;
-    return ti->n_dims >= 2 ? Q_REQUANT : Q_TO_F32;
+    return ti->n_dims >= 2 && !is_router(ti) ? Q_REQUANT : Q_TO_F32;
 }
 
 static rb_status write_meta(rb_gguf_writer *w, const rb_gguf *in, rb_dtype type, rb_error *err) {
@@ -65,12 +72,13 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
         case Q_COPY: d->dtype = ti->dtype; break;
         case Q_TO_F32: d->dtype = RB_F32; break;
         case Q_REQUANT:
-            d->dtype = rb_convert_weight_dtype(opts->type, ti->ne[0]);
-            if (d->dtype != opts->type) {
+            d->dtype = rb_convert_weight_dtype(opts->type, ti->ne[0], ti->n_dims == 3);
+            if (d->dtype != rb_convert_intended_dtype(opts->type, ti->n_dims == 3)) {
                 stats->n_fallback++;
                 if (opts->log)
                     fprintf(opts->log, "warning: %s: row length %lld is not a multiple of the %s block size; "
-                                       "writing f16\n", names[i], (long long)ti->ne[0], rb_dtype_name(opts->type));
+                                       "writing f16\n", names[i], (long long)ti->ne[0],
+                            rb_dtype_name(rb_convert_intended_dtype(opts->type, ti->n_dims == 3)));
             } else {
                 stats->n_quantized++;
             }

@@ -78,6 +78,15 @@ typedef struct rb_backend_vtable {
     /* optional (NULL: RB_E_UNSUPPORTED): rb_buffer_wrap_host, filling buf
      * like buffer_from_host (buf->owned false) */
     rb_status (*buffer_wrap_host)(rb_backend *be, rb_buffer *buf, void *ptr, size_t size);
+    /* optional (NULL: rb_group_norm_act runs group_norm, then unary on dst):
+     * group norm and its activation in one pass */
+    rb_status (*group_norm_act)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups,
+                                const rb_tensor *w, const rb_tensor *b, float eps, rb_unary_op act);
+    /* mixture-of-experts ops (ops.h); NULL: RB_E_UNSUPPORTED */
+    rb_status (*matmul_id)(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                           const rb_tensor *ids);
+    rb_status (*swiglu_clamp)(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                              float limit);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves

@@ -27,6 +27,7 @@ static const rb_dtype_traits k_traits[RB_DTYPE_END_] = {
     [RB_I64] = {"i64", 1, 8, false, false},
     [RB_F64] = {"f64", 1, 8, false, true},
     [RB_BF16] = {"bf16", 1, 2, false, true},
+    [RB_MXFP4] = {"mxfp4", RB_QK_MXFP4, sizeof(rb_block_mxfp4), true, false},
 };
 
 const rb_dtype_traits *rb_dtype_info(int id) {

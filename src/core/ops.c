@@ -243,13 +243,29 @@ rb_status rb_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb
     if (!gate_act(act))
         return fail(&c, RB_E_INVALID, "activation %d (%s) is not a gate activation; expected silu, gelu_tanh, gelu "
                     "or relu", (int)act, unary_name(act));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_float(&c, "gate", gate));
+    TRY(check_float(&c, "up", up));
+    TRY(same_shape(&c, "dst", dst, "gate", gate));
+    TRY(same_shape(&c, "dst", dst, "up", up));
+    TRY(writable(&c, "dst", dst));
+    return be->vt->glu(be, dst, gate, up, act);
+}
+
+rb_status rb_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                          float limit) {
+    NEED_BE();
+    opc c = {be, "rb_swiglu_clamp"};
+    if (!(limit > 0.0f) || !isfinite(limit) || !isfinite(alpha))
+        return fail(&c, RB_E_INVALID, "limit %g must be finite and > 0, alpha %g finite", (double)limit, (double)alpha);
     TRY(check_dtype(&c, "dst", dst, RB_F32));
     TRY(check_dtype(&c, "gate", gate, RB_F32));
     TRY(check_dtype(&c, "up", up, RB_F32));
     TRY(same_shape(&c, "dst", dst, "gate", gate));
     TRY(same_shape(&c, "dst", dst, "up", up));
     TRY(writable(&c, "dst", dst));
-    return be->vt->glu(be, dst, gate, up, act);
+    if (!be->vt->swiglu_clamp) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->swiglu_clamp(be, dst, gate, up, alpha, limit);
 }
 
 rb_status rb_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
@@ -407,6 +423,30 @@ rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, in
     return be->vt->group_norm(be, dst, src, n_groups, w, b, eps);
 }
 
+rb_status rb_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
+                            const rb_tensor *b, float eps, rb_unary_op act) {
+    NEED_BE();
+    char name[48];
+    snprintf(name, sizeof name, "rb_group_norm_act(%s)", unary_name(act));
+    opc c = {be, name};
+    if (!gate_act(act))
+        return fail(&c, RB_E_INVALID, "activation %d (%s) is not supported; expected silu, gelu_tanh, gelu or relu",
+                    (int)act, unary_name(act));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_float(&c, "src", src));
+    TRY(same_shape(&c, "dst", dst, "src", src));
+    if (n_groups < 1 || src->ne[2] % n_groups)
+        return fail(&c, RB_E_INVALID, "n_groups %d must be >= 1 and divide the %lld channels (dim 2)", n_groups,
+                    (long long)src->ne[2]);
+    TRY(check_row_param(&c, "w", w, src->ne[2]));
+    TRY(check_row_param(&c, "b", b, src->ne[2]));
+    TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
+    if (be->vt->group_norm_act) return be->vt->group_norm_act(be, dst, src, n_groups, w, b, eps, act);
+    rb_status s = be->vt->group_norm(be, dst, src, n_groups, w, b, eps);
+    return s != RB_OK ? s : be->vt->unary(be, act, dst, dst);
+}
+
 /* ---- indexing ---- */
 
 rb_status rb_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids) {
@@ -518,8 +558,8 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     TRY(check_t(&c, "dst", dst));
     TRY(check_t(&c, "a", a));
     TRY(check_float(&c, "b", b));
-    if (dst->dtype != RB_F32 && dst->dtype != RB_F16)
-        return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32 or f16", rb_dtype_name(dst->dtype));
+    if (!is_float(dst->dtype))
+        return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32, f16 or bf16", rb_dtype_name(dst->dtype));
     if (!is_float(a->dtype) && !is_quant(a->dtype))
         return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
     if (a->ne[0] != b->ne[0])
@@ -533,6 +573,32 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
                     D(b).s);
     TRY(writable(&c, "dst", dst));
     return be->vt->matmul(be, dst, a, b);
+}
+
+rb_status rb_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b, const rb_tensor *ids) {
+    NEED_BE();
+    opc c = {be, "rb_matmul_id"};
+    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_t(&c, "a", a));
+    TRY(check_float(&c, "b", b));
+    TRY(check_dtype(&c, "ids", ids, RB_I32));
+    if (!is_float(a->dtype) && !is_quant(a->dtype))
+        return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
+    const int64_t K = a->ne[0], N = a->ne[1], E = a->ne[2], k = ids->ne[0], T = ids->ne[1], S = b->ne[1];
+    if (a->ne[3] != 1 || E <= 0) return fail(&c, RB_E_INVALID, "a %s must be [K, N, E] with E > 0", D(a).s);
+    if (is_quant(a->dtype) && a->nb[0] != rb_dtype_info((int)a->dtype)->type_size)
+        return fail(&c, RB_E_INVALID, "a %s: quantized weights need contiguous rows", D(a).s);
+    if (ids->ne[2] != 1 || ids->ne[3] != 1 || k <= 0)
+        return fail(&c, RB_E_INVALID, "ids %s must be [k, T] with k > 0", D(ids).s);
+    if (b->ne[0] != K || b->ne[2] != T || b->ne[3] != 1 || (S != 1 && S != k))
+        return fail(&c, RB_E_INVALID, "b %s must be [K = %lld, 1 or k = %lld, T = %lld]", D(b).s, (long long)K,
+                    (long long)k, (long long)T);
+    if (dst->ne[0] != N || dst->ne[1] != k || dst->ne[2] != T || dst->ne[3] != 1)
+        return fail(&c, RB_E_INVALID, "dst %s must be [N = %lld, k = %lld, T = %lld]", D(dst).s, (long long)N,
+                    (long long)k, (long long)T);
+    TRY(writable(&c, "dst", dst));
+    if (!be->vt->matmul_id) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->matmul_id(be, dst, a, b, ids);
 }
 
 /* What rb_rope (and rb_matmul_fused's rope) require of its operands. */
@@ -713,7 +779,7 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
     NEED_BE();
     opc c = {be, "rb_attention"};
     if (!p) return fail(&c, RB_E_INVALID, "params are NULL");
-    TRY(check_dtype(&c, "dst", dst, RB_F32));
+    TRY(check_float(&c, "dst", dst));
     TRY(check_float(&c, "q", q));
     TRY(check_float(&c, "k", k));
     TRY(check_float(&c, "v", v));
@@ -742,6 +808,11 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
             return fail(&c, RB_E_INVALID, "mask %s must be [Tk = %lld, Tq = %lld]", D(p->mask).s, (long long)Tk,
                         (long long)Tq);
     }
+    if (p->sinks) {
+        TRY(check_dtype(&c, "sinks", p->sinks, RB_F32));
+        if (!nelem_is(p->sinks, Hq))
+            return fail(&c, RB_E_INVALID, "sinks %s must be [Hq = %lld]", D(p->sinks).s, (long long)Hq);
+    }
     if (p->q_pos) {
         TRY(check_dtype(&c, "q_pos", p->q_pos, RB_I32));
         if (!p->causal) return fail(&c, RB_E_INVALID, "q_pos needs a causal mask");
@@ -760,12 +831,15 @@ static int64_t conv_out(int64_t in, int k, int stride, int pad, int dil) {
     return num < 0 ? 0 : num / stride + 1;
 }
 
+/* conv1d: x f32, w f32/f16; conv2d (half): x f32/f16/bf16, w f32/f16/bf16. */
 static rb_status check_conv_w(const opc *c, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
-                              int cdim, int groups) {
-    TRY(check_dtype(c, "x", x, RB_F32));
+                              int cdim, int groups, bool half) {
+    if (half) TRY(check_float(c, "x", x));
+    else TRY(check_dtype(c, "x", x, RB_F32));
     TRY(check_t(c, "w", w));
-    if (w->dtype != RB_F32 && w->dtype != RB_F16)
-        return fail(c, RB_E_INVALID, "w has dtype %s; expected f32 or f16", rb_dtype_name(w->dtype));
+    if (half ? !is_float(w->dtype) : (w->dtype != RB_F32 && w->dtype != RB_F16))
+        return fail(c, RB_E_INVALID, "w has dtype %s; expected f32%s", rb_dtype_name(w->dtype),
+                    half ? ", f16 or bf16" : " or f16");
     int64_t cin = x->ne[cdim], cout = w->ne[cdim + 1];
     if (groups < 1 || cin % groups || cout % groups)
         return fail(c, RB_E_INVALID, "groups %d must be >= 1 and divide Cin %lld and Cout %lld", groups,
@@ -785,7 +859,7 @@ rb_status rb_conv1d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     NEED_BE();
     opc c = {be, "rb_conv1d"};
     TRY(check_dtype(&c, "dst", dst, RB_F32));
-    TRY(check_conv_w(&c, x, w, bias, 1, groups));
+    TRY(check_conv_w(&c, x, w, bias, 1, groups, false));
     if (stride < 1 || pad < 0 || dilation < 1)
         return fail(&c, RB_E_INVALID, "stride %d and dilation %d must be >= 1, pad %d >= 0", stride, dilation, pad);
     if (x->ne[3] != 1 || w->ne[3] != 1) return fail(&c, RB_E_INVALID, "x %s and w %s must be 3-D", D(x).s, D(w).s);
@@ -804,8 +878,8 @@ rb_status rb_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb
     NEED_BE();
     opc c = {be, "rb_conv2d"};
     if (!stride || !pad || !dilation) return fail(&c, RB_E_INVALID, "stride/pad/dilation arrays are NULL");
-    TRY(check_dtype(&c, "dst", dst, RB_F32));
-    TRY(check_conv_w(&c, x, w, bias, 2, groups));
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_conv_w(&c, x, w, bias, 2, groups, true));
     for (int i = 0; i < 2; i++)
         if (stride[i] < 1 || pad[i] < 0 || dilation[i] < 1)
             return fail(&c, RB_E_INVALID, "stride %d and dilation %d must be >= 1, pad %d >= 0 (axis %d)", stride[i],

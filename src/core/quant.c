@@ -68,6 +68,7 @@ rb_status rb_dequantize_row(rb_dtype t, const void *src, float *dst, int64_t n) 
     case RB_Q5_K: rb_q5_K_decode(src, dst, nb); return RB_OK;
     case RB_Q6_K: rb_q6_K_decode(src, dst, nb); return RB_OK;
     case RB_Q8_K: rb_q8_K_decode(src, dst, nb); return RB_OK;
+    case RB_MXFP4: rb_mxfp4_decode(src, dst, nb); return RB_OK;
     default: return dequantize_plain(t, src, dst, n);
     }
 }
@@ -76,7 +77,7 @@ bool rb_quant_can_quantize(rb_dtype t) {
     switch (t) {
     case RB_F32: case RB_F16: case RB_BF16: case RB_F64:
     case RB_Q4_0: case RB_Q4_1: case RB_Q5_0: case RB_Q5_1: case RB_Q8_0: case RB_Q8_1:
-    case RB_Q2_K: case RB_Q3_K: case RB_Q4_K: case RB_Q5_K: case RB_Q6_K: case RB_Q8_K:
+    case RB_Q2_K: case RB_Q3_K: case RB_Q4_K: case RB_Q5_K: case RB_Q6_K: case RB_Q8_K: case RB_MXFP4:
         return true;
     default: return false; /* integer targets would need a rounding policy; none is defined */
     }
@@ -125,6 +126,7 @@ rb_status rb_quantize_row(rb_dtype t, const float *src, void *dst, int64_t n) {
     case RB_Q5_K: rb_q5_K_encode(src, dst, nb); return RB_OK;
     case RB_Q6_K: rb_q6_K_encode(src, dst, nb); return RB_OK;
     case RB_Q8_K: rb_q8_K_encode(src, dst, nb); return RB_OK;
+    case RB_MXFP4: rb_mxfp4_encode(src, dst, nb); return RB_OK;
     default: quantize_plain(t, src, dst, n); return RB_OK;
     }
 }

@@ -31,6 +31,10 @@ void rb_q5_1_decode(const rb_block_q5_1 *x, float *y, int64_t nb);
 void rb_q8_0_decode(const rb_block_q8_0 *x, float *y, int64_t nb);
 void rb_q8_1_decode(const rb_block_q8_1 *x, float *y, int64_t nb);
 
+/* ---- microscaling fp4 (quant_mxfp4.c) ---- */
+void rb_mxfp4_encode(const float *x, rb_block_mxfp4 *y, int64_t nb);
+void rb_mxfp4_decode(const rb_block_mxfp4 *x, float *y, int64_t nb);
+
 /* ---- 256-element k-quant super-blocks (quant_kquant_encode.c / _decode.c) ---- */
 void rb_q2_K_encode(const float *x, rb_block_q2_K *y, int64_t nb);
 void rb_q3_K_encode(const float *x, rb_block_q3_K *y, int64_t nb);

@@ -32,8 +32,8 @@ rb_status rb_error_set(rb_error *err, rb_status code, const char *fmt, ...) {
     return code;
 }
 
-rb_status rb_error_prefix(rb_error *err, const char *fmt, ...) {
-    if (!err) return RB_OK;
+void rb_error_prefix(rb_error *err, const char *fmt, ...) {
+    if (!err) return;
     char prefix[RB_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -48,5 +48,4 @@ rb_status rb_error_prefix(rb_error *err, const char *fmt, ...) {
     size_t no = strnlen(old, room);
     memcpy(err->msg + np, old, no);
     err->msg[np + no] = '\0';
-    return err->code;
 }

@@ -22,6 +22,9 @@ typedef struct cursor {
 
 static size_t remaining(const cursor *c) { return c->size - c->pos; }
 
+/* Adds context to the message of failure st and returns st. */
+#define FAIL_CTX(err_, st_, ...) (rb_error_prefix((err_), __VA_ARGS__), (st_))
+
 static rb_status truncated(cursor *c, const char *what) {
     return rb_error_set(c->err, RB_E_FORMAT, "gguf: file truncated at offset %zu while reading %s (file size %zu)",
                         c->pos, what, c->size);
@@ -111,15 +114,15 @@ static rb_status parse_value(cursor *c, rb_gguf_kv_entry *e, const char *key) {
     kv->type = (rb_gguf_type)type;
 
     if (kv->type == RB_GGUF_STRING) {
-        if ((st = rd_str(c, &e->str, "string value")) != RB_OK) return rb_error_prefix(c->err, "key '%s': ", key);
+        if ((st = rd_str(c, &e->str, "string value")) != RB_OK) return FAIL_CTX(c->err, st, "key '%s': ", key);
         kv->data = &e->str;
         return RB_OK;
     }
     if (kv->type != RB_GGUF_ARRAY) {
         size_t sz = rb_gguf_type_size(kv->type);
         if (remaining(c) < sz) {
-            truncated(c, "kv value");
-            return rb_error_prefix(c->err, "key '%s': ", key);
+            st = truncated(c, "kv value");
+            return FAIL_CTX(c->err, st, "key '%s': ", key);
         }
         kv->data = c->p + c->pos;
         c->pos += sz;
@@ -128,12 +131,12 @@ static rb_status parse_value(cursor *c, rb_gguf_kv_entry *e, const char *key) {
 
     uint32_t et = 0;
     uint64_t n = 0;
-    if ((st = rd_u32(c, &et, "array element type")) != RB_OK) return rb_error_prefix(c->err, "key '%s': ", key);
+    if ((st = rd_u32(c, &et, "array element type")) != RB_OK) return FAIL_CTX(c->err, st, "key '%s': ", key);
     if (et >= RB_GGUF_TYPE_COUNT_)
         return rb_error_set(c->err, RB_E_FORMAT, "gguf: key '%s': array has invalid element type %u", key, et);
     if (et == RB_GGUF_ARRAY)
         return rb_error_set(c->err, RB_E_FORMAT, "gguf: key '%s': arrays of arrays are not supported", key);
-    if ((st = rd_u64(c, &n, "array length")) != RB_OK) return rb_error_prefix(c->err, "key '%s': ", key);
+    if ((st = rd_u64(c, &n, "array length")) != RB_OK) return FAIL_CTX(c->err, st, "key '%s': ", key);
     kv->arr_type = (rb_gguf_type)et;
     size_t esz = et == RB_GGUF_STRING ? 8 : rb_gguf_type_size(kv->arr_type); /* strings: >= 8 bytes each */
     if (n > remaining(c) / esz)
@@ -152,7 +155,7 @@ static rb_status parse_value(cursor *c, rb_gguf_kv_entry *e, const char *key) {
     kv->data = e->strs;
     for (uint64_t i = 0; i < n; i++) {
         if ((st = rd_str(c, &e->strs[i], "array string")) != RB_OK)
-            return rb_error_prefix(c->err, "key '%s' element %llu: ", key, (unsigned long long)i);
+            return FAIL_CTX(c->err, st, "key '%s' element %llu: ", key, (unsigned long long)i);
     }
     return RB_OK;
 }
@@ -167,7 +170,7 @@ static rb_status parse_kvs(cursor *c, rb_gguf *g, uint64_t n_kv) {
         rb_gguf_kv_entry *e = &g->kvs[i];
         g->n_kv = (int64_t)i + 1; /* entries so far are freed by rb_gguf_close */
         rb_status st = rd_str(c, &e->kv.key, "kv key");
-        if (st != RB_OK) return rb_error_prefix(c->err, "kv #%llu: ", (unsigned long long)i);
+        if (st != RB_OK) return FAIL_CTX(c->err, st, "kv #%llu: ", (unsigned long long)i);
         if (e->kv.key.len == 0 || has_nul(&e->kv.key))
             return rb_error_set(c->err, RB_E_FORMAT, "gguf: kv #%llu has an empty key or a key with NUL bytes",
                                 (unsigned long long)i);
@@ -200,13 +203,13 @@ static rb_status parse_tensor_info(cursor *c, rb_gguf *g, uint64_t i) {
     rb_gguf_tensor_info *t = &g->tensors[i];
     char name[96];
     rb_status st = rd_str(c, &t->name, "tensor name");
-    if (st != RB_OK) return rb_error_prefix(c->err, "tensor #%llu: ", (unsigned long long)i);
+    if (st != RB_OK) return FAIL_CTX(c->err, st, "tensor #%llu: ", (unsigned long long)i);
     printable(&t->name, name, sizeof name);
     if (t->name.len == 0 || has_nul(&t->name))
         return rb_error_set(c->err, RB_E_FORMAT, "gguf: tensor #%llu has an empty name or a name with NUL bytes",
                             (unsigned long long)i);
     uint32_t n_dims = 0;
-    if ((st = rd_u32(c, &n_dims, "tensor n_dims")) != RB_OK) return rb_error_prefix(c->err, "tensor '%s': ", name);
+    if ((st = rd_u32(c, &n_dims, "tensor n_dims")) != RB_OK) return FAIL_CTX(c->err, st, "tensor '%s': ", name);
     if (n_dims < 1 || n_dims > RB_MAX_DIMS)
         return rb_error_set(c->err, RB_E_FORMAT, "gguf: tensor '%s' has n_dims %u (must be 1..%d)", name, n_dims,
                             RB_MAX_DIMS);
@@ -214,18 +217,18 @@ static rb_status parse_tensor_info(cursor *c, rb_gguf *g, uint64_t i) {
     for (int d = 0; d < RB_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         uint64_t ne = 0;
-        if ((st = rd_u64(c, &ne, "tensor dimension")) != RB_OK) return rb_error_prefix(c->err, "tensor '%s': ", name);
+        if ((st = rd_u64(c, &ne, "tensor dimension")) != RB_OK) return FAIL_CTX(c->err, st, "tensor '%s': ", name);
         if (ne > (uint64_t)INT64_MAX)
             return rb_error_set(c->err, RB_E_FORMAT, "gguf: tensor '%s' dimension %u is negative (%lld)", name, d,
                                 (long long)ne);
         t->ne[d] = (int64_t)ne;
     }
     uint32_t type = 0;
-    if ((st = rd_u32(c, &type, "tensor type")) != RB_OK) return rb_error_prefix(c->err, "tensor '%s': ", name);
+    if ((st = rd_u32(c, &type, "tensor type")) != RB_OK) return FAIL_CTX(c->err, st, "tensor '%s': ", name);
     if (type >= (uint32_t)RB_DTYPE_END_ || !rb_dtype_info((int)type))
         return rb_error_set(c->err, RB_E_FORMAT, "gguf: tensor '%s' has unknown type id %u", name, type);
     t->dtype = (rb_dtype)type;
-    if ((st = rd_u64(c, &t->offset, "tensor offset")) != RB_OK) return rb_error_prefix(c->err, "tensor '%s': ", name);
+    if ((st = rd_u64(c, &t->offset, "tensor offset")) != RB_OK) return FAIL_CTX(c->err, st, "tensor '%s': ", name);
 
     st = rb_name_index_insert(&g->tensor_index, t->name.ptr, (size_t)t->name.len, (int64_t)i, NULL);
     if (st == RB_E_INVALID) return rb_error_set(c->err, RB_E_FORMAT, "gguf: duplicate tensor name '%s'", name);
@@ -382,7 +385,7 @@ rb_status rb_gguf_open(const char *path, rb_gguf **out, rb_error *err) {
     st = open_image(map.data, map.size, &map, out, err);
     if (st != RB_OK) {
         rb_mapped_file_close(&map);
-        return rb_error_prefix(err, "%s: ", path);
+        return FAIL_CTX(err, st, "%s: ", path);
     }
     return RB_OK;
 }

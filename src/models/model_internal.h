@@ -15,6 +15,14 @@ typedef struct rb_layer_weights {
     rb_tensor bq, bk, bv, bqkv, bo;
     bool has_bq, has_bk, has_bv, has_bqkv, has_bo;
     rb_tensor w_gate, w_up, w_gate_up, w_down;
+    /* q/k norms ([head_dim] per head, or the whole projection), attention sinks [n_head] */
+    rb_tensor q_norm, k_norm, sinks;
+    bool has_qk_norm, has_sinks;
+    /* mixture of experts (moe true): router [E rows of n_embd] (+ bias [E]), the
+     * experts stacked [n_embd, n_ff_exp, E] (gate, up) and [n_ff_exp, n_embd, E]
+     * (down), with optional per-expert biases [n, E] */
+    bool moe, has_exp_bias;
+    rb_tensor router, router_b, gate_exps, up_exps, down_exps, gate_exps_b, up_exps_b, down_exps_b;
 } rb_layer_weights;
 
 struct rb_model {
@@ -45,8 +53,18 @@ rb_status rb_model_config_from_hf(const rb_json_config *c, const rb_json_config 
 void rb_rope_llama3_factors(float theta, int n_rot, float factor, float low_freq_factor, float high_freq_factor,
                             int64_t orig_ctx, float *out);
 
+/* transformers' yarn inverse frequencies as divisors of theta_i (n_rot/2
+ * values) and its attention factor (cfg: rope_theta, n_rot, rope_yarn_*, rope_orig_ctx). */
+void rb_rope_yarn_factors(const rb_model_config *cfg, float *out, float *attn_factor);
+/* Whether layer il attends through the sliding window (swa_pattern's rule). */
+bool rb_layer_uses_window(const rb_model_config *cfg, int64_t il);
+
 /* Tracks a buffer for freeing with the model. */
 rb_status rb_model_own_buffer(rb_model *m, rb_buffer *buf);
+
+/* Binds layer il's router and experts when the model has experts and the
+ * layer is a mixture-of-experts one (*is_moe; model_experts.c). */
+rb_status rb_model_bind_experts(rb_model *m, bool hf, int il, rb_layer_weights *L, bool *is_moe, rb_error *err);
 
 rb_status rb_model_bind_gguf(rb_model *m, rb_error *err);
 rb_status rb_model_bind_hf(rb_model *m, rb_error *err);

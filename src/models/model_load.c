@@ -57,7 +57,17 @@ static rb_status load_gguf(rb_model *m, const char *path, rb_error *err) {
     rb_status s = rb_gguf_open(path, &m->gguf, err);
     if (s != RB_OK) return s;
     if ((s = rb_model_config_from_gguf(m->gguf, &m->cfg, err)) != RB_OK) return s;
-    return rb_model_bind_gguf(m, err);
+    if ((s = rb_model_bind_gguf(m, err)) != RB_OK) return s;
+    if (m->cfg.rope_yarn_factor > 0) { /* yarn: the factors follow from the metadata */
+        float *f = malloc(sizeof(float) * (size_t)(m->cfg.n_rot / 2));
+        if (!f) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        float attn = 1.0f;
+        rb_rope_yarn_factors(&m->cfg, f, &attn);
+        if (m->cfg.rope_attn_factor == 1.0f) m->cfg.rope_attn_factor = attn; /* unless the file gave one */
+        s = upload_rope_factors(m, f, &m->rope_factors, err);
+        free(f);
+    }
+    return s;
 }
 
 rb_status rb_model_load(const char *path, rb_backend *be, const rb_model_load_opts *opts, rb_model **out,

@@ -109,8 +109,10 @@ static rb_status bind(rb_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return s;
 }
 
-/* Gemma's HF norms compute x * (1 + w); GGUF stores 1 + w. Make an f32 copy with +1. */
-static rb_status make_plus_one(rb_model *m, rb_tensor *t, rb_error *err) {
+/* Replaces vector t by an f32 copy of w + add: gemma's HF norms compute
+ * x * (1 + w) where GGUF stores 1 + w (add 1); attention sinks, which the
+ * attention op reads as f32, from bf16/f16 checkpoints (add 0). */
+static rb_status f32_copy_plus(rb_model *m, rb_tensor *t, float add, rb_error *err) {
     int64_t n = t->ne[0];
     float *tmp = malloc(sizeof(float) * (size_t)n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
@@ -122,7 +124,7 @@ static rb_status make_plus_one(rb_model *m, rb_tensor *t, rb_error *err) {
     if ((s = rb_tensor_get(t, src, nbytes)) == RB_OK) s = rb_dequantize_row(t->dtype, src, tmp, n);
     free(src);
     if (s != RB_OK) { free(tmp); return rb_error_set(err, s, "cannot read norm weights"); }
-    for (int64_t i = 0; i < n; i++) tmp[i] += 1.0f;
+    for (int64_t i = 0; i < n; i++) tmp[i] += add;
     rb_tensor nt;
     const int64_t ne[1] = {n};
     if ((s = rb_tensor_alloc(m->be, RB_F32, 1, ne, &nt)) != RB_OK) { free(tmp); return rb_error_set(err, s, "out of memory"); }
@@ -138,6 +140,7 @@ typedef struct name_table {
     const char *tok_embd, *out_norm, *output;
     const char *attn_norm, *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv, *bqkv, *bo;
     const char *post_attn_norm, *ffn_norm, *post_ffn_norm, *w_gate, *w_up, *w_gate_up, *w_down;
+    const char *q_norm, *k_norm, *sinks;
 } name_table;
 
 static const name_table k_gguf_names = {
@@ -147,6 +150,7 @@ static const name_table k_gguf_names = {
     "attn_v.bias", "attn_qkv.bias", "attn_output.bias",
     "post_attention_norm.weight", "ffn_norm.weight", "post_ffw_norm.weight",
     "ffn_gate.weight", "ffn_up.weight", "ffn_up.weight", "ffn_down.weight",
+    "attn_q_norm.weight", "attn_k_norm.weight", "attn_sinks.weight",
 };
 
 static const name_table k_hf_names = {
@@ -161,6 +165,7 @@ static const name_table k_hf_names = {
     "post_attention_layernorm.weight", "post_feedforward_layernorm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.gate_up_proj.weight", "mlp.down_proj.weight",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", "self_attn.sinks",
 };
 
 /* ---- fused projections (see the top of the file) ---- */
@@ -288,7 +293,23 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
         rb_layer_weights *L = &m->layers[il];
         char name[256];
 #define NAME(sfx) (snprintf(name, sizeof name, hf ? "model.layers.%d.%s" : "blk.%d.%s", il, (sfx)), name)
-        if ((s = bind(m, NAME(nt->attn_norm), E, 1, true, &L->attn_norm, NULL, err)) != RB_OK) return s;
+        if (c->pre_norms && (s = bind(m, NAME(nt->attn_norm), E, 1, true, &L->attn_norm, NULL, err)) != RB_OK)
+            return s;
+        if (c->qk_norm) { /* per head ([D]) or over the whole projection */
+            const int64_t nq = c->qk_norm == 1 ? D : Hq * D, nk = c->qk_norm == 1 ? D : Hkv * D;
+            if ((s = bind(m, NAME(nt->q_norm), nq, 1, true, &L->q_norm, NULL, err)) != RB_OK) return s;
+            if ((s = bind(m, NAME(nt->k_norm), nk, 1, true, &L->k_norm, NULL, err)) != RB_OK) return s;
+            L->has_qk_norm = true;
+            if (hf && c->embd_scale) { /* gemma3: (1 + w) */
+                if ((s = f32_copy_plus(m, &L->q_norm, 1.0f, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->k_norm, 1.0f, err)) != RB_OK) return s;
+            }
+        }
+        if (c->attn_sinks) {
+            if ((s = bind(m, NAME(nt->sinks), Hq, 1, true, &L->sinks, NULL, err)) != RB_OK) return s;
+            if (L->sinks.dtype != RB_F32 && (s = f32_copy_plus(m, &L->sinks, 0.0f, err)) != RB_OK) return s;
+            L->has_sinks = true;
+        }
         if (c->fused_qkv) {
             if ((s = bind(m, NAME(nt->wqkv), E, (Hq + 2 * Hkv) * D, true, &L->wqkv, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->bqkv), (Hq + 2 * Hkv) * D, 1, false, &L->bqkv, &L->has_bqkv, err)) != RB_OK)
@@ -316,9 +337,17 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->post_ffn_norm), E, 1, true, &L->post_ffn_norm, NULL, err)) != RB_OK)
                 return s;
         }
-        const char *ffn_norm_name = gemma2_hf ? "pre_feedforward_layernorm.weight" : nt->ffn_norm;
-        if ((s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK) return s;
-        if (c->fused_gate_up) {
+        /* the MLP's input norm: HF gemma2/3 call it pre_feedforward_layernorm; llama.cpp's gpt-oss
+         * stores it as post_attention_norm (what the HF file calls post_attention_layernorm) */
+        const char *ffn_norm_name = gemma2_hf                           ? "pre_feedforward_layernorm.weight"
+                                    : !hf && c->arch == RB_ARCH_GPTOSS ? "post_attention_norm.weight"
+                                                                        : nt->ffn_norm;
+        if (c->pre_norms && (s = bind(m, NAME(ffn_norm_name), E, 1, true, &L->ffn_norm, NULL, err)) != RB_OK)
+            return s;
+        if ((s = rb_model_bind_experts(m, hf, il, L, &L->moe, err)) != RB_OK) return s;
+        if (L->moe) {
+            /* the experts replace the dense MLP */
+        } else if (c->fused_gate_up) {
             if ((s = bind(m, NAME(nt->w_gate_up), E, 2 * F, true, &L->w_gate_up, NULL, err)) != RB_OK) return s;
         } else if (cat_gu) {
             const cat_part w[2] = {{nt->w_gate, E, F}, {nt->w_up, E, F}};
@@ -327,18 +356,18 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if ((s = bind(m, NAME(nt->w_gate), E, F, true, &L->w_gate, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->w_up), E, F, true, &L->w_up, NULL, err)) != RB_OK) return s;
         }
-        if ((s = bind(m, NAME(nt->w_down), F, E, true, &L->w_down, NULL, err)) != RB_OK) return s;
+        if (!L->moe && (s = bind(m, NAME(nt->w_down), F, E, true, &L->w_down, NULL, err)) != RB_OK) return s;
 #undef NAME
         if (hf && c->embd_scale) { /* gemma family: (1 + w) norms */
-            if ((s = make_plus_one(m, &L->attn_norm, err)) != RB_OK) return s;
-            if ((s = make_plus_one(m, &L->ffn_norm, err)) != RB_OK) return s;
+            if ((s = f32_copy_plus(m, &L->attn_norm, 1.0f, err)) != RB_OK) return s;
+            if ((s = f32_copy_plus(m, &L->ffn_norm, 1.0f, err)) != RB_OK) return s;
             if (c->post_norms) {
-                if ((s = make_plus_one(m, &L->post_attn_norm, err)) != RB_OK) return s;
-                if ((s = make_plus_one(m, &L->post_ffn_norm, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->post_attn_norm, 1.0f, err)) != RB_OK) return s;
+                if ((s = f32_copy_plus(m, &L->post_ffn_norm, 1.0f, err)) != RB_OK) return s;
             }
         }
     }
-    if (hf && c->embd_scale && (s = make_plus_one(m, &m->out_norm, err)) != RB_OK) return s;
+    if (hf && c->embd_scale && (s = f32_copy_plus(m, &m->out_norm, 1.0f, err)) != RB_OK) return s;
     /* the forward pass now takes the fused paths (the layouts above are theirs) */
     if (cat_qkv) m->cfg.fused_qkv = true;
     if (cat_gu) m->cfg.fused_gate_up = true;
@@ -354,7 +383,7 @@ static void count_main_dtype(rb_model *m) {
 rb_status rb_model_bind_gguf(rb_model *m, rb_error *err) {
     rb_status s = bind_all(m, &k_gguf_names, false, err);
     if (s != RB_OK) return s;
-    if (m->cfg.has_rope_factors) {
+    if (m->cfg.has_rope_factors && m->cfg.rope_yarn_factor <= 0) { /* yarn: computed by the loader */
         const int64_t half = m->cfg.n_rot / 2;
         bool present = false;
         s = bind(m, "rope_freqs.weight", half, 1, false, &m->rope_factors, &present, err);

@@ -36,6 +36,9 @@
 /* q and k are rotated in place in qkv (no separate roped copies). */
 typedef struct fwd_bufs {
     rb_tensor ids, pos, x, h, qkv, att, o, g, u, logits;
+    /* mixture of experts: router logits [E, T], top-k weights and ids [k, T],
+     * gate/up [F, k, T], down [H, k, T], gathered biases [max(F, H), k T], sums [1, T] */
+    rb_tensor rl, tw, ti, eg, eu, ey, eb, es;
     /* non-NULL: ids and pos are written here (host memory of
      * rb_backend_host_alloc) and run_ops queues their copy as its first op */
     void *in_host;
@@ -70,6 +73,16 @@ static size_t layout(const rb_model_config *c, int64_t T, bool all_logits, rb_bu
     PLACE(g, RB_F32, (c->fused_gate_up ? 2 : 1) * F, T, 1);
     PLACE(u, RB_F32, F, T, 1);
     PLACE(logits, RB_F32, c->n_vocab, all_logits ? T : 1, 1);
+    const int64_t NE = c->n_expert > 0 ? c->n_expert : 1, K = c->n_expert > 0 ? c->n_expert_used : 1;
+    const int64_t FX = c->n_expert > 0 ? c->n_ff_exp : 1, HX = c->n_expert > 0 ? E : 1;
+    PLACE(rl, RB_F32, NE, T, 1);
+    PLACE(tw, RB_F32, K, T, 1);
+    PLACE(ti, RB_I32, K, T, 1);
+    PLACE(eg, RB_F32, FX, K, T);
+    PLACE(eu, RB_F32, FX, K, T);
+    PLACE(ey, RB_F32, HX, K, T);
+    PLACE(eb, RB_F32, FX > HX ? FX : HX, K * T, 1);
+    PLACE(es, RB_F32, 1, T, 1);
 #undef PLACE
     return off;
 }
@@ -146,6 +159,89 @@ static rb_status upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t 
     return RB_OK;
 }
 
+#define CKM(expr)                                                                                              \
+    do {                                                                                                       \
+        rb_status s_ = (expr);                                                                                 \
+        if (s_ != RB_OK)                                                                                       \
+            return rb_error_set(err, s_, "%s (layer %d): %s", #expr, il, rb_backend_last_error(be));           \
+    } while (0)
+
+/* RMSNorm of q and k before the rope: per head (rows of head_dim) or over
+ * each token's whole projection (qk_norm 2, olmo2). q [D, Hq, T], k [D, Hkv, T]. */
+static rb_status qk_norm(rb_backend *be, const rb_model_config *c, const rb_layer_weights *L, rb_tensor *q,
+                         rb_tensor *k, int64_t T, int il, rb_error *err) {
+    if (c->qk_norm == 1) {
+        CKM(rb_rms_norm(be, q, q, &L->q_norm, c->norm_eps));
+        CKM(rb_rms_norm(be, k, k, &L->k_norm, c->norm_eps));
+        return RB_OK;
+    }
+    rb_tensor qw = view3(q, 0, q->ne[0] * q->ne[1], T, 1, q->nb[2], q->nb[2] * (size_t)T);
+    rb_tensor kw = view3(k, 0, k->ne[0] * k->ne[1], T, 1, k->nb[2], k->nb[2] * (size_t)T);
+    CKM(rb_rms_norm(be, &qw, &qw, &L->q_norm, c->norm_eps));
+    CKM(rb_rms_norm(be, &kw, &kw, &L->k_norm, c->norm_eps));
+    return RB_OK;
+}
+
+/* A mixture-of-experts feed-forward of in [H, T] into out [H, T]: route
+ * (softmax then top-k, optionally renormalized; or gpt-oss's softmax over
+ * the top-k logits), run the selected experts' gated MLPs grouped per expert
+ * (rb_matmul_id), weight and sum their outputs. */
+static rb_status moe_ffn(rb_backend *be, const rb_model_config *c, const rb_layer_weights *L, const fwd_bufs *b,
+                         const rb_tensor *in, rb_tensor *out, int64_t T, int il, rb_error *err) {
+    const int64_t E = c->n_expert, K = c->n_expert_used, F = c->n_ff_exp, H = c->n_embd;
+    rb_tensor rl = view3(&b->rl, 0, E, T, 1, (size_t)E * sizeof(float), (size_t)(E * T) * sizeof(float));
+    rb_tensor tw = view3(&b->tw, 0, K, T, 1, (size_t)K * sizeof(float), (size_t)(K * T) * sizeof(float));
+    rb_tensor ti = view3(&b->ti, 0, K, T, 1, (size_t)K * sizeof(int32_t), (size_t)(K * T) * sizeof(int32_t));
+    CKM(rb_matmul(be, &rl, &L->router, in));
+    if (L->has_exp_bias) CKM(rb_binary(be, RB_BINARY_ADD, &rl, &rl, &L->router_b));
+    if (c->moe_topk_softmax) {
+        CKM(rb_topk(be, &tw, &ti, &rl, (int)K));
+        CKM(rb_softmax(be, &tw, &tw, NULL, 1.0f));
+    } else {
+        CKM(rb_softmax(be, &rl, &rl, NULL, 1.0f));
+        CKM(rb_topk(be, &tw, &ti, &rl, (int)K));
+        if (c->moe_norm_topk) {
+            rb_tensor ws = view3(&b->es, 0, 1, T, 1, sizeof(float), (size_t)T * sizeof(float));
+            CKM(rb_reduce(be, RB_REDUCE_SUM, &ws, &tw));
+            CKM(rb_binary(be, RB_BINARY_DIV, &tw, &tw, &ws));
+        }
+    }
+    const size_t fs = sizeof(float);
+    rb_tensor x3 = view3(in, 0, H, 1, T, in->nb[1], in->nb[1]);
+    rb_tensor eg = view3(&b->eg, 0, F, K, T, (size_t)F * fs, (size_t)(F * K) * fs);
+    rb_tensor eu = view3(&b->eu, 0, F, K, T, (size_t)F * fs, (size_t)(F * K) * fs);
+    rb_tensor ey = view3(&b->ey, 0, H, K, T, (size_t)H * fs, (size_t)(H * K) * fs);
+    rb_tensor ids1 = view3(&ti, 0, K * T, 1, 1, (size_t)(K * T) * sizeof(int32_t), (size_t)(K * T) * sizeof(int32_t));
+    CKM(rb_matmul_id(be, &eg, &L->gate_exps, &x3, &ti));
+    CKM(rb_matmul_id(be, &eu, &L->up_exps, &x3, &ti));
+    if (L->has_exp_bias) { /* each slot's expert bias, gathered by id */
+        rb_tensor gb = view3(&b->eb, 0, F, K * T, 1, (size_t)F * fs, (size_t)(F * K * T) * fs);
+        rb_tensor eg2 = view3(&eg, 0, F, K * T, 1, (size_t)F * fs, (size_t)(F * K * T) * fs);
+        rb_tensor eu2 = view3(&eu, 0, F, K * T, 1, (size_t)F * fs, (size_t)(F * K * T) * fs);
+        CKM(rb_get_rows(be, &gb, &L->gate_exps_b, &ids1));
+        CKM(rb_binary(be, RB_BINARY_ADD, &eg2, &eg2, &gb));
+        CKM(rb_get_rows(be, &gb, &L->up_exps_b, &ids1));
+        CKM(rb_binary(be, RB_BINARY_ADD, &eu2, &eu2, &gb));
+    }
+    if (c->swiglu_limit > 0) CKM(rb_swiglu_clamp(be, &eg, &eg, &eu, c->swiglu_alpha, c->swiglu_limit));
+    else CKM(rb_glu(be, &eg, &eg, &eu, c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU));
+    CKM(rb_matmul_id(be, &ey, &L->down_exps, &eg, &ti));
+    if (L->has_exp_bias) {
+        rb_tensor db = view3(&b->eb, 0, H, K * T, 1, (size_t)H * fs, (size_t)(H * K * T) * fs);
+        rb_tensor ey2 = view3(&ey, 0, H, K * T, 1, (size_t)H * fs, (size_t)(H * K * T) * fs);
+        CKM(rb_get_rows(be, &db, &L->down_exps_b, &ids1));
+        CKM(rb_binary(be, RB_BINARY_ADD, &ey2, &ey2, &db));
+    }
+    rb_tensor w3 = view3(&tw, 0, 1, K, T, (size_t)fs, (size_t)K * fs);
+    CKM(rb_binary(be, RB_BINARY_MUL, &ey, &ey, &w3));
+    /* sum over the k slots: reduce a [k, H, T] view into out seen as [1, H, T] */
+    rb_tensor yp = view3(&ey, 0, K, H, T, fs, (size_t)(H * K) * fs);
+    yp.nb[0] = (size_t)H * fs;
+    rb_tensor o1 = view3(out, 0, 1, H, T, fs, out->nb[1]);
+    CKM(rb_reduce(be, RB_REDUCE_SUM, &o1, &yp));
+    return RB_OK;
+}
+
 /* Queues every op of a micro-batch whose inputs are uploaded, up to the
  * logits on the device (head: compute them). fixed: the position-independent
  * form (KV rows written at b->pos, attention over each whole cache with
@@ -177,10 +273,12 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
      * normed: the projections norm it as they read it), and every residual
      * add happens inside the projection that produces it. Else h holds the
      * normed x at each layer's start. */
-    const bool fuse = T <= RB_FUSE_ROWS && !c->post_norms;
+    const bool fuse = T <= RB_FUSE_ROWS && !c->post_norms && c->pre_norms && !c->qk_norm && c->n_expert == 0;
+    /* the sublayers' input: the normed x in h, or x itself (olmo2 norms only sublayer outputs) */
+    rb_tensor *ain = c->pre_norms ? &b.h : &b.x;
 
     il = 0;
-    if (!fuse) CK(rb_rms_norm(be, &b.h, &b.x, &m->layers[0].attn_norm, c->norm_eps));
+    if (!fuse && c->pre_norms) CK(rb_rms_norm(be, &b.h, &b.x, &m->layers[0].attn_norm, c->norm_eps));
     for (il = 0; il < c->n_layer; il++) {
         const rb_layer_weights *L = &m->layers[il];
 
@@ -209,7 +307,7 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             CK(rb_rms_norm(be, &b.h, &b.x, &L->attn_norm, c->norm_eps));
         }
         if (c->fused_qkv) {
-            if (!fuse) CK(rb_matmul(be, &b.qkv, &L->wqkv, &b.h));
+            if (!fuse) CK(rb_matmul(be, &b.qkv, &L->wqkv, ain));
             if (L->has_bqkv) CK(rb_binary(be, RB_BINARY_ADD, &b.qkv, &b.qkv, &L->bqkv));
             q = view3(&b.qkv, 0, D, Hq, T, D * sizeof(float), qkv_row);
             k = view3(&b.qkv, (size_t)(Hq * D) * sizeof(float), D, Hkv, T, D * sizeof(float), qkv_row);
@@ -221,9 +319,9 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
                                  (size_t)kvrow * sizeof(float), (size_t)(kvrow * T) * sizeof(float));
             rb_tensor v2 = view3(&b.qkv, (size_t)((Hq * D + kvrow) * T) * sizeof(float), kvrow, T, 1,
                                  (size_t)kvrow * sizeof(float), (size_t)(kvrow * T) * sizeof(float));
-            CK(rb_matmul(be, &q2, &L->wq, &b.h));
-            CK(rb_matmul(be, &k2, &L->wk, &b.h));
-            CK(rb_matmul(be, &v2, &L->wv, &b.h));
+            CK(rb_matmul(be, &q2, &L->wq, ain));
+            CK(rb_matmul(be, &k2, &L->wk, ain));
+            CK(rb_matmul(be, &v2, &L->wv, ain));
             if (L->has_bq) CK(rb_binary(be, RB_BINARY_ADD, &q2, &q2, &L->bq));
             if (L->has_bk) CK(rb_binary(be, RB_BINARY_ADD, &k2, &k2, &L->bk));
             if (L->has_bv) CK(rb_binary(be, RB_BINARY_ADD, &v2, &v2, &L->bv));
@@ -231,16 +329,29 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             k = view3(&k2, 0, D, Hkv, T, D * sizeof(float), k2.nb[1]);
             v = v2;
         }
+        if (L->has_qk_norm) {
+            rb_status sq = qk_norm(be, c, L, &q, &k, T, il, err);
+            if (sq != RB_OK) return sq;
+        }
+        /* this layer's rope: window layers may have their own base, unscaled (gemma3) */
+        const bool swa = rb_layer_uses_window(c, il);
+        rb_rope_params rpl = rp;
+        if (swa && c->rope_theta_swa > 0) {
+            rpl.freq_base = c->rope_theta_swa;
+            rpl.freq_scale = 1.0f;
+            rpl.attn_factor = 1.0f;
+            rpl.freq_factors = NULL;
+        }
         /* rotary embedding, in place */
         if (rope_in_qkv) {
             /* done by the projection */
         } else if (!c->has_rope_long) {
             if (c->fused_qkv) { /* q and k heads are adjacent in each qkv row: one launch */
                 rb_tensor qk = view3(&b.qkv, 0, D, Hq + Hkv, T, D * sizeof(float), qkv_row);
-                CK(rb_rope(be, &qk, &qk, &b.pos, &rp));
+                CK(rb_rope(be, &qk, &qk, &b.pos, &rpl));
             } else {
-                CK(rb_rope(be, &q, &q, &b.pos, &rp));
-                CK(rb_rope(be, &k, &k, &b.pos, &rp));
+                CK(rb_rope(be, &q, &q, &b.pos, &rpl));
+                CK(rb_rope(be, &k, &k, &b.pos, &rpl));
             }
         } else { /* longrope (transformers' dynamic rule): long factors once a
                   * sequence's batch reaches past the original context */
@@ -256,7 +367,6 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
                 CK(rb_rope(be, &ks, &ks, &ps, &rpg));
             }
         }
-        const bool swa = c->sliding_window > 0 && (c->swa_pattern == 0 || il % c->swa_pattern == 0);
         for (int64_t gi = 0; gi < n_grp; gi++) {
             const seq_group *g = &grp[gi];
             rb_kv_cache *kv = g->kv;
@@ -304,6 +414,7 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
                 .mask = NULL,
                 .q_pos = fixed ? &ps : NULL,
                 .keys_settled = fixed, /* this step writes rows at its own positions only */
+                .sinks = L->has_sinks ? &L->sinks : NULL,
             };
             CK(rb_attention(be, &ad, &qa, &ka, &va, &ap));
         }
@@ -319,21 +430,25 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
             if (L->has_bo) CK(rb_binary(be, RB_BINARY_ADD, &b.o, &b.o, &L->bo));
             if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_attn_norm, c->norm_eps));
             /* residual add fused with the MLP's input norm */
-            CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
+            if (c->pre_norms) CK(rb_add_rms_norm(be, &b.x, &b.o, &L->ffn_norm, c->norm_eps, &b.h));
+            else CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
         }
 
         /* gated MLP: act(gate) * up in one op (fused: the gate_up product
          * writes act(gate) * up of the normed x, and the down projection
          * adds its product to x) */
         const rb_unary_op act = c->gelu_act ? RB_UNARY_GELU_TANH : RB_UNARY_SILU;
-        if (c->fused_gate_up && fuse) {
+        if (L->moe) { /* never fused: see fuse */
+            rb_status sm = moe_ffn(be, c, L, &b, ain, &b.o, T, il, err);
+            if (sm != RB_OK) return sm;
+        } else if (c->fused_gate_up && fuse) {
             const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->ffn_norm, .eps = c->norm_eps,
                                          .glu_out = true, .act = act, .tmp_in = &b.h, .tmp_out = &b.g};
             CK(rb_matmul_fused(be, &b.u, &L->w_gate_up, &b.x, &fu));
             const rb_matmul_fusion fd = {.accumulate = true, .tmp_out = &b.o};
             CK(rb_matmul_fused(be, &b.x, &L->w_down, &b.u, &fd));
         } else if (c->fused_gate_up) {
-            CK(rb_matmul(be, &b.g, &L->w_gate_up, &b.h));
+            CK(rb_matmul(be, &b.g, &L->w_gate_up, ain));
             rb_tensor gate = view3(&b.g, 0, F, T, 1, (size_t)(2 * F) * sizeof(float),
                                    (size_t)(2 * F * T) * sizeof(float));
             rb_tensor up = view3(&b.g, (size_t)F * sizeof(float), F, T, 1, (size_t)(2 * F) * sizeof(float),
@@ -343,8 +458,8 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
         } else {
             rb_tensor g1 = view3(&b.g, 0, F, T, 1, (size_t)F * sizeof(float), (size_t)(F * T) * sizeof(float));
             if (fuse) CK(rb_rms_norm(be, &b.h, &b.x, &L->ffn_norm, c->norm_eps));
-            CK(rb_matmul(be, &g1, &L->w_gate, &b.h));
-            CK(rb_matmul(be, &b.u, &L->w_up, &b.h));
+            CK(rb_matmul(be, &g1, &L->w_gate, fuse ? &b.h : ain));
+            CK(rb_matmul(be, &b.u, &L->w_up, fuse ? &b.h : ain));
             CK(rb_glu(be, &g1, &g1, &b.u, act));
             if (fuse) {
                 const rb_matmul_fusion fu = {.accumulate = true, .tmp_out = &b.o};
@@ -357,8 +472,10 @@ static rb_status run_ops(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq
         if (c->post_norms) CK(rb_rms_norm(be, &b.o, &b.o, &L->post_ffn_norm, c->norm_eps));
         /* residual add fused with the next norm: the next layer's attention
          * norm, or the output norm when every row's logits are wanted */
-        if (il + 1 < c->n_layer) {
+        if (il + 1 < c->n_layer && c->pre_norms) {
             CK(rb_add_rms_norm(be, &b.x, &b.o, &m->layers[il + 1].attn_norm, c->norm_eps, &b.h));
+        } else if (il + 1 < c->n_layer) {
+            CK(rb_binary(be, RB_BINARY_ADD, &b.x, &b.x, &b.o));
         } else if (head && (all_logits || T == 1)) {
             CK(rb_add_rms_norm(be, &b.x, &b.o, &m->out_norm, c->norm_eps, &b.h));
             out_normed = true;

@@ -39,7 +39,7 @@ static rb_status bind(rb_clip_text *m, rb_error *err) {
     sd_weights *ws = &m->ws;
     char n[SD_NAME_MAX];
     const int64_t tne[2] = {D, c->vocab_size}, pne[2] = {D, c->max_positions};
-    SD_TRY(sd_weights_get(ws, "text_model.embeddings.token_embedding.weight", SD_W_MAT, 2, tne, true, &m->tok_emb,
+    SD_TRY(sd_weights_get(ws, "text_model.embeddings.token_embedding.weight", SD_W_EMB, 2, tne, true, &m->tok_emb,
                           NULL, err));
     SD_TRY(sd_weights_get(ws, "text_model.embeddings.position_embedding.weight", SD_W_F32, 2, pne, true, &m->pos_emb,
                           NULL, err));
@@ -105,11 +105,23 @@ rb_status rb_clip_text_load(const char *dir, rb_backend *be, const rb_sd_load_op
     char path[1024];
     if (!sd_name(path, sizeof path, "%s/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long: %s", dir);
     rb_clip_text_config cfg;
+    if (opts) SD_TRY(sd_act_check(opts->act_dtype, "clip text", err));
     SD_TRY(rb_clip_text_config_load(path, &cfg, err));
     sd_weights ws;
     SD_TRY(sd_weights_open(&ws, dir, "model", be, opts, err));
-    return sd_clip_text_create(&cfg, &ws, out, err);
+    SD_TRY(sd_clip_text_create(&cfg, &ws, out, err));
+    if (opts) (*out)->scratch.act = opts->act_dtype;
+    return RB_OK;
 }
+
+rb_status rb_clip_text_set_act_dtype(rb_clip_text *m, rb_dtype dt, rb_error *err) {
+    if (!m) return rb_error_set(err, RB_E_INVALID, "clip text: NULL model");
+    SD_TRY(sd_act_check(dt, "clip text", err));
+    m->scratch.act = dt;
+    return RB_OK;
+}
+
+rb_dtype rb_clip_text_act_dtype(const rb_clip_text *m) { return m ? m->scratch.act : RB_F32; }
 
 void rb_clip_text_free(rb_clip_text *m) {
     if (!m) return;
@@ -165,6 +177,20 @@ static rb_status layer_fwd(sd_run *r, const rb_clip_text_config *c, const clip_l
     return RB_OK;
 }
 
+/* o->hidden = x, or final_layer_norm(x) when o->hidden_final_norm. */
+static rb_status put_hidden(sd_run *r, const rb_clip_text *m, const rb_clip_text_outputs *o, const rb_tensor *x) {
+    if (!o->hidden_final_norm) {
+        SD_OP(r, rb_cast(r->be, o->hidden, x));
+        return RB_OK;
+    }
+    const size_t mk = sd_mark(r);
+    rb_tensor f = sd_stack(r, x->ne[0], x->ne[1], x->ne[2], 1);
+    SD_OP(r, rb_layer_norm(r->be, &f, x, &m->final_ln.w, &m->final_ln.b, m->cfg.eps));
+    SD_OP(r, rb_cast(r->be, o->hidden, &f));
+    sd_release(r, mk);
+    return RB_OK;
+}
+
 static rb_status encode_pass(sd_run *r, void *arg) {
     enc_ctx *e = arg;
     rb_clip_text *m = e->m;
@@ -176,10 +202,10 @@ static rb_status encode_pass(sd_run *r, void *arg) {
     SD_OP(r, rb_get_rows(r->be, &x, &m->tok_emb, &ids));
     rb_tensor pos = sd_slice(&m->pos_emb, 1, 0, T);
     SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, &x, &x, &pos));
-    if (e->hidden_index == 0) SD_OP(r, rb_cast(r->be, o->hidden, &x));
+    if (e->hidden_index == 0) SD_TRY(put_hidden(r, m, o, &x));
     for (int l = 0; l < e->n_run; l++) {
         SD_TRY(layer_fwd(r, c, &m->layers[l], &x));
-        if (e->hidden_index == l + 1) SD_OP(r, rb_cast(r->be, o->hidden, &x));
+        if (e->hidden_index == l + 1) SD_TRY(put_hidden(r, m, o, &x));
     }
     if (!o->last_hidden && !o->pooled && !o->text_embeds) return RB_OK;
     rb_tensor f = sd_stack(r, D, T, B, 1), pooled = sd_stack(r, D, B, 1, 1);

@@ -32,18 +32,22 @@ static rb_tensor stack_alloc(sd_run *r, rb_dtype dt, int64_t ne0, int64_t ne1, i
 }
 
 rb_tensor sd_stack(sd_run *r, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    return stack_alloc(r, r->act, ne0, ne1, ne2, ne3);
+}
+
+rb_tensor sd_stack_f32(sd_run *r, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
     return stack_alloc(r, RB_F32, ne0, ne1, ne2, ne3);
 }
 
 rb_tensor sd_stack_i32(sd_run *r, int64_t ne0, int64_t ne1) { return stack_alloc(r, RB_I32, ne0, ne1, 1, 1); }
 
 rb_tensor sd_slot(sd_run *r, int k, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
-    const size_t n = align_up(nbytes(RB_F32, ne0, ne1, ne2, ne3));
+    const size_t n = align_up(nbytes(r->act, ne0, ne1, ne2, ne3));
     if (n > r->slot_size[k]) {
         if (!r->measure && r->st == RB_OK) r->st = RB_E_RANGE;
         r->slot_size[k] = n;
     }
-    return make(r, RB_F32, r->slot_off[k], ne0, ne1, ne2, ne3);
+    return make(r, r->act, r->slot_off[k], ne0, ne1, ne2, ne3);
 }
 
 rb_status sd_upload(sd_run *r, rb_tensor *t, const void *data, size_t n) {
@@ -59,14 +63,16 @@ rb_status sd_op_fail(sd_run *r, rb_status s, const char *func, const char *expr)
 
 void sd_scratch_free(sd_scratch *sc) {
     if (!sc) return;
-    rb_buffer_free(sc->buf);
+    rb_buffer_free(sc->buf); /* act stays: the network's setting */
     sc->buf = NULL;
     sc->size = 0;
 }
 
-static rb_status measure(rb_backend *be, sd_run *r, sd_pass_fn fn, void *ctx, size_t *total, rb_error *err) {
+static rb_status measure(rb_backend *be, rb_dtype act, sd_run *r, sd_pass_fn fn, void *ctx, size_t *total,
+                         rb_error *err) {
     memset(r, 0, sizeof *r);
     r->be = be;
+    r->act = act;
     r->err = err;
     r->measure = true;
     SD_TRY(fn(r, ctx));
@@ -80,15 +86,16 @@ static rb_status measure(rb_backend *be, sd_run *r, sd_pass_fn fn, void *ctx, si
     return RB_OK;
 }
 
-rb_status sd_run_measure(rb_backend *be, sd_pass_fn fn, void *ctx, size_t *bytes, rb_error *err) {
+rb_status sd_run_measure(rb_backend *be, const sd_scratch *sc, sd_pass_fn fn, void *ctx, size_t *bytes,
+                         rb_error *err) {
     sd_run r;
-    return measure(be, &r, fn, ctx, bytes, err);
+    return measure(be, sc->act, &r, fn, ctx, bytes, err);
 }
 
 rb_status sd_run_passes(rb_backend *be, sd_scratch *sc, sd_pass_fn fn, void *ctx, rb_error *err) {
     sd_run r;
     size_t total = 0;
-    SD_TRY(measure(be, &r, fn, ctx, &total, err));
+    SD_TRY(measure(be, sc->act, &r, fn, ctx, &total, err));
     if (total == 0) total = SD_ALIGN;
     if (!sc->buf || sc->size < total) {
         sd_scratch_free(sc);

@@ -21,16 +21,19 @@
 
 #define SD_SLOTS 4
 
-/* A network's cached activation buffer (kept between calls). */
+/* A network's cached activation buffer (kept between calls), and the dtype
+ * of its activations (RB_F32 = 0, RB_F16, RB_BF16: sd_stack and sd_slot). */
 typedef struct sd_scratch {
     rb_buffer *buf;
     size_t size;
+    rb_dtype act;
 } sd_scratch;
 
 typedef struct sd_run {
     rb_backend *be;
     rb_error *err;
     bool measure;
+    rb_dtype act;   /* activation dtype (the scratch's) */
     rb_buffer *buf; /* NULL while measuring */
     size_t slot_off[SD_SLOTS], slot_size[SD_SLOTS];
     size_t base; /* stack start */
@@ -43,13 +46,17 @@ typedef rb_status (*sd_pass_fn)(sd_run *r, void *ctx);
 /* Runs fn once measuring, sizes sc (reallocating when too small), then runs
  * it for real. Returns fn's status. */
 rb_status sd_run_passes(rb_backend *be, sd_scratch *sc, sd_pass_fn fn, void *ctx, rb_error *err);
-/* Bytes a pass of fn needs (the measuring pass alone). */
-rb_status sd_run_measure(rb_backend *be, sd_pass_fn fn, void *ctx, size_t *bytes, rb_error *err);
+/* Bytes a pass of fn needs with sc's activation dtype (the measuring pass alone). */
+rb_status sd_run_measure(rb_backend *be, const sd_scratch *sc, sd_pass_fn fn, void *ctx, size_t *bytes,
+                         rb_error *err);
 void sd_scratch_free(sd_scratch *sc);
 
-/* A contiguous f32 tensor on the stack / in slot k (ne2, ne3 may be 1). */
+/* A contiguous activation tensor (the run's act dtype) on the stack / in
+ * slot k (ne2, ne3 may be 1). */
 rb_tensor sd_stack(sd_run *r, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 rb_tensor sd_slot(sd_run *r, int k, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+/* An f32 tensor on the stack, whatever the act dtype (host uploads). */
+rb_tensor sd_stack_f32(sd_run *r, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 /* An i32 tensor on the stack. */
 rb_tensor sd_stack_i32(sd_run *r, int64_t ne0, int64_t ne1);
 static inline size_t sd_mark(const sd_run *r) { return r->top; }

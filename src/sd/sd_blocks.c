@@ -22,6 +22,12 @@ bool sd_name(char *buf, size_t cap, const char *fmt, ...) {
             return rb_error_set(err, RB_E_INVALID, "tensor name too long under '%s'", prefix);                 \
     } while (0)
 
+rb_status sd_act_check(rb_dtype dt, const char *what, rb_error *err) {
+    if (dt == RB_F32 || dt == RB_F16 || dt == RB_BF16) return RB_OK;
+    return rb_error_set(err, RB_E_UNSUPPORTED, "%s: activation dtype %s is not supported (f32, f16 or bf16)", what,
+                        rb_dtype_name(dt));
+}
+
 /* ---- binding ---- */
 
 rb_status sd_bind_linear(sd_weights *ws, const char *prefix, int64_t in, int64_t out, bool bias, sd_linear *l,
@@ -200,8 +206,8 @@ rb_status sd_conv_fwd(sd_run *r, const sd_conv *c, rb_tensor *dst, const rb_tens
 
 rb_status sd_group_norm(sd_run *r, rb_tensor *dst, const rb_tensor *x, const sd_norm *n, int groups, float eps,
                         bool silu) {
-    SD_OP(r, rb_group_norm(r->be, dst, x, groups, &n->w, &n->b, eps));
-    if (silu) SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, dst, dst));
+    if (silu) SD_OP(r, rb_group_norm_act(r->be, dst, x, groups, &n->w, &n->b, eps, RB_UNARY_SILU));
+    else SD_OP(r, rb_group_norm(r->be, dst, x, groups, &n->w, &n->b, eps));
     return RB_OK;
 }
 
@@ -307,8 +313,12 @@ rb_status sd_t2d_fwd(sd_run *r, const sd_t2d *t, rb_tensor *x, const rb_tensor *
     SD_TRY(sd_linear_fwd(r, &t->proj_in, &h, &tok));
     for (int i = 0; i < t->n_blocks; i++) SD_TRY(tblock_fwd(r, &t->blocks[i], &h, ctx));
     SD_TRY(sd_linear_fwd(r, &t->proj_out, &tok, &h));
-    rb_tensor xv = sd_img_as_tokens(x);
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, &xv, &tok, &xv));
+    /* the result back in image layout (into g, free by now), then the
+     * residual add over whole rows: a transposing copy and a row-wise add
+     * run faster than one add through the strided token view of x */
+    rb_tensor gi = sd_reshape(&g, W * H, C, B, 1), tv = sd_permute(&tok, 1, 0, 2, 3);
+    SD_OP(r, rb_cast(r->be, &gi, &tv));
+    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, &g));
     sd_release(r, m);
     return RB_OK;
 }

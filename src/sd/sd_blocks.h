@@ -128,6 +128,9 @@ int64_t sd_down_size(int64_t n, int pad);
 /* Upsample2D: nearest resize of x to y's width and height, then a 3x3 convolution. */
 rb_status sd_upsample_fwd(sd_run *r, const sd_conv *c, rb_tensor *y, const rb_tensor *x);
 
+/* RB_OK for an activation dtype the networks run in (f32, f16, bf16). */
+rb_status sd_act_check(rb_dtype dt, const char *what, rb_error *err);
+
 /* Images [W, H, C, B] as tokens: a [C, W*H, B] strided view. */
 rb_tensor sd_img_as_tokens(const rb_tensor *img);
 

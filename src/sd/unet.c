@@ -152,11 +152,23 @@ rb_status rb_unet_load(const char *dir, rb_backend *be, const rb_sd_load_opts *o
     char path[1024];
     if (!sd_name(path, sizeof path, "%s/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long: %s", dir);
     rb_unet_config cfg;
+    if (opts) SD_TRY(sd_act_check(opts->act_dtype, "unet", err));
     SD_TRY(rb_unet_config_load(path, &cfg, err));
     sd_weights ws;
     SD_TRY(sd_weights_open(&ws, dir, "diffusion_pytorch_model", be, opts, err));
-    return sd_unet_create(&cfg, &ws, out, err);
+    SD_TRY(sd_unet_create(&cfg, &ws, out, err));
+    if (opts) (*out)->scratch.act = opts->act_dtype;
+    return RB_OK;
 }
+
+rb_status rb_unet_set_act_dtype(rb_unet *u, rb_dtype dt, rb_error *err) {
+    if (!u) return rb_error_set(err, RB_E_INVALID, "unet: NULL model");
+    SD_TRY(sd_act_check(dt, "unet", err));
+    u->scratch.act = dt;
+    return RB_OK;
+}
+
+rb_dtype rb_unet_act_dtype(const rb_unet *u) { return u ? u->scratch.act : RB_F32; }
 
 void rb_unet_free(rb_unet *u) {
     if (!u) return;

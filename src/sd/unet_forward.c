@@ -49,7 +49,7 @@ static rb_status time_embed(sd_run *r, const fwd_ctx *f, rb_tensor *temb) {
     const rb_unet_config *c = &u->cfg;
     const int64_t B = f->in->sample->ne[3], T = c->time_embed_dim, C0 = c->block_out_channels[0];
     const size_t m = sd_mark(r);
-    rb_tensor ts = sd_stack(r, C0, B, 1, 1), h = sd_stack(r, T, B, 1, 1);
+    rb_tensor ts = sd_stack_f32(r, C0, B, 1, 1), h = sd_stack(r, T, B, 1, 1);
     SD_TRY(sd_upload(r, &ts, f->t_host, sizeof(float) * (size_t)(C0 * B)));
     SD_TRY(sd_linear_fwd(r, &u->time_1, &h, &ts));
     SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &h, &h));
@@ -58,7 +58,7 @@ static rb_status time_embed(sd_run *r, const fwd_ctx *f, rb_tensor *temb) {
     if (c->add_text_time) { /* add_embedding([text_embeds | embedded time_ids]) */
         const rb_tensor *te = f->in->text_embeds;
         const int64_t Dt = te->ne[0], P = c->projection_class_embeddings_input_dim;
-        rb_tensor a = sd_stack(r, P, B, 1, 1), tt = sd_stack(r, P - Dt, B, 1, 1), g = sd_stack(r, T, B, 1, 1);
+        rb_tensor a = sd_stack(r, P, B, 1, 1), tt = sd_stack_f32(r, P - Dt, B, 1, 1), g = sd_stack(r, T, B, 1, 1);
         rb_tensor a_text = sd_slice(&a, 0, 0, Dt), a_time = sd_slice(&a, 0, Dt, P - Dt);
         SD_TRY(sd_upload(r, &tt, f->add_host, sizeof(float) * (size_t)((P - Dt) * B)));
         SD_OP(r, rb_cast(r->be, &a_text, te));
@@ -224,7 +224,7 @@ static rb_status run(rb_unet *u, const rb_unet_inputs *in, rb_tensor *out, size_
     fwd_ctx f = {.u = u, .in = in, .out = out};
     rb_status s = prepare(&f, err);
     if (s == RB_OK)
-        s = measure_only ? sd_run_measure(u->be, unet_pass, &f, measure_only, err)
+        s = measure_only ? sd_run_measure(u->be, &u->scratch, unet_pass, &f, measure_only, err)
                          : sd_run_passes(u->be, &u->scratch, unet_pass, &f, err);
     free(f.t_host);
     free(f.add_host);

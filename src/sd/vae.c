@@ -110,7 +110,7 @@ rb_status sd_vae_create(const rb_vae_config *cfg, sd_weights *ws, rb_vae **out, 
     v->cfg = *cfg;
     v->be = ws->be;
     v->ws = *ws;
-    rb_status s = bind_encoder(v, err);
+    rb_status s = cfg->decoder_only ? RB_OK : bind_encoder(v, err);
     if (s == RB_OK) s = bind_decoder(v, err);
     if (s != RB_OK) {
         rb_vae_free(v);
@@ -128,11 +128,22 @@ rb_status rb_vae_load(const char *dir, rb_backend *be, const rb_sd_load_opts *op
     char path[1024];
     if (!sd_name(path, sizeof path, "%s/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long: %s", dir);
     rb_vae_config cfg;
+    if (opts) SD_TRY(sd_act_check(opts->act_dtype, "vae", err));
     SD_TRY(rb_vae_config_load(path, &cfg, err));
     sd_weights ws;
     SD_TRY(sd_weights_open(&ws, dir, "diffusion_pytorch_model", be, opts, err));
-    return sd_vae_create(&cfg, &ws, out, err);
+    SD_TRY(sd_vae_create(&cfg, &ws, out, err));
+    return opts ? rb_vae_set_act_dtype(*out, opts->act_dtype, err) : RB_OK;
 }
+
+rb_status rb_vae_set_act_dtype(rb_vae *v, rb_dtype dt, rb_error *err) {
+    if (!v) return rb_error_set(err, RB_E_INVALID, "vae: NULL model");
+    SD_TRY(sd_act_check(dt, "vae", err));
+    v->scratch.act = dt;
+    return RB_OK;
+}
+
+rb_dtype rb_vae_act_dtype(const rb_vae *v) { return v ? v->scratch.act : RB_F32; }
 
 void rb_vae_free(rb_vae *v) {
     if (!v) return;

@@ -116,7 +116,7 @@ static rb_status encode_pass(sd_run *r, void *arg) {
     if (e->mean) SD_OP(r, rb_cast(r->be, e->mean, &mean));
     if (e->logvar) {
         static const float lim[2] = {-30.0f, 20.0f};
-        rb_tensor k = sd_stack(r, 2, 1, 1, 1);
+        rb_tensor k = sd_stack_f32(r, 2, 1, 1, 1);
         SD_TRY(sd_upload(r, &k, lim, sizeof lim));
         rb_tensor lo = sd_slice(&k, 0, 0, 1), hi = sd_slice(&k, 0, 1, 1);
         SD_OP(r, rb_binary(r->be, RB_BINARY_MAX, e->logvar, &logvar, &lo));
@@ -155,7 +155,7 @@ static rb_status decode(rb_vae *v, const rb_tensor *latents, rb_tensor *image, s
         image = &shape;
     }
     vae_ctx e = {.v = v, .in = latents, .out = image};
-    return measure_only ? sd_run_measure(v->be, decode_pass, &e, measure_only, err)
+    return measure_only ? sd_run_measure(v->be, &v->scratch, decode_pass, &e, measure_only, err)
                         : sd_run_passes(v->be, &v->scratch, decode_pass, &e, err);
 }
 
@@ -175,6 +175,7 @@ rb_status rb_vae_decode_scratch_bytes(rb_vae *v, int64_t w, int64_t h, int64_t B
 rb_status rb_vae_encode(rb_vae *v, const rb_tensor *image, rb_tensor *mean, rb_tensor *logvar, rb_error *err) {
     if (!v || !image) return rb_error_set(err, RB_E_INVALID, "vae: NULL argument");
     const rb_vae_config *c = &v->cfg;
+    if (c->decoder_only) return rb_error_set(err, RB_E_UNSUPPORTED, "vae: loaded without its encoder");
     const int64_t W = image->ne[0], H = image->ne[1], B = image->ne[3];
     if (image->dtype != RB_F32 || image->ne[2] != c->in_channels || W < 2 || H < 2 || B < 1 || W > 65536 ||
         H > 65536)

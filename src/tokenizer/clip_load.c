@@ -97,7 +97,10 @@ static rb_status parse_merges(rb_clip_tokenizer *t, const char *s, size_t len, r
         line_no++;
         if (!(n >= 8 && memcmp(s + i, "#version", 8) == 0)) {
             rb_status st = clip_add_merge(t, s + i, n, line_no, err);
-            if (st) return rb_error_prefix(err, "merges.txt: ");
+            if (st) {
+                rb_error_prefix(err, "merges.txt: ");
+                return st;
+            }
         }
         i += n + (nl ? 1 : 0);
     }

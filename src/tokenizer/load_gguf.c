@@ -102,6 +102,10 @@ static rb_status byte_level_pipeline(rb_tokenizer *t, const char *pre, rb_error 
         if (add_norm(t, NORM_NFC, NULL, NULL)) return rb_error_set(err, RB_E_NOMEM, "out of memory");
         st = add_pre(t, PRE_SPLIT, TOK_RE_QWEN2, err);
         if (!st) st = add_pre(t, PRE_BYTELEVEL, NULL, err);
+    } else if (!strcmp(pre, "gpt-4o")) { /* gpt-oss: its tokenizer.json ignores merges for whole words */
+        t->ignore_merges = true;
+        st = add_pre(t, PRE_SPLIT, TOK_RE_GPT4O, err);
+        if (!st) st = add_pre(t, PRE_BYTELEVEL, NULL, err);
     } else {
         return rb_error_set(err, RB_E_UNSUPPORTED, "unsupported tokenizer.ggml.pre '%s' for a gpt2 tokenizer", pre);
     }

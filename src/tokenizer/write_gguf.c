@@ -50,6 +50,7 @@ static const char *byte_level_pre(const rb_tokenizer *t) {
      * (HF's default) additionally gets tokenizer.rbee.ignore_merges = false */
     if (!strcmp(re, TOK_RE_LLAMA3) && t->n_norms == 0) return "llama-bpe";
     if (!strcmp(re, TOK_RE_QWEN2) && t->n_norms == 1 && t->norms[0].kind == NORM_NFC && !t->ignore_merges) return "qwen2";
+    if (!strcmp(re, TOK_RE_GPT4O) && t->n_norms == 0) return "gpt-4o";
     return NULL;
 }
 
@@ -84,7 +85,7 @@ rb_status rb_tokenizer_write_gguf(const rb_tokenizer *t, rb_gguf_writer *w, rb_e
         pre = "default";
     } else {
         pre = byte_level_pre(t);
-        if (!pre) return rb_error_set(err, RB_E_UNSUPPORTED, "byte-level pre-tokenizer not known to GGUF (llama-bpe, qwen2, gpt2)");
+        if (!pre) return rb_error_set(err, RB_E_UNSUPPORTED, "byte-level pre-tokenizer not known to GGUF (llama-bpe, qwen2, gpt-4o, gpt2)");
         model = "gpt2";
     }
     if (!template_expressible(t))
@@ -148,7 +149,7 @@ rb_status rb_tokenizer_write_gguf(const rb_tokenizer *t, rb_gguf_writer *w, rb_e
     if (st) goto done;
     if ((st = wr(rb_gguf_writer_set_str(w, "tokenizer.ggml.model", model), err, "tokenizer.ggml.model")) ||
         (st = wr(rb_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), err, "tokenizer.ggml.pre")) ||
-        (!strcmp(pre, "llama-bpe") && !t->ignore_merges &&
+        ((!strcmp(pre, "llama-bpe") || !strcmp(pre, "gpt-4o")) && !t->ignore_merges &&
          (st = wr(rb_gguf_writer_set_bool(w, "tokenizer.rbee.ignore_merges", false), err,
                   "tokenizer.rbee.ignore_merges"))) ||
         (st = wr(rb_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n), err,

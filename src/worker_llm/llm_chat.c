@@ -28,7 +28,10 @@ rb_status llm_chat_init(llm_chat *c, const rb_tokenizer *tok, rb_error *err) {
     rb_status s;
     if (src && *src) {
         s = rb_chat_template_parse(src, strlen(src), &c->tpl, err);
-        if (s != RB_OK) return rb_error_prefix(err, "the model's chat template: ");
+        if (s != RB_OK) {
+            rb_error_prefix(err, "the model's chat template: ");
+            return s;
+        }
     } else {
         c->is_fallback = true;
         s = rb_chat_template_parse(llm_chat_fallback_template, strlen(llm_chat_fallback_template), &c->tpl, err);

@@ -183,7 +183,10 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
                            (json_int_t)rb_model_weight_bytes(lw->model), "n_layer", (json_int_t)mc->n_layer, "dtype",
                            rb_dtype_name(rb_model_weight_dtype(lw->model))),
                  "weights loaded in %.0f ms; loading the tokenizer", wk_now_ms() - t0);
-    if ((s = load_tokenizer(lw, err)) != RB_OK) return rb_error_prefix(err, "tokenizer: ");
+    if ((s = load_tokenizer(lw, err)) != RB_OK) {
+        rb_error_prefix(err, "tokenizer: ");
+        return s;
+    }
     if ((s = llm_chat_init(&lw->chat, lw->tok, err)) != RB_OK) return s;
     lw->chat_ok = true;
     int64_t ctx = lw->ctx_size;

@@ -4,7 +4,7 @@
  * is rendered from the real tokenizer_config.json fetched by the
  * chat_fetch fixture (or the official template written by the
  * chat_templates_fetch fixture), and must reproduce the text exactly, or fail where
- * transformers raised. */
+ * transformers raised. strftime_now() reads the file's fixed clock ("now"). */
 #include "chat_testutil.h"
 #include "testutil.h"
 
@@ -16,8 +16,10 @@
 
 typedef struct ref_stats { size_t files, rendered, errors; } ref_stats;
 
-static void run_case(const rb_chat_template *t, const char *name, size_t idx, const json_t *c, ref_stats *s) {
+static void run_case(const rb_chat_template *t, const char *name, size_t idx, const json_t *c, int64_t now,
+                     ref_stats *s) {
     rb_chat_options o = {0};
+    o.now = now; /* the generator's fixed clock for strftime_now() (0: none recorded) */
     o.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt"));
     const json_t *extra = json_object_get(c, "extra");
     char *ej = extra ? json_dumps(extra, 0) : NULL;
@@ -72,7 +74,8 @@ static void run_file(const char *path, ref_stats *s) {
     assert_true(json_array_size(cases) >= 10);
     size_t i;
     const json_t *c;
-    json_array_foreach(cases, i, c) run_case(t, name, i, c, s);
+    const int64_t now = json_integer_value(json_object_get(d, "now"));
+    json_array_foreach(cases, i, c) run_case(t, name, i, c, now, s);
     rb_chat_template_free(t);
 
     /* 2: the template text of the reference file with bos/eos set by hand,
@@ -83,7 +86,7 @@ static void run_file(const char *path, ref_stats *s) {
     if (bos) TU_OK(rb_chat_template_set_str(t, "bos_token", bos, &err));
     if (eos) TU_OK(rb_chat_template_set_str(t, "eos_token", eos, &err));
     ref_stats ignore = {0};
-    json_array_foreach(cases, i, c) run_case(t, name, i, c, &ignore);
+    json_array_foreach(cases, i, c) run_case(t, name, i, c, now, &ignore);
     rb_chat_template_free(t);
     s->files++;
     json_decref(d);
@@ -106,8 +109,9 @@ static void test_reference_renders(void **state) {
     printf("chat reference: %zu templates, %zu renders byte-exact, %zu expected errors\n", s.files, s.rendered,
            s.errors);
     /* llama3, llama3_1, qwen3, gemma3 (npm tokenizer configs) and qwen2_5,
-     * gemma2, phi3_5, mistral_nemo (official templates, fetch-chat-templates.sh) */
-    assert_true(s.files >= 8);
+     * gemma2, phi3_5, mistral_nemo, gpt_oss, mixtral (official templates,
+     * fetch-chat-templates.sh) */
+    assert_true(s.files >= 10);
     assert_true(s.rendered >= 100);
 }
 

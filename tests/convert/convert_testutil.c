@@ -2,6 +2,7 @@
 #include "convert_testutil.h"
 
 #include "rbee/model.h"
+#include "rbee/quant.h"
 #include "rbee/safetensors.h"
 
 #include <dirent.h>
@@ -48,9 +49,13 @@ void ct_write_safetensors(const char *path, const ct_st_entry *e, size_t n) {
     size_t jl = (size_t)snprintf(json, jcap, "{");
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
-        char shape[64];
+        char shape[96];
         if (e[i].n_dims == 1) snprintf(shape, sizeof shape, "[%lld]", (long long)e[i].shape[0]);
-        else snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)e[i].shape[0], (long long)e[i].shape[1]);
+        else if (e[i].n_dims == 2)
+            snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)e[i].shape[0], (long long)e[i].shape[1]);
+        else
+            snprintf(shape, sizeof shape, "[%lld,%lld,%lld]", (long long)e[i].shape[0], (long long)e[i].shape[1],
+                     (long long)e[i].shape[2]);
         jl += (size_t)snprintf(json + jl, jcap - jl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
                                i ? "," : "", e[i].name, e[i].dtype, shape, off, off + e[i].nbytes);
         assert_true(jl < jcap);
@@ -109,17 +114,66 @@ void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, cons
         x->name = t->name;
         x->dtype = st_dtype_name(t->dtype);
         x->n_dims = t->n_dims;
-        if (t->n_dims == 1) x->shape[0] = t->ne[0];
-        else { x->shape[0] = t->ne[1]; x->shape[1] = t->ne[0]; }
+        for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->ne[t->n_dims - 1 - d];
         if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 2) { /* transposed shape */
             x->shape[0] = t->ne[0];
             x->shape[1] = t->ne[1];
+        } else if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 3) { /* rotated shape */
+            x->shape[0] = t->ne[1];
+            x->shape[1] = t->ne[0];
+            x->shape[2] = t->ne[2];
         }
         x->data = t->data;
         x->nbytes = t->nbytes;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dst_dir);
     ct_write_safetensors(path, e, k);
+    free(e);
+    rb_st_close(st);
+}
+
+static void copy_config(const char *src_dir, const char *dst_dir) {
+    char path[4096];
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/config.json", src_dir);
+    char *cfg = tu_read_file(path, &n); /* NUL-terminated */
+    snprintf(path, sizeof path, "%s/config.json", dst_dir);
+    ct_write_text(path, cfg);
+    free(cfg);
+}
+
+void ct_copy_hf_as(const char *src_dir, const char *dst_dir, rb_dtype dtype) {
+    assert_true(dtype == RB_F16 || dtype == RB_BF16);
+    copy_config(src_dir, dst_dir);
+    rb_st_set *st = NULL;
+    TU_OK(rb_st_open(src_dir, &st, NULL));
+    const int64_t nt = rb_st_n_tensors(st);
+    ct_st_entry *e = calloc((size_t)nt, sizeof *e);
+    uint16_t **bufs = calloc((size_t)nt, sizeof *bufs);
+    assert_true(e && bufs);
+    for (int64_t i = 0; i < nt; i++) {
+        const rb_st_tensor *t = rb_st_tensor_at(st, i);
+        const int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        bufs[i] = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+        assert_true(x && bufs[i]);
+        TU_OK(rb_dequantize_row(t->dtype, t->data, x, n));
+        if (dtype == RB_F16) rb_f32_to_f16_row(x, bufs[i], n);
+        else rb_f32_to_bf16_row(x, bufs[i], n);
+        free(x);
+        ct_st_entry *y = &e[i];
+        y->name = t->name;
+        y->dtype = st_dtype_name(dtype);
+        y->n_dims = t->n_dims;
+        for (int d = 0; d < t->n_dims && d < 3; d++) y->shape[d] = t->ne[t->n_dims - 1 - d];
+        y->data = bufs[i];
+        y->nbytes = sizeof(uint16_t) * (size_t)n;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dst_dir);
+    ct_write_safetensors(path, e, (size_t)nt);
+    for (int64_t i = 0; i < nt; i++) free(bufs[i]);
+    free(bufs);
     free(e);
     rb_st_close(st);
 }

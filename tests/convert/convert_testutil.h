@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 
+#include "rbee/dtype.h"
 #include "rbee/json_config.h"
 #include "rbee/gguf.h"
 
@@ -23,8 +24,8 @@ void ct_write_text(const char *path, const char *text);
 typedef struct ct_st_entry {
     const char *name;
     const char *dtype; /* "F32", "F16", "BF16" */
-    int n_dims;
-    int64_t shape[2];
+    int n_dims; /* 1..3 */
+    int64_t shape[3];
     const void *data;
     size_t nbytes;
 } ct_st_entry;
@@ -32,8 +33,13 @@ void ct_write_safetensors(const char *path, const ct_st_entry *e, size_t n);
 
 /* Copies src_dir's config.json into dst_dir and rewrites its safetensors
  * there without the tensor named drop (NULL: keep all) and with the tensor
- * named reshape (NULL: none) given a wrong shape. */
+ * named reshape (NULL: none) given a wrong shape (2-D: transposed, 3-D: the
+ * two inner dimensions of the row-major shape swapped with the outer one). */
 void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, const char *reshape);
+/* Copies src_dir's config.json into dst_dir and rewrites every float tensor
+ * of its safetensors in dtype (f16 or bf16, rounded to nearest even), as a
+ * half-precision checkpoint of the same model. */
+void ct_copy_hf_as(const char *src_dir, const char *dst_dir, rb_dtype dtype);
 
 /* Absolute folder of tests/data/models/<name>. */
 void ct_model_dir(char *buf, size_t len, const char *name);

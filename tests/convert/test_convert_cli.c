@@ -326,7 +326,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(mkdir(hf, 0755), 0);
     snprintf(path, sizeof path, "%s/config.json", hf);
     ct_write_text(path, "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64}");
-    expect_fail(env, ARGS("convert", hf, "-o", out), "", 1, "supported: llama, mistral, qwen2, gemma, gemma2, phi3");
+    expect_fail(env, ARGS("convert", hf, "-o", out), "", 1, "supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, phi3, olmo2, gpt_oss");
     /* ... and with a tensor missing */
     ct_copy_hf(model, hf, "model.layers.1.self_attn.o_proj.weight", NULL);
     expect_fail(env, ARGS("convert", hf, "-o", out, "--type", "f32"), "", 1,

@@ -6,6 +6,7 @@
 #include "convert_testutil.h"
 
 #include "convert/convert.h"
+#include "rbee/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static void test_unknown_model_type(void **state) {
     rb_error err;
     assert_int_equal(convert(tmp, out, RB_F16, &err), RB_E_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "'bert'"));
-    assert_non_null(strstr(err.msg, "llama, mistral, qwen2, gemma, gemma2, phi3"));
+    assert_non_null(strstr(err.msg, rb_arch_supported_list()));
     assert_false(exists(out));
     /* config.json that is not JSON */
     ct_write_text(path, "{\"model_type\": ");
@@ -67,6 +68,47 @@ static void test_missing_and_misshaped_tensor(void **state) {
     assert_int_equal(convert(tmp, out, RB_F32, &err), RB_OK);
     assert_true(exists(out));
     assert_false(exists(part));
+    ct_rmtree(tmp);
+}
+
+/* Both the converter and the loader refuse a folder with a broken expert
+ * tensor, naming it. */
+static void expect_both_fail(const char *dir, const char *out, const char *what) {
+    rb_error err;
+    assert_int_equal(convert(dir, out, RB_F32, &err), RB_E_FORMAT);
+    if (!strstr(err.msg, what)) fail_msg("convert: '%s' does not name %s", err.msg, what);
+    assert_false(exists(out));
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_model *m = NULL;
+    rb_error_clear(&err);
+    assert_int_equal(rb_model_load(dir, be, NULL, &m, &err), RB_E_FORMAT);
+    assert_null(m);
+    if (!strstr(err.msg, what)) fail_msg("load: '%s' does not name %s", err.msg, what);
+    rb_backend_destroy(be);
+}
+
+static void test_expert_errors(void **state) {
+    (void)state;
+    char src[1024], tmp[1024], out[2048];
+    ct_tmpdir(tmp, sizeof tmp);
+    snprintf(out, sizeof out, "%s/out.gguf", tmp);
+    ct_model_dir(src, sizeof src, "mixtral"); /* one expert's matrix missing */
+    ct_copy_hf(src, tmp, "model.layers.1.block_sparse_moe.experts.2.w3.weight", NULL);
+    expect_both_fail(tmp, out, "'model.layers.1.block_sparse_moe.experts.2.w3.weight'");
+    ct_copy_hf(src, tmp, NULL, "model.layers.0.block_sparse_moe.experts.3.w2.weight");
+    expect_both_fail(tmp, out, "'model.layers.0.block_sparse_moe.experts.3.w2.weight' has shape");
+    ct_model_dir(src, sizeof src, "gpt_oss"); /* stacked experts missing or mis-shaped */
+    ct_copy_hf(src, tmp, "model.layers.0.mlp.experts.down_proj", NULL);
+    expect_both_fail(tmp, out, "'model.layers.0.mlp.experts.down_proj'");
+    ct_copy_hf(src, tmp, NULL, "model.layers.1.mlp.experts.gate_up_proj");
+    expect_both_fail(tmp, out, "'model.layers.1.mlp.experts.gate_up_proj' has shape");
+    ct_copy_hf(src, tmp, "model.layers.1.self_attn.sinks", NULL);
+    expect_both_fail(tmp, out, "'model.layers.1.self_attn.sinks'");
+    /* qwen3_moe without a router: the layer reads as dense, whose MLP is missing */
+    ct_model_dir(src, sizeof src, "qwen3_moe");
+    ct_copy_hf(src, tmp, "model.layers.0.mlp.gate.weight", NULL);
+    expect_both_fail(tmp, out, "'model.layers.0.mlp.gate_proj.weight'");
     ct_rmtree(tmp);
 }
 
@@ -118,18 +160,27 @@ static void test_type_helpers(void **state) {
     assert_true(rb_convert_type_ok(RB_Q4_K));
     assert_false(rb_convert_type_ok(RB_Q8_K));
     assert_false(rb_convert_type_ok(RB_F64));
-    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 256), RB_Q4_K);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 64), RB_F16);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 96), RB_Q8_0);
-    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 48), RB_F16);
-    assert_int_equal(rb_convert_weight_dtype(RB_BF16, 7), RB_BF16);
-    assert_int_equal(rb_convert_weight_dtype(RB_F32, 3), RB_F32);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 256, false), RB_Q4_K);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q4_K, 64, false), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 96, false), RB_Q8_0);
+    assert_int_equal(rb_convert_weight_dtype(RB_Q8_0, 48, false), RB_F16);
+    assert_int_equal(rb_convert_weight_dtype(RB_BF16, 7, false), RB_BF16);
+    assert_int_equal(rb_convert_weight_dtype(RB_F32, 3, false), RB_F32);
+    /* mxfp4: llama.cpp's MXFP4_MOE (experts mxfp4, other matrices q8_0) */
+    assert_true(rb_convert_type_ok(RB_MXFP4));
+    assert_int_equal(rb_convert_file_type(RB_MXFP4), 38);
+    assert_int_equal(rb_convert_weight_dtype(RB_MXFP4, 64, true), RB_MXFP4);
+    assert_int_equal(rb_convert_weight_dtype(RB_MXFP4, 64, false), RB_Q8_0);
+    assert_int_equal(rb_convert_weight_dtype(RB_MXFP4, 48, true), RB_F16);
+    assert_int_equal(rb_convert_intended_dtype(RB_MXFP4, false), RB_Q8_0);
+    assert_int_equal(rb_convert_intended_dtype(RB_Q4_K, true), RB_Q4_K);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unknown_model_type),
         cmocka_unit_test(test_missing_and_misshaped_tensor),
+        cmocka_unit_test(test_expert_errors),
         cmocka_unit_test(test_bad_paths_and_types),
         cmocka_unit_test(test_type_helpers),
     };

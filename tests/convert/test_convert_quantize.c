@@ -78,12 +78,16 @@ static uint32_t file_type(const rb_gguf *g) {
     return v;
 }
 
+/* rbee quantize of the f32 conversion equals converting straight to the
+ * type: q8_0, and mxfp4 (llama.cpp's MXFP4_MOE: expert stacks mxfp4, other
+ * matrices q8_0, routers f32) */
 static void test_requantize_equals_direct_convert(void **state) {
     (void)state;
     char *names[64];
     int n = tu_model_names(names, 64);
     char tmp[1024];
     ct_tmpdir(tmp, sizeof tmp);
+    static const struct { rb_dtype type; uint32_t ftype; } types[] = {{RB_Q8_0, 7}, {RB_MXFP4, 38}};
     for (int i = 0; i < n; i++) {
         char dir[1024], f32p[2048], direct[2048], requant[2048];
         ct_model_dir(dir, sizeof dir, names[i]);
@@ -94,28 +98,30 @@ static void test_requantize_equals_direct_convert(void **state) {
         rb_error err;
         rb_error_clear(&err);
         if (rb_convert_hf_to_gguf(dir, f32p, &o, NULL, &err) != RB_OK) fail_msg("%s", err.msg);
-        o.type = RB_Q8_0;
-        rb_convert_stats sd, sq;
-        if (rb_convert_hf_to_gguf(dir, direct, &o, &sd, &err) != RB_OK) fail_msg("%s", err.msg);
-        run_quantize(f32p, requant, RB_Q8_0, NULL, &sq);
-        assert_int_equal(sd.n_quantized, sq.n_quantized);
-        assert_int_equal(sd.n_fallback, sq.n_fallback);
-        rb_gguf *a = ct_gguf_open(direct), *b = ct_gguf_open(requant), *f = ct_gguf_open(f32p);
-        assert_same_tensors(a, b);
-        assert_int_equal(rb_gguf_n_kv(a), rb_gguf_n_kv(b));
-        assert_kvs_copied(a, b);
-        assert_kvs_copied(f, b);
-        assert_int_equal(file_type(a), 7);
-        assert_int_equal(file_type(b), 7);
-        assert_int_equal(file_type(f), 0);
-        print_message("%-24s quantize(f32 -> q8_0) == convert(q8_0): %lld tensors identical\n", names[i],
-                      (long long)rb_gguf_n_tensors(a));
-        rb_gguf_close(a);
-        rb_gguf_close(b);
-        rb_gguf_close(f);
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            o.type = types[k].type;
+            rb_convert_stats sd, sq;
+            if (rb_convert_hf_to_gguf(dir, direct, &o, &sd, &err) != RB_OK) fail_msg("%s", err.msg);
+            run_quantize(f32p, requant, types[k].type, NULL, &sq);
+            assert_int_equal(sd.n_quantized, sq.n_quantized);
+            assert_int_equal(sd.n_fallback, sq.n_fallback);
+            rb_gguf *a = ct_gguf_open(direct), *b = ct_gguf_open(requant), *f = ct_gguf_open(f32p);
+            assert_same_tensors(a, b);
+            assert_int_equal(rb_gguf_n_kv(a), rb_gguf_n_kv(b));
+            assert_kvs_copied(a, b);
+            assert_kvs_copied(f, b);
+            assert_int_equal(file_type(a), types[k].ftype);
+            assert_int_equal(file_type(b), types[k].ftype);
+            assert_int_equal(file_type(f), 0);
+            print_message("%-24s quantize(f32 -> %s) == convert(%s): %lld tensors identical\n", names[i],
+                          rb_dtype_name(types[k].type), rb_dtype_name(types[k].type), (long long)rb_gguf_n_tensors(a));
+            rb_gguf_close(a);
+            rb_gguf_close(b);
+            rb_gguf_close(f);
+            remove(direct);
+            remove(requant);
+        }
         remove(f32p);
-        remove(direct);
-        remove(requant);
         free(names[i]);
     }
     ct_rmtree(tmp);

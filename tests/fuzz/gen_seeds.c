@@ -4,7 +4,8 @@
  * text to encode, the real chat templates of DATADIR/chat/NAME.json with a
  * conversation each, and worker requests into
  * OUTDIR/{gguf,safetensors,json_config,image,tokenizer_json,chat_template,
- * worker_request}. Usage: fuzz_gen_seeds OUTDIR [DATADIR] */
+ * worker_request}, and the Stable Diffusion seeds of gen_seeds_sd.c.
+ * Usage: fuzz_gen_seeds OUTDIR [DATADIR] */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@
 
 #include <dirent.h>
 #include <jansson.h>
+
+int sd_seeds(const char *dir); /* gen_seeds_sd.c */
 
 static int make_dir(const char *p) { return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1; }
 
@@ -240,6 +243,7 @@ int main(int argc, char **argv) {
         bad |= write_bytes(p, configs[i], strlen(configs[i]));
     }
     bad |= image_seeds(argv[1]);
+    bad |= sd_seeds(argv[1]);
     for (size_t i = 0; i < sizeof k_tokenizers / sizeof *k_tokenizers; i++) {
         snprintf(p, sizeof p, "%s/tokenizer_json/seed%zu", argv[1], i);
         bad |= write_pair(p, k_tokenizers[i], strlen(k_tokenizers[i]), k_tok_text, sizeof k_tok_text - 1);

@@ -33,6 +33,9 @@ run fuzz_gguf gguf 65536
 run fuzz_safetensors safetensors 16384
 run fuzz_json_config json_config 16384
 run fuzz_image image 65536
+run fuzz_sd_config sd_config 16384
+run fuzz_sd_ldm sd_ldm 65536
+run fuzz_sd_gguf sd_gguf 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
 if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi

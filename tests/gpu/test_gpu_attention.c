@@ -107,7 +107,7 @@ static void test_attention(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(c, g, &rng, &cases[i]);
 
     /* Dv beyond the kernel's limit: refused, nothing written */
-    const int64_t qne[4] = {64, 5, 2, 1}, vne[4] = {512, 5, 2, 1}, dne[4] = {512, 2, 5, 1};
+    const int64_t qne[4] = {64, 5, 2, 1}, vne[4] = {520, 5, 2, 1}, dne[4] = {520, 2, 5, 1};
     gp q = gp_make(c, g, &rng, RB_F32, qne, GP_CONTIG, -1, 1);
     gp v = gp_make(c, g, &rng, RB_F16, vne, GP_CONTIG, -1, 1);
     gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, -1, 1);

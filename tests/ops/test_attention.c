@@ -215,7 +215,7 @@ static void test_attention_bad(void **state) {
     tt ki = tf_make(be, &rng, RB_I32, k2ne, TF_CONTIG, -1, 1);
     tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, -1, 1);
     tt db = tf_make(be, &rng, RB_F32, dbad, TF_CONTIG, -1, 1);
-    tt dh = tf_make(be, &rng, RB_F16, dne, TF_CONTIG, -1, 1);
+    tt dh = tf_make(be, &rng, RB_I32, dne, TF_CONTIG, -1, 1);
     tt m = tf_make(be, &rng, RB_F32, mbad, TF_CONTIG, -1, 1);
     rb_attn_params p = {.scale = 0.3f};
     assert_int_equal(rb_attention(be, &d.t, &q.t, &k4.t, &k4.t, &p), RB_E_INVALID); /* 6 % 4 heads */
@@ -223,7 +223,7 @@ static void test_attention_bad(void **state) {
     assert_int_equal(rb_attention(be, &d.t, &q.t, &kd.t, &k.t, &p), RB_E_INVALID);  /* head dim */
     assert_int_equal(rb_attention(be, &d.t, &q.t, &ki.t, &k.t, &p), RB_E_INVALID);  /* i32 k */
     assert_int_equal(rb_attention(be, &db.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);  /* dst layout */
-    assert_int_equal(rb_attention(be, &dh.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);  /* dst f16 */
+    assert_int_equal(rb_attention(be, &dh.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);  /* dst i32 */
     p.mask = &m.t;
     assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);  /* mask shape */
     p.mask = NULL;

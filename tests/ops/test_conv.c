@@ -84,10 +84,10 @@ static void test_conv2d(void **state) {
             tf_free(&b);
             tf_free(&d);
         }
-        /* bad: Cin not divisible by groups, dst of the wrong size, x f16 */
+        /* bad: Cin not divisible by groups, dst of the wrong size, x i32 */
         const int64_t xne[4] = {6, 6, 3, 1}, wne[4] = {3, 3, 3, 2}, dne[4] = {4, 4, 2, 1}, dbad[4] = {5, 4, 2, 1};
         tt x = tf_make(be, &rng, RB_F32, xne, TF_CONTIG, -1, 1);
-        tt xh = tf_make(be, &rng, RB_F16, xne, TF_CONTIG, -1, 1);
+        tt xh = tf_make(be, &rng, RB_I32, xne, TF_CONTIG, -1, 1);
         tt w = tf_make(be, &rng, RB_F32, wne, TF_CONTIG, -1, 1);
         tt d = tf_make(be, &rng, RB_F32, dne, TF_CONTIG, -1, 1);
         tt db = tf_make(be, &rng, RB_F32, dbad, TF_CONTIG, -1, 1);

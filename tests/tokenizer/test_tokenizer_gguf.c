@@ -132,6 +132,7 @@ static void test_rt_llama2(void **state) { (void)state; roundtrip("llama2"); }
 static void test_rt_llama3(void **state) { (void)state; roundtrip("llama3"); }
 static void test_rt_qwen3(void **state) { (void)state; roundtrip("qwen3"); }
 static void test_rt_gemma3(void **state) { (void)state; roundtrip("gemma3"); }
+static void test_rt_gptoss(void **state) { (void)state; roundtrip("gptoss"); }
 
 /* Writes a small vocabulary with the given model / pre / merges and tries to load it. */
 static rb_status load_meta(const char *model, const char *pre, const char *merge, bool with_tokens, rb_error *e) {
@@ -182,7 +183,8 @@ static void test_bad_metadata(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_fixture), cmocka_unit_test(test_rt_llama2), cmocka_unit_test(test_rt_llama3),
-        cmocka_unit_test(test_rt_qwen3),     cmocka_unit_test(test_rt_gemma3), cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_rt_qwen3),     cmocka_unit_test(test_rt_gemma3), cmocka_unit_test(test_rt_gptoss),
+        cmocka_unit_test(test_bad_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

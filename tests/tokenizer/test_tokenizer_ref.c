@@ -1,5 +1,5 @@
 /* Exactness against HF `tokenizers`: for every hard string of the corpus and
- * each real tokenizer (Llama 2, Llama 3, Llama 3.1, Qwen3, Gemma 3), the ids
+ * each real tokenizer (Llama 2, Llama 3, Llama 3.1, Qwen3, Gemma 3, gpt-oss), the ids
  * with and without special tokens, the decoded text of both, and the
  * streamed decode must equal what HF produced (tests/data/tokenizer). */
 #include "tokref.h"
@@ -142,6 +142,7 @@ static void test_perf(void **state) {
     perf_100k("llama3");
     perf_100k("qwen3");
     perf_100k("gemma3");
+    perf_100k("gptoss");
 }
 
 static void test_llama2(void **state) { (void)state; check_tokenizer("llama2"); }
@@ -149,11 +150,13 @@ static void test_llama3(void **state) { (void)state; check_tokenizer("llama3"); 
 static void test_llama3_1(void **state) { (void)state; check_tokenizer("llama3_1"); }
 static void test_qwen3(void **state) { (void)state; check_tokenizer("qwen3"); }
 static void test_gemma3(void **state) { (void)state; check_tokenizer("gemma3"); }
+static void test_gptoss(void **state) { (void)state; check_tokenizer("gptoss"); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama2), cmocka_unit_test(test_llama3), cmocka_unit_test(test_llama3_1),
-        cmocka_unit_test(test_qwen3), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_perf),
+        cmocka_unit_test(test_qwen3), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gptoss),
+        cmocka_unit_test(test_perf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,12 +18,34 @@ import refjson  # noqa: E402
 NAMES = ["llama2", "llama3", "llama3_1", "qwen3", "gemma3"]
 # Official templates from scripts/fetch-chat-templates.sh: a tokenizer_config.json
 # with the template and special tokens, no tokenizer.json.
-TEMPLATE_ONLY = ["qwen2_5", "gemma2", "phi3_5", "mistral_nemo"]
+TEMPLATE_ONLY = ["qwen2_5", "gemma2", "phi3_5", "mistral_nemo", "gpt_oss", "mixtral"]
+# The clock strftime_now() reads (gpt-oss prints the current date): a fixed
+# instant, noon UTC so the local date is the same in every time zone within
+# 12 hours of UTC, recorded in the file as "now" for the renderer under test.
+FIXED_NOW = 1754395200  # 2025-08-05 12:00:00 UTC
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
                    "required": ["city"]}}}
+
+
+# Exercises the TypeScript-like schema rendering of gpt-oss's template:
+# defaults, enums, arrays, nested objects, type lists, oneOf, nullable.
+DOCS_TOOL = {"type": "function", "function": {
+    "name": "search_docs", "description": "Search the documentation",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "What to look for"},
+        "limit": {"type": "integer", "description": "How many results", "default": 5},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "scores": {"type": "array", "items": {"type": "number"}},
+        "mode": {"type": "string", "enum": ["fast", "exact"]},
+        "filter": {"type": "object", "properties": {"lang": {"type": "string"}, "year": {"type": "integer"}},
+                   "required": ["lang"]},
+        "cursor": {"type": ["string", "null"]},
+        "target": {"oneOf": [{"type": "string", "description": "a name"}, {"type": "integer"}]},
+        "strict": {"type": "boolean", "nullable": True}},
+        "required": ["query"]}}}
 
 
 def U(c):
@@ -68,6 +90,27 @@ def conversations(name):
             ([U("Weather?"), A("Let me check."), {"role": "tool", "content": "{\"temp\": 21}"},
               {"role": "tool", "content": "{\"sky\": \"clear\"}"}], True, {}),
         ]
+    if name == "gpt_oss":
+        call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        cs += [
+            ([U("Think step by step.")], True, {"reasoning_effort": "high"}),
+            ([U("Be quick.")], True, {"reasoning_effort": "low", "model_identity": "You are a tiny test model."}),
+            ([{"role": "developer", "content": "Answer in French."}, U("Hello")], True, {}),
+            ([U("Search the web.")], True, {"builtin_tools": ["browser"]}),
+            ([U("Compute 2**10.")], True, {"builtin_tools": ["python", "browser"]}),
+            ([U("Weather in Paris?")], True, {"tools": [WEATHER_TOOL]}),
+            ([S("Use tools when needed."), U("Find docs about rope.")], True, {"tools": [WEATHER_TOOL, DOCS_TOOL]}),
+            ([U("Weather in Paris?"), {"role": "assistant", "content": "I should call the tool.", "tool_calls": [call]},
+              {"role": "tool", "content": "{\"temp\": 21}"}], True, {"tools": [WEATHER_TOOL]}),
+            ([U("Weather in Paris?"), {"role": "assistant", "thinking": "Need the weather tool.", "tool_calls": [call]},
+              {"role": "tool", "content": "sunny"}, A("It is sunny in Paris.")], False, {"tools": [WEATHER_TOOL]}),
+            ([U("What is 7*6?"), {"role": "assistant", "content": "42", "thinking": "7 times 6 is 42."}], False, {}),
+            ([U("What is 7*6?"), {"role": "assistant", "content": "42", "thinking": "7 times 6 is 42."},
+              U("And 8*9?")], True, {}),
+            ([U("x"), A("<|channel|>analysis<|message|>leaked")], False, {}),
+            ([U("x"), {"role": "assistant", "content": "a", "thinking": "b", "tool_calls": [call]}], False, {}),
+            ([U("x"), {"role": "tool", "content": "orphan result"}], True, {}),
+        ]
     if name in ("qwen2_5", "mistral_nemo"):
         call = {"id": "abc123XYZ", "type": "function",
                 "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
@@ -103,7 +146,13 @@ class JinjaRenderer:
 
     def render(self, template, messages, agp, extra, special):
         t = self.env.from_string(template)
-        return t.render(messages=messages, add_generation_prompt=agp, **special, **extra)
+        return t.render(messages=messages, add_generation_prompt=agp, strftime_now=fixed_strftime, **special, **extra)
+
+
+def fixed_strftime(fmt):
+    """strftime_now() at FIXED_NOW (local time, as transformers' own is)."""
+    import datetime
+    return datetime.datetime.fromtimestamp(FIXED_NOW).strftime(fmt)
 
 
 def token_str(t):
@@ -137,8 +186,9 @@ def render_template_only(template, messages, agp, extra, special):
     from transformers.utils.chat_template_utils import render_jinja_template
     kw = dict(extra)
     tools = kw.pop("tools", None)
+    # a template variable shadows the strftime_now global transformers installs
     out, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=template,
-                                   add_generation_prompt=agp, **special, **kw)
+                                   add_generation_prompt=agp, strftime_now=fixed_strftime, **special, **kw)
     return out[0]
 
 
@@ -192,7 +242,7 @@ def gen_one(tok_dir, name, jinja_only):
         else:
             try:
                 case["rendered"] = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=agp,
-                                                           **extra)
+                                                           strftime_now=fixed_strftime, **extra)
             except Exception as e:
                 case["error"] = f"{type(e).__name__}: {e}"
             if "rendered" in case:
@@ -206,11 +256,16 @@ def gen_one(tok_dir, name, jinja_only):
         "renderer": how,
         "versions": versions,
         "template": template,
+        "now": FIXED_NOW,
         "bos_token": bos,
         "eos_token": eos,
-        "notes": "rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=..., **extra); "
-                 "cases that raise carry error instead of rendered. jinja_agrees: a plain jinja2 sandbox with "
-                 "trim_blocks/lstrip_blocks, raise_exception and tojson gave the same output.",
+        "notes": (("rendered = a plain jinja2 sandbox configured as transformers renders templates (trim_blocks, "
+                   "lstrip_blocks, loopcontrols, raise_exception, tojson; transformers was not run: --jinja-only); "
+                   "cases that raise carry error instead of rendered.") if jinja_only else
+                  ("rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=..., "
+                   "**extra); cases that raise carry error instead of rendered. jinja_agrees: a plain jinja2 sandbox "
+                   "with trim_blocks/lstrip_blocks, raise_exception and tojson gave the same output.")) +
+                 " strftime_now() reads the clock at now (unix seconds, local time).",
         "cases": cases,
     }
 

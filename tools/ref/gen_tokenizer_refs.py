@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refjson  # noqa: E402
 
-NAMES = ["llama2", "llama3", "llama3_1", "qwen3", "gemma3"]
+NAMES = ["llama2", "llama3", "llama3_1", "qwen3", "gemma3", "gptoss"]
 VERSION = "3.7.2"
 
 

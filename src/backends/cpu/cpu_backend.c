@@ -193,6 +193,8 @@ static const rb_backend_vtable k_cpu_vtable = {
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_from_host = cpu_buffer_from_host,
     .buffer_wrap_host = cpu_buffer_from_host, /* plain memory: wrapped in place either way */
+    .matmul_id = rb_cpu_matmul_id,
+    .swiglu_clamp = rb_cpu_swiglu_clamp,
     .buffer_free = cpu_buffer_free,
     .buffer_set = cpu_buffer_set,
     .buffer_get = cpu_buffer_get,
@@ -221,6 +223,7 @@ static const rb_backend_vtable k_cpu_vtable = {
     .conv1d = rb_cpu_conv1d,
     .conv2d = rb_cpu_conv2d,
     .upsample = rb_cpu_upsample,
+    .group_norm_act = rb_cpu_group_norm_act,
 };
 
 rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

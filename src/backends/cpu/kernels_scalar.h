@@ -15,6 +15,7 @@ void rb_vd_q4_1_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q5_0_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q5_1_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q8_0_scalar(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_mxfp4_scalar(int64_t n, float *s, const void *x, const void *y); /* against q8_0 */
 /* k-quants against q8_K (vec_dot_kquant_scalar.c) */
 void rb_vd_q2_K_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q3_K_scalar(int64_t n, float *s, const void *x, const void *y);

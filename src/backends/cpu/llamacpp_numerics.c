@@ -144,7 +144,7 @@ static void f16acc_row(const f16acc_ctx *c, float *w, int64_t iq, int64_t h, int
     }
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int64_t d = 0; d < Dv; d++) acc[d] *= inv;
-    rb_cpu_row_from_f32(cb, RB_F32, acc, rb_cpu_row(c->dst, h, iq, b), c->dst->nb[0], Dv);
+    rb_cpu_row_from_f32(cb, c->dst->dtype, acc, rb_cpu_row(c->dst, h, iq, b), c->dst->nb[0], Dv);
 }
 
 static void f16acc_task(void *arg, int ith, int nth) {

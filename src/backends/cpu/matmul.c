@@ -20,8 +20,8 @@ static rb_status check_args(rb_cpu_backend *cb, const rb_tensor *dst, const rb_t
     if (b->dtype != RB_F32 && b->dtype != RB_F16 && b->dtype != RB_BF16)
         return rb_backend_fail(be, RB_E_UNSUPPORTED, "matmul: activation dtype %s not supported (f32/f16/bf16)",
                                rb_dtype_name(b->dtype));
-    if (dst->dtype != RB_F32 && dst->dtype != RB_F16)
-        return rb_backend_fail(be, RB_E_UNSUPPORTED, "matmul: dst dtype %s not supported (f32/f16)",
+    if (dst->dtype != RB_F32 && dst->dtype != RB_F16 && dst->dtype != RB_BF16)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "matmul: dst dtype %s not supported (f32/f16/bf16)",
                                rb_dtype_name(dst->dtype));
     if (a->ne[0] != b->ne[0])
         return rb_backend_fail(be, RB_E_INVALID, "matmul: K mismatch (a %lld, b %lld)", (long long)a->ne[0],

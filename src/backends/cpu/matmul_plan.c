@@ -135,6 +135,11 @@ static void store_tile(const rb_mm_plan *p, const float *tile, int ldt, int nr, 
             } else {
                 for (int r = 0; r < nr; r++) memcpy(row + (size_t)r * d->nb[0], &t[r], 4);
             }
+        } else if (d->dtype == RB_BF16) {
+            for (int r = 0; r < nr; r++) {
+                rb_bf16 h = rb_f32_to_bf16(t[r]);
+                memcpy(row + (size_t)r * d->nb[0], &h, 2);
+            }
         } else {
             for (int r = 0; r < nr; r++) {
                 rb_f16 h = rb_f32_to_f16(t[r]);

@@ -6,7 +6,8 @@
  * whole group. Supports causal, sliding window, q_pos0 or per-query
  * positions (q_pos: keys past a query's position are never visited, so a
  * view over a whole KV cache costs what its filled part costs), additive mask,
- * soft-capping, f32/f16/bf16 inputs with any strides. Key rows with
+ * soft-capping, attention sinks (a per-head logit added to each softmax
+ * denominator), f32/f16/bf16 inputs with any strides. Key rows with
  * contiguous elements are dotted in place by the ISA kernel table. */
 #include "backends/cpu/ops_common.h"
 
@@ -159,9 +160,18 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
         for (int64_t hh = 0; hh < r; hh++) {
             const int64_t row = qi * r + hh;
             float *acc = w->acc + row * Dv;
+            if (p->sinks) { /* the head's sink logit joins the denominator, with no value */
+                float sk;
+                memcpy(&sk, rb_cpu_data(p->sinks) + (g * r + hh) * (int64_t)p->sinks->nb[0], sizeof sk);
+                const float mnew = sk > w->m[row] ? sk : w->m[row];
+                const float corr = expf(w->m[row] - mnew); /* 0 when nothing was visible */
+                w->l[row] = w->l[row] * corr + expf(sk - mnew);
+                for (int64_t d = 0; d < Dv; d++) acc[d] *= corr;
+                w->m[row] = mnew;
+            }
             const float inv = w->l[row] > 0.0f ? 1.0f / w->l[row] : 0.0f;
             for (int64_t d = 0; d < Dv; d++) acc[d] *= inv;
-            rb_cpu_row_from_f32(cb, RB_F32, acc, rb_cpu_row(c->dst, g * r + hh, i0 + qi, b), c->dst->nb[0], Dv);
+            rb_cpu_row_from_f32(cb, c->dst->dtype, acc, rb_cpu_row(c->dst, g * r + hh, i0 + qi, b), c->dst->nb[0], Dv);
         }
 }
 
@@ -179,9 +189,9 @@ rb_status rb_cpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, c
                            const rb_attn_params *p) {
     rb_cpu_backend *cb = rb_cpu(be);
     if (rb_tensor_nelements(dst) == 0) return RB_OK;
-    if (cb->llamacpp_numerics && k->dtype == RB_F16 && v->dtype == RB_F16)
+    if (cb->llamacpp_numerics && k->dtype == RB_F16 && v->dtype == RB_F16 && !p->sinks)
         return rb_cpu_attention_llamacpp(cb, dst, q, k, v, p);
-    if (rb_cpu_attention_gemm_ok(cb, q, k, v, p)) /* long unmasked sequences: ops_attention_gemm.c */
+    if (!p->sinks && rb_cpu_attention_gemm_ok(cb, q, k, v, p)) /* long unmasked sequences: ops_attention_gemm.c */
         return rb_cpu_attention_gemm(be, dst, q, k, v, p);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];

@@ -205,7 +205,7 @@ static void ag_task(void *arg, int ith, int nth) {
             const float inv = (float)(1.0 / sums[i]);
             float *o = O + i * Dv;
             for (int64_t e = 0; e < Dv; e++) o[e] *= inv;
-            rb_cpu_row_from_f32(c->cb, RB_F32, o, rb_cpu_row(dst, h, q0 + i, b), dst->nb[0], Dv);
+            rb_cpu_row_from_f32(c->cb, dst->dtype, o, rb_cpu_row(dst, h, q0 + i, b), dst->nb[0], Dv);
         }
     }
 }

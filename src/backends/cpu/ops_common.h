@@ -17,6 +17,11 @@ rb_status rb_cpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_
 rb_status rb_cpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
 rb_status rb_cpu_where(rb_backend *be, rb_tensor *dst, const rb_tensor *cond, const rb_tensor *a, const rb_tensor *b);
 rb_status rb_cpu_glu(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, rb_unary_op act);
+/* mixture-of-experts ops (ops_moe.c) */
+rb_status rb_cpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                           const rb_tensor *ids);
+rb_status rb_cpu_swiglu_clamp(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
+                              float limit);
 rb_status rb_cpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_reduce(rb_backend *be, rb_reduce_op op, rb_tensor *dst, const rb_tensor *src);
 rb_status rb_cpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale);
@@ -27,6 +32,12 @@ rb_status rb_cpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src
                             const rb_tensor *b, float eps);
 rb_status rb_cpu_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                             const rb_tensor *b, float eps);
+/* group norm then act (silu, gelu, gelu_tanh, relu), each value rounded
+ * through dst's dtype before the activation: bit-identical to the two ops */
+rb_status rb_cpu_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups,
+                                const rb_tensor *w, const rb_tensor *b, float eps, rb_unary_op act);
+/* y = op(x) over n floats, as rb_unary computes it (ops_elementwise.c) */
+void rb_cpu_unary_row(rb_unary_op op, const float *x, float *y, int64_t n);
 rb_status rb_cpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);
 rb_status rb_cpu_index_select(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids, int dim);
 rb_status rb_cpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids);
@@ -42,7 +53,7 @@ rb_status rb_cpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, cons
                         const int stride[2], const int pad[2], const int dilation[2], int groups);
 rb_status rb_cpu_upsample(rb_backend *be, rb_tensor *dst, const rb_tensor *src, rb_upsample_mode mode);
 /* conv2d as an implicit GEMM (ops_conv_gemm.c), for the cases _ok accepts
- * (no groups, f32/f16 kernels with contiguous rows); rb_cpu_conv2d routes them. */
+ * (no groups, f32/f16/bf16 kernels with contiguous rows); rb_cpu_conv2d routes them. */
 bool rb_cpu_conv2d_gemm_ok(const rb_cpu_backend *cb, const rb_tensor *w, int groups);
 rb_status rb_cpu_conv2d_gemm(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w,
                              const rb_tensor *bias, const int stride[2], const int pad[2], const int dilation[2]);

@@ -1,7 +1,8 @@
 /* CPU 1-D and 2-D convolution (cross-correlation) with stride, padding,
  * dilation and groups, computed directly (no im2col buffer): one work item
  * is one (batch, output channel) plane, accumulated in f32 from the input
- * planes of its group. x is f32 with any strides; w may be f32 or f16. */
+ * planes of its group. x is f32 (conv2d: f32, f16 or bf16) with any
+ * strides; w may be f32 or f16 (conv2d: bf16 too); dst takes any float dtype. */
 #include "backends/cpu/ops_common.h"
 
 typedef struct conv_ctx {
@@ -14,9 +15,7 @@ typedef struct conv_ctx {
 } conv_ctx;
 
 static float x_at(const rb_tensor *x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-    float v;
-    memcpy(&v, rb_cpu_data(x) + i0 * x->nb[0] + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3], 4);
-    return v;
+    return rb_cpu_load_f(x->dtype, rb_cpu_data(x) + i0 * x->nb[0] + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
 }
 
 static float bias_at(const conv_ctx *c, int64_t co) {
@@ -86,7 +85,7 @@ static void conv2d_task(void *p, int ith, int nth) {
             }
         }
         for (int64_t oy = 0; oy < Ho; oy++)
-            rb_cpu_row_from_f32(c->cb, RB_F32, out + oy * Wo, rb_cpu_row(d, oy, co, n), d->nb[0], Wo);
+            rb_cpu_row_from_f32(c->cb, d->dtype, out + oy * Wo, rb_cpu_row(d, oy, co, n), d->nb[0], Wo);
     }
 }
 

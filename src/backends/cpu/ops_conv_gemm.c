@@ -1,9 +1,9 @@
 /* CPU 2-D convolution without groups as an implicit GEMM: output pixels are
  * processed in blocks of CG_PB; each block's input patches are gathered once
  * into rows of K = Cin*KH*KW floats, ordered (ci, ky, kx) like a torch weight
- * row, and the ISA's tiled dot-product kernel (the one rb_matmul uses)
+ * row (any float dtype of x, converted), and the ISA's tiled dot-product kernel (the one rb_matmul uses)
  * multiplies them with every group of weight rows, which are K-contiguous
- * already (f32 or f16). The SIMD lanes split each K-long sum into partial
+ * already (f32, f16 or bf16). The SIMD lanes split each K-long sum into partial
  * sums, so this is also more accurate than a single running sum. The direct
  * loops of ops_conv.c remain for grouped convolutions and strided kernels. */
 #include "backends/cpu/cpu_kernels.h"
@@ -25,7 +25,8 @@ typedef struct cg_ctx {
 
 bool rb_cpu_conv2d_gemm_ok(const rb_cpu_backend *cb, const rb_tensor *w, int groups) {
     const size_t es = rb_dtype_row_size(w->dtype, 1);
-    return groups == 1 && (w->dtype == RB_F32 || w->dtype == RB_F16) && cb->kern->vec_dot[w->dtype] != NULL &&
+    return groups == 1 && (w->dtype == RB_F32 || w->dtype == RB_F16 || w->dtype == RB_BF16) &&
+           cb->kern->vec_dot[w->dtype] != NULL &&
            cb->kern->vec_dot_type[w->dtype] == RB_F32 && w->nb[0] == es && w->nb[1] == es * (size_t)w->ne[0] &&
            w->nb[2] == w->nb[1] * (size_t)w->ne[1];
 }
@@ -50,9 +51,7 @@ static void gather(const cg_ctx *c, int64_t n, int64_t p0, int64_t np, float *co
                 const char *xr = base + (size_t)ci * x->nb[2] + (size_t)iy * x->nb[1];
                 for (int64_t kx = 0; kx < KW; kx++) {
                     const int64_t ix = ox * c->s[0] - c->p[0] + kx * c->d[0];
-                    float v = 0.0f;
-                    if (ix >= 0 && ix < W) memcpy(&v, xr + (size_t)ix * x->nb[0], sizeof v);
-                    row[k++] = v;
+                    row[k++] = ix >= 0 && ix < W ? rb_cpu_load_f(x->dtype, xr + (size_t)ix * x->nb[0]) : 0.0f;
                 }
             }
     }
@@ -93,8 +92,8 @@ static void cg_task(void *arg, int ith, int nth) {
                     char *dch = dbase + (size_t)co * d->nb[2];
                     for (int q = 0; q < nc; q++) {
                         const int64_t p = p0 + q0 + q;
-                        const float v = tile[q * CG_TR + r] + b;
-                        memcpy(dch + (size_t)(p / Wo) * d->nb[1] + (size_t)(p % Wo) * d->nb[0], &v, sizeof v);
+                        rb_cpu_store_f(d->dtype, dch + (size_t)(p / Wo) * d->nb[1] + (size_t)(p % Wo) * d->nb[0],
+                                       tile[q * CG_TR + r] + b);
                     }
                 }
             }

@@ -151,6 +151,8 @@ static rb_status ew_run(rb_backend *be, ew_ctx *c) {
     return RB_OK;
 }
 
+void rb_cpu_unary_row(rb_unary_op op, const float *x, float *y, int64_t n) { unary_row(op, x, y, n); }
+
 rb_status rb_cpu_fill(rb_backend *be, rb_tensor *dst, float value) {
     ew_ctx c = {.kind = EW_FILL, .p0 = value, .dst = dst};
     return ew_run(be, &c);

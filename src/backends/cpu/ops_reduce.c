@@ -191,6 +191,8 @@ typedef struct gn_ctx {
     const rb_tensor *src, *w, *b;
     int n_groups;
     float eps;
+    bool has_act;      /* then act(...) of each value rounded through dst's dtype */
+    rb_unary_op act;
     char *scratch;
     size_t stride;
 } gn_ctx;
@@ -224,20 +226,40 @@ static void gn_task(void *p, int ith, int nth) {
             for (int64_t h = 0; h < H; h++) {
                 rb_cpu_row_to_f32(c->cb, s->dtype, rb_cpu_row(s, h, ch, in), s->nb[0], x, W);
                 for (int64_t i = 0; i < W; i++) x[i] = x[i] * k + off;
+                if (c->has_act) {
+                    if (c->dst->dtype != RB_F32) /* as the unfused pair: stored, then reloaded */
+                        for (int64_t i = 0; i < W; i++) {
+                            char v[4];
+                            rb_cpu_store_f(c->dst->dtype, v, x[i]);
+                            x[i] = rb_cpu_load_f(c->dst->dtype, v);
+                        }
+                    rb_cpu_unary_row(c->act, x, x, W);
+                }
                 rb_cpu_row_from_f32(c->cb, c->dst->dtype, x, rb_cpu_row(c->dst, h, ch, in), c->dst->nb[0], W);
             }
         }
     }
 }
 
+static rb_status gn_run(rb_backend *be, gn_ctx *c) {
+    rb_cpu_backend *cb = rb_cpu(be);
+    if (rb_tensor_nelements(c->src) == 0) return RB_OK;
+    c->cb = cb;
+    int nth = rb_cpu_threads_for(cb, rb_tensor_nelements(c->src) * 4);
+    c->scratch = rb_cpu_scratch_threads(cb, nth, (size_t)c->src->ne[0] * sizeof(float), &c->stride);
+    if (!c->scratch) return RB_E_NOMEM;
+    rb_cpu_parallel(cb, nth, gn_task, c);
+    return RB_OK;
+}
+
 rb_status rb_cpu_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                             const rb_tensor *b, float eps) {
-    rb_cpu_backend *cb = rb_cpu(be);
-    if (rb_tensor_nelements(src) == 0) return RB_OK;
-    gn_ctx c = {.cb = cb, .dst = dst, .src = src, .w = w, .b = b, .n_groups = n_groups, .eps = eps};
-    int nth = rb_cpu_threads_for(cb, rb_tensor_nelements(src) * 4);
-    c.scratch = rb_cpu_scratch_threads(cb, nth, (size_t)src->ne[0] * sizeof(float), &c.stride);
-    if (!c.scratch) return RB_E_NOMEM;
-    rb_cpu_parallel(cb, nth, gn_task, &c);
-    return RB_OK;
+    gn_ctx c = {.dst = dst, .src = src, .w = w, .b = b, .n_groups = n_groups, .eps = eps};
+    return gn_run(be, &c);
+}
+
+rb_status rb_cpu_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups,
+                                const rb_tensor *w, const rb_tensor *b, float eps, rb_unary_op act) {
+    gn_ctx c = {.dst = dst, .src = src, .w = w, .b = b, .n_groups = n_groups, .eps = eps, .has_act = true, .act = act};
+    return gn_run(be, &c);
 }

@@ -15,4 +15,5 @@ list(APPEND RB_CPU_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_conv.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_conv_gemm.c
   ${CMAKE_CURRENT_SOURCE_DIR}/ops_upsample.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/ops_moe.c
 )

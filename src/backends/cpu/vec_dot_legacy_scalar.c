@@ -85,3 +85,21 @@ void rb_vd_q8_0_scalar(int64_t n, float *s, const void *vx, const void *vy) {
     }
     *s = sum;
 }
+
+/* mxfp4 against q8_0 (same 32-element blocks): per block, the block scales
+ * 2^(e-128) * d_y times the integer dot of table values and activation quants. */
+void rb_vd_mxfp4_scalar(int64_t n, float *s, const void *vx, const void *vy) {
+    const rb_block_mxfp4 *x = vx;
+    const rb_block_q8_0 *y = vy;
+    const int64_t nb = n / RB_QK_MXFP4;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t acc = 0;
+        for (int j = 0; j < RB_QK_MXFP4 / 2; j++) {
+            acc += (int32_t)rb_mxfp4_values[x[b].qs[j] & 0x0F] * y[b].qs[j];
+            acc += (int32_t)rb_mxfp4_values[x[b].qs[j] >> 4] * y[b].qs[j + RB_QK_MXFP4 / 2];
+        }
+        sum += rb_e8m0_half_to_f32(x[b].e) * rb_f16_to_f32(y[b].d) * (float)acc;
+    }
+    *s = sum;
+}

@@ -1,6 +1,8 @@
 /* Tensor-core flash attention for prefill (included by ops_attention.cu):
  * 16-bit K/V (f16 or bf16) with contiguous, 16-byte aligned rows and equal
- * head dims D = Dv. A block of 4 warps takes 64 "rows" of one kv head - row
+ * head dims D = Dv (a multiple of 8; a D that is not a multiple of 16, as
+ * 40, is padded to one in shared memory with zero columns, which add
+ * nothing to Q K^T and give output columns that are not stored). A block of 4 warps takes 64 "rows" of one kv head - row
  * r is query r / R of query head g R + r % R (R = Hq / Hkv), so grouped
  * heads share every K/V tile - and walks the keys BN at a time: K and V
  * tiles are copied to shared memory (double-buffered with cp.async on
@@ -37,9 +39,13 @@ __host__ __device__ constexpr int att_tc_bn(int D) {
 #endif
 }
 
+/* the head dim as the tile products see it: D rounded up to 16 */
+__host__ __device__ constexpr int att_tc_dp(int D) { return (D + 15) / 16 * 16; }
+
 /* dynamic shared memory of k_att_tc<.., D, ..> in bytes */
 __host__ __device__ constexpr size_t att_tc_smem(int D) {
-    return 2 * ((size_t)ATT_TC_BM * (D + 8) + (size_t)2 * RB_TILE_STAGES * att_tc_bn(D) * (D + 8) +
+    return 2 * ((size_t)ATT_TC_BM * (att_tc_dp(D) + 8) +
+                (size_t)2 * RB_TILE_STAGES * att_tc_bn(D) * (att_tc_dp(D) + 8) +
                 (RB_TILE_STAGES == 1 ? (size_t)ATT_TC_BM * (att_tc_bn(D) + 8) : 0));
 }
 
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
 #if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); /* the host launches this on sm_80+ only */
 #else
-    constexpr int BM = ATT_TC_BM, BN = att_tc_bn(D), LD = D + 8, LDP = BN + 8, NST = RB_TILE_STAGES;
+    constexpr int BM = ATT_TC_BM, BN = att_tc_bn(D), DP = att_tc_dp(D), LD = DP + 8, LDP = BN + 8,
+                  NST = RB_TILE_STAGES;
     extern __shared__ __align__(16) unsigned char att_tc_sh[];
     uint16_t *sQ = (uint16_t *)att_tc_sh;
     uint16_t *sK = sQ + BM * LD;        /* [NST][BN][LD] */
@@ -103,13 +110,21 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
     const int64_t gk = blockIdx.y % Hkv, b = blockIdx.y / Hkv, row0 = tile * BM;
     const int split = blockIdx.z;
 
-    /* positions of the block's rows, and Q scaled into shared */
+    /* the padding columns of the K and V stages: zero once (loads never write them) */
+    constexpr int PADC = DP > D ? (DP - D) / 8 : 1; /* 16-byte pieces of padding a row */
+    if (DP != D)
+        for (int e = tid; e < NST * BN * PADC; e += ATT_TC_THREADS) {
+            const int r = e / PADC, c = D + (e % PADC) * 8;
+            tile_zero16(sK + r * LD + c);
+            tile_zero16(sV + r * LD + c);
+        }
+    /* positions of the block's rows, and Q scaled into shared (zero padding columns) */
     if (tid < BM) s_pos[tid] = row0 + tid < nrows ? att_pos(a, (row0 + tid) / R) : 0;
-    for (int e = tid; e < BM * (D / 2); e += ATT_TC_THREADS) {
-        const int r = e / (D / 2), d = (e % (D / 2)) * 2;
+    for (int e = tid; e < BM * (DP / 2); e += ATT_TC_THREADS) {
+        const int r = e / (DP / 2), d = (e % (DP / 2)) * 2;
         const int64_t gr = row0 + r;
         float x0 = 0.0f, x1 = 0.0f;
-        if (gr < nrows) {
+        if (gr < nrows && d < D) {
             const int64_t i = gr / R, h = gk * R + gr % R;
             const char *qr = q.p + i * q.nb[1] + h * q.nb[2] + b * q.nb[3];
             x0 = ldf(q.dt, qr + d * q.nb[0]) * a.scale;
@@ -165,9 +180,9 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
 
     const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb_ = v.p + gk * v.nb[2] + b * v.nb[3];
     const int64_t ia = (row0 + ra) / R, ib = (row0 + rb) / R;
-    float o[D / 8][4];
+    float o[DP / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    for (int nt = 0; nt < DP / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
     const float L2E = 1.4426950408889634f;
 
@@ -199,7 +214,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         if (live) {
-            tile_abt<BF, D, BN, LD>(s, sQ + w * 16 * LD, tk, lane);
+            tile_abt<BF, DP, BN, LD>(s, sQ + w * 16 * LD, tk, lane);
             /* every element visible to every row of the warp: no per-element test */
             const bool full = wall && j0 + BN <= hi && (!a.causal || j0 + BN - 1 <= (int64_t)wmin) &&
                               (a.window <= 0 || j0 > (int64_t)wmax - a.window);
@@ -238,7 +253,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
             la *= ca;
             lb *= cb;
 #pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
+            for (int nt = 0; nt < DP / 8; nt++) {
                 o[nt][0] *= ca;
                 o[nt][1] *= ca;
                 o[nt][2] *= cb;
@@ -254,7 +269,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
                 lb += s[nt][2] + s[nt][3];
             }
         }
-        tile_pv<BF, BN, D, LD, LDP>(o, s, tv, sP + w * 16 * LDP, lane, live);
+        tile_pv<BF, BN, DP, LD, LDP>(o, s, tv, sP + w * 16 * LDP, lane, live);
         if (NST == 2) __syncthreads(); /* the stage is consumed before it is refilled */
     }
     la += RB_SHFL_XOR32(la, 1);
@@ -285,8 +300,8 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
 #pragma unroll
             for (int nt = 0; nt < D / 8; nt++) {
                 const int64_t d = nt * 8 + 2 * t4;
-                *(float *)(dr + d * dst.nb[0]) = o[nt][2 * half] * inv;
-                *(float *)(dr + (d + 1) * dst.nb[0]) = o[nt][2 * half + 1] * inv;
+                stf(dst.dt, dr + d * dst.nb[0], o[nt][2 * half] * inv);
+                stf(dst.dt, dr + (d + 1) * dst.nb[0], o[nt][2 * half + 1] * inv);
             }
         }
     }

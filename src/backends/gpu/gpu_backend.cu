@@ -490,10 +490,6 @@ static const rb_graph_vtable k_gpu_graph_vtable = {g_capture_begin, g_capture_en
 static rb_status unsupported(rb_backend *be, const char *op) {
     return rb_backend_fail(be, RB_E_UNSUPPORTED, "%s is not implemented on the GPU backend (%s)", op, be->name);
 }
-static rb_status g_group_norm(rb_backend *be, rb_tensor *, const rb_tensor *, int, const rb_tensor *,
-                              const rb_tensor *, float) {
-    return unsupported(be, "rb_group_norm");
-}
 static rb_status g_index_select(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, int) {
     return unsupported(be, "rb_index_select");
 }
@@ -507,12 +503,11 @@ static rb_status g_conv1d(rb_backend *be, rb_tensor *, const rb_tensor *, const 
                           int, int, int) {
     return unsupported(be, "rb_conv1d");
 }
-static rb_status g_conv2d(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *,
-                          const int[2], const int[2], const int[2], int) {
-    return unsupported(be, "rb_conv2d");
+static rb_status g_matmul_id(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, const rb_tensor *) {
+    return unsupported(be, "rb_matmul_id");
 }
-static rb_status g_upsample(rb_backend *be, rb_tensor *, const rb_tensor *, rb_upsample_mode) {
-    return unsupported(be, "rb_upsample");
+static rb_status g_swiglu_clamp(rb_backend *be, rb_tensor *, const rb_tensor *, const rb_tensor *, float, float) {
+    return unsupported(be, "rb_swiglu_clamp");
 }
 
 /* Page-locked host memory (rb_backend_host_alloc): copies into it run as
@@ -547,10 +542,10 @@ static const rb_backend_vtable k_gpu_vtable = {
     g_buffer_set,      g_buffer_get,   g_buffer_copy,  gpu_fill,       gpu_affine,         gpu_unary,
     gpu_binary,        gpu_where,      gpu_glu,        gpu_cast,       gpu_reduce,         gpu_softmax,
     gpu_rms_norm,      gpu_add_rms_norm,
-    gpu_layer_norm,    g_group_norm,   gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
-    g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           g_conv2d,
-    g_upsample,        gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
-    g_buffer_wrap_host,
+    gpu_layer_norm,    gpu_group_norm, gpu_get_rows,   g_index_select, gpu_set_rows,       g_argsort,
+    g_topk,            gpu_matmul,     gpu_rope,       gpu_attention,  g_conv1d,           gpu_conv2d,
+    gpu_upsample,      gpu_matmul_fused, g_host_alloc,   g_host_free,    g_buffer_set_queued,
+    g_buffer_wrap_host, gpu_group_norm_act, g_matmul_id, g_swiglu_clamp,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

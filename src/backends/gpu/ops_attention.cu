@@ -1,10 +1,12 @@
 /* GPU fused attention: picks one of three kernels and merges key splits.
  *  - Tensor cores (att_tc.cuh) for prefill: 16-bit K/V with aligned rows,
- *    D = Dv in {64, 80, 96, 128, 256}, Tq >= 16.
- *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries;
- *    for D = 64 and 128 in wide blocks (att_decode_wide.cuh).
+ *    D = Dv in {40, 64, 80, 96, 128, 160, 256}, Tq >= 16 (the image tokens
+ *    and text context of the diffusion UNets: heads of 40, 64, 80, 160).
+ *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries,
+ *    D in {64, 80, 96, 128, 256} and an f32 dst; for D = 64 and 128 in wide
+ *    blocks (att_decode_wide.cuh).
  *  - Generic (here), exact f32 math for everything else (f32 K/V, any
- *    strides and head dims): one warp per (query, query head, batch, key
+ *    strides and head dims up to 512): one warp per (query, query head, batch, key
  *    split) walks its keys RB_WARP at a time - each lane scores one key
  *    against the query held in shared memory, the warp keeps a running max
  *    and sum (online softmax), and the lanes accumulate the value rows split
@@ -29,7 +31,7 @@
 namespace RB_GPU_NS {
 
 #define ATT_THREADS 128
-#define ATT_DV_MAX 256
+#define ATT_DV_MAX 512 /* the VAE's mid-block attention: one head of 512 */
 #define ATT_ACC (ATT_DV_MAX / RB_WARP)
 
 __device__ __forceinline__ float dot_q_k(const float *qs, const gt &k, const char *kr, int64_t D, int kvec) {
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
 #pragma unroll
     for (int t = 0; t < ATT_ACC; t++) {
         const int64_t d = lane + (int64_t)t * RB_WARP;
-        if (d < Dv) *(float *)(dr + d * dst.nb[0]) = acc[t] * inv;
+        if (d < Dv) stf(dst.dt, dr + d * dst.nb[0], acc[t] * inv);
     }
 }
 
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS) k_att_merge(gt dst, const f
             float acc = 0.0f;
             for (int s = 0; s < nsplit; s++)
                 if (wsh[s] != 0.0f) acc += wsh[s] * pp[s * (Dv + 2) + 2 + d];
-            *(float *)(dr + d * dst.nb[0]) = acc * inv;
+            stf(dst.dt, dr + d * dst.nb[0], acc * inv);
         }
         __syncthreads(); /* wsh and red are reused by the next row */
     }
@@ -185,7 +187,11 @@ static int64_t att_dec_hb(int64_t R, int64_t nw) {
     return 1;
 }
 
-static bool att_tc_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
+static bool att_tc_dim(int64_t D) {
+    return D == 40 || D == 64 || D == 80 || D == 96 || D == 128 || D == 160 || D == 256;
+}
+
+static bool att_dec_dim(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
 
 /* the device runs the tensor-core kernel (CUDA: mma.sync needs sm_80) */
 static bool att_tc_device(gpu_backend *g) {
@@ -202,8 +208,8 @@ static bool att_tc_device(gpu_backend *g) {
 #endif
 }
 
-static att_kernel att_choose(gpu_backend *g, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
-                             const rb_attn_params *p) {
+static att_kernel att_choose(gpu_backend *g, const rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
+                             const rb_tensor *v, const rb_attn_params *p) {
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], Dv = v->ne[0];
     const char *env = getenv("RBEE_GPU_ATTN");
     if (env && strcmp(env, "generic") == 0) return ATT_GENERIC;
@@ -212,6 +218,8 @@ static att_kernel att_choose(gpu_backend *g, const rb_tensor *q, const rb_tensor
     if (D != Dv || !att_tc_dim(D) || k->dtype != v->dtype || !att_rows16(k) || !att_rows16(v))
         return ATT_GENERIC;
     if (Tq >= 16 && !(env && strcmp(env, "notc") == 0) && att_tc_device(g)) return ATT_TC;
+    /* the decode kernels store f32 rows of their head dims */
+    if (dst->dtype != RB_F32 || !att_dec_dim(D)) return ATT_GENERIC;
     /* the decode kernel's per-row-group counters must cover every group */
     const int64_t nw = ATT_DEC_THREADS / g->warp, R = q->ne[2] / k->ne[2];
     if (!g->att_cnt || q->ne[3] * Tq * k->ne[2] * (R / att_dec_hb(R, nw)) > ATT_DEC_COUNTERS) return ATT_GENERIC;
@@ -250,10 +258,12 @@ template <bool BF>
 static rb_status att_tc_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
                                  const gt &v, const gt &mk, const att_args &a) {
     switch (D) {
+    case 40: return att_launch_tc<BF, 40>(be, grid, dst, q, k, v, mk, a);
     case 64: return att_launch_tc<BF, 64>(be, grid, dst, q, k, v, mk, a);
     case 80: return att_launch_tc<BF, 80>(be, grid, dst, q, k, v, mk, a);
     case 96: return att_launch_tc<BF, 96>(be, grid, dst, q, k, v, mk, a);
     case 128: return att_launch_tc<BF, 128>(be, grid, dst, q, k, v, mk, a);
+    case 160: return att_launch_tc<BF, 160>(be, grid, dst, q, k, v, mk, a);
     default: return att_launch_tc<BF, 256>(be, grid, dst, q, k, v, mk, a);
     }
 }
@@ -408,6 +418,7 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     gpu_backend *g = gb(be);
     const int64_t D = q->ne[0], Tq = q->ne[1], Hq = q->ne[2], B = q->ne[3], Tk = k->ne[1], Hkv = k->ne[2];
     const int64_t Dv = v->ne[0];
+    if (p->sinks) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: attention sinks are not on the GPU yet");
     if (Dv > ATT_DV_MAX || D > 512)
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_attention: head dims D = %lld, Dv = %lld exceed the GPU kernel's limits (512, %d)",
@@ -423,7 +434,7 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         a.qpos = (const char *)p->q_pos->buf->impl + p->q_pos->offs;
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
     }
-    const att_kernel kern = att_choose(g, q, k, v, p);
+    const att_kernel kern = att_choose(g, dst, q, k, v, p);
     if (kern == ATT_DECODE)
         return att_dw_ok(g, q) ? att_dw_run(be, dst, q, k, v, p, a) : att_dec_run(be, dst, q, k, v, p, a);
     const char *kp = (const char *)k->buf->impl + k->offs;

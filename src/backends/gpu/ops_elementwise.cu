@@ -63,8 +63,8 @@ __global__ void k_glu(gt d, gt g, gt u, int act, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
         unravel(i, d.ne, c);
-        const float a = apply_unary(act, *(const float *)(g.p + boffs(g, c)));
-        *(float *)(d.p + boffs(d, c)) = a * *(const float *)(u.p + boffs(u, c));
+        const float a = apply_unary(act, ldf(g.dt, g.p + boffs(g, c)));
+        stf(d.dt, d.p + boffs(d, c), a * ldf(u.dt, u.p + boffs(u, c)));
     }
 }
 
@@ -146,6 +146,84 @@ __global__ void k_convert_rows(gt d, gt s, int64_t nrows) {
     }
 }
 
+/* Same-dtype copy over rows (rows4_pair, one dtype): 4 elements a thread
+ * as raw 8- or 16-byte moves, the bits unchanged (the UNet's concatenation
+ * of the hidden state and a skip into channel slices). */
+__global__ void k_copy_rows(gt d, gt s, int64_t nrows) {
+    const int q = (int)(d.ne[0] / 4);
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
+        const char *sr = row_at(s, d.ne, r);
+        char *dr = row_at(d, d.ne, r);
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < q; j += gridDim.x * blockDim.x) {
+            if (d.dt == RB_F32) *(uint4 *)(dr + (int64_t)j * 16) = *(const uint4 *)(sr + (int64_t)j * 16);
+            else *(uint2 *)(dr + (int64_t)j * 8) = *(const uint2 *)(sr + (int64_t)j * 8);
+        }
+    }
+}
+
+/* A transposing copy (the diffusion networks' image <-> token layouts):
+ * src contiguous along dim 1, dst along dim 0, float dtypes. 32 x 32 tiles
+ * of dims 0 and 1 through shared memory, so both the loads and the stores
+ * run along contiguous memory; blockIdx.z walks dims 2 and 3. */
+#define TR_TILE 32
+__global__ void k_transpose(gt d, gt s) {
+    __shared__ float t[TR_TILE][TR_TILE + 1];
+    const int64_t i0b = (int64_t)blockIdx.x * TR_TILE, i1b = (int64_t)blockIdx.y * TR_TILE, n23 = d.ne[2] * d.ne[3];
+    for (int64_t z = blockIdx.z; z < n23; z += gridDim.z) {
+        const int64_t i2 = z % d.ne[2], i3 = z / d.ne[2];
+        const char *sp = s.p + i2 * s.nb[2] + i3 * s.nb[3];
+        char *dp = d.p + i2 * d.nb[2] + i3 * d.nb[3];
+        for (int r = threadIdx.y; r < TR_TILE; r += blockDim.y) { /* along dim 1: contiguous in src */
+            const int64_t i0 = i0b + r, i1 = i1b + threadIdx.x;
+            if (i0 < d.ne[0] && i1 < d.ne[1]) t[r][threadIdx.x] = ldf(s.dt, sp + i0 * s.nb[0] + i1 * s.nb[1]);
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < TR_TILE; r += blockDim.y) { /* along dim 0: contiguous in dst */
+            const int64_t i0 = i0b + threadIdx.x, i1 = i1b + r;
+            if (i0 < d.ne[0] && i1 < d.ne[1]) stf(d.dt, dp + i0 * d.nb[0] + i1 * d.nb[1], t[threadIdx.x][r]);
+        }
+        __syncthreads();
+    }
+}
+
+/* dst and src (same shape) are a k_transpose pair */
+static bool transpose_ok(const gt &d, const gt &s) {
+    const int64_t ed = d.dt == RB_F32 ? 4 : 2, es = s.dt == RB_F32 ? 4 : 2;
+    const bool fl = (d.dt == RB_F32 || d.dt == RB_F16 || d.dt == RB_BF16) &&
+                    (s.dt == RB_F32 || s.dt == RB_F16 || s.dt == RB_BF16);
+    return fl && d.nb[0] == ed && s.nb[1] == es && s.nb[0] != es && d.ne[1] > 1 && d.ne[0] > 1 &&
+           (d.ne[0] + TR_TILE - 1) / TR_TILE <= 0x7fffffffLL && (d.ne[1] + TR_TILE - 1) / TR_TILE <= 65535;
+}
+
+static void transpose_launch(gpu_backend *g, const gt &d, const gt &s) {
+    const int64_t n23 = d.ne[2] * d.ne[3];
+    const dim3 grid((unsigned)((d.ne[0] + TR_TILE - 1) / TR_TILE), (unsigned)((d.ne[1] + TR_TILE - 1) / TR_TILE),
+                    (unsigned)(n23 < 1 ? 1 : n23 > 65535 ? 65535 : n23));
+    k_transpose<<<grid, dim3(TR_TILE, 8), 0, g->stream>>>(d, s);
+}
+
+/* binary over rows of dst (rows4_ok): each operand either has dst's rows
+ * (vec: 4-wide loads) or one element per row (ne[0] == 1, repeated), its
+ * broadcast dims with byte stride 0 (bin_operand) so row_at finds its row */
+__global__ void k_binary_rows(gt d, gt a, gt b, int op, int avec, int bvec, int64_t nrows) {
+    const int q = (int)(d.ne[0] / 4);
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
+        const char *ar = row_at(a, d.ne, r), *br = row_at(b, d.ne, r);
+        char *dr = row_at(d, d.ne, r);
+        const float as = avec ? 0.0f : ldf(a.dt, ar), bs = bvec ? 0.0f : ldf(b.dt, br);
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < q; j += gridDim.x * blockDim.x) {
+            float x[4], y[4];
+            if (avec) ld4(a.dt, ar + (int64_t)j * 4 * a.nb[0], x);
+            else x[0] = x[1] = x[2] = x[3] = as;
+            if (bvec) ld4(b.dt, br + (int64_t)j * 4 * b.nb[0], y);
+            else y[0] = y[1] = y[2] = y[3] = bs;
+#pragma unroll
+            for (int t = 0; t < 4; t++) x[t] = apply_binary(op, x[t], y[t]);
+            st4(d.dt, dr + (int64_t)j * 4 * d.nb[0], x);
+        }
+    }
+}
+
 __global__ void k_glu_rows(gt d, gt g, gt u, int act, int64_t nrows) {
     rb_grid_dep_trigger();
     rb_grid_dep_wait(); /* launched with gpu_pdl_small */
@@ -154,9 +232,12 @@ __global__ void k_glu_rows(gt d, gt g, gt u, int act, int64_t nrows) {
         const char *gr = row_at(g, d.ne, r), *ur = row_at(u, d.ne, r);
         char *dr = row_at(d, d.ne, r);
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < q; j += gridDim.x * blockDim.x) {
-            const float4 a = *(const float4 *)(gr + (int64_t)j * 16), b = *(const float4 *)(ur + (int64_t)j * 16);
-            *(float4 *)(dr + (int64_t)j * 16) = make_float4(apply_unary(act, a.x) * b.x, apply_unary(act, a.y) * b.y,
-                                                            apply_unary(act, a.z) * b.z, apply_unary(act, a.w) * b.w);
+            float a[4], b[4];
+            ld4(g.dt, gr + (int64_t)j * 4 * g.nb[0], a);
+            ld4(u.dt, ur + (int64_t)j * 4 * u.nb[0], b);
+#pragma unroll
+            for (int t = 0; t < 4; t++) a[t] = apply_unary(act, a[t]) * b[t];
+            st4(d.dt, dr + (int64_t)j * 4 * d.nb[0], a);
         }
     }
 }
@@ -240,9 +321,34 @@ rb_status gpu_unary(rb_backend *be, rb_unary_op op, rb_tensor *dst, const rb_ten
     return gpu_check_launch(be, "unary");
 }
 
+/* An operand of k_binary_rows: its broadcast dims 1..3 get byte stride 0;
+ * *vec = rows of dst's width read 4 at a time (aligned, contiguous f32 /
+ * f16 / bf16), else one element per row (ne[0] == 1). false: neither. */
+static bool bin_operand(const gt &d, gt *x, int *vec) {
+    if (x->dt != RB_F32 && x->dt != RB_F16 && x->dt != RB_BF16) return false;
+    for (int k = 1; k < 4; k++)
+        if (x->ne[k] == 1 && d.ne[k] != 1) x->nb[k] = 0;
+    if (x->ne[0] == 1 && d.ne[0] != 1) {
+        *vec = 0;
+        return true;
+    }
+    const int64_t es = x->dt == RB_F32 ? 4 : 2, al = 4 * es;
+    *vec = 1;
+    return x->ne[0] == d.ne[0] && x->nb[0] == es && (uintptr_t)x->p % al == 0 && x->nb[1] % al == 0 &&
+           x->nb[2] % al == 0 && x->nb[3] % al == 0;
+}
+
 rb_status gpu_binary(rb_backend *be, rb_binary_op op, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
     const int64_t n = nel(dst);
     if (n == 0) return RB_OK;
+    const gt d = gview(dst);
+    gt av = gview(a), bv = gview(b);
+    int avec = 0, bvec = 0;
+    if (rows4_ok(d) && bin_operand(d, &av, &avec) && bin_operand(d, &bv, &bvec)) {
+        k_binary_rows<<<rows_grid(d, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(d, av, bv, (int)op, avec, bvec,
+                                                                                   d.ne[1] * d.ne[2] * d.ne[3]);
+        return gpu_check_launch(be, "binary");
+    }
     k_binary<<<gpu_blocks(n, EW_THREADS), EW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(a), gview(b), (int)op, n);
     return gpu_check_launch(be, "binary");
 }
@@ -302,6 +408,8 @@ rb_status gpu_copy_view(rb_backend *be, const gt &dst, const gt &src) {
     else if (rows4_pair(dst, src))
         (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_convert_rows, rows_grid(dst, EW_THREADS), dim3(EW_THREADS), 0,
                              dst, src, dst.ne[1] * dst.ne[2] * dst.ne[3]);
+    else if (transpose_ok(dst, src))
+        transpose_launch(gb(be), dst, src);
     else if (src.dt == dst.dt)
         (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, dst, src,
                              (int)rb_dtype_info(src.dt)->type_size, n);
@@ -323,12 +431,19 @@ rb_status gpu_cast(rb_backend *be, rb_tensor *dst, const rb_tensor *src) {
     const unsigned nb = gpu_blocks(n, EW_THREADS);
     if (gpu_quant_ok(src->dtype)) {
         k_dequant<<<nb, EW_THREADS, 0, st>>>(gview(dst), gview(src), n);
+    } else if (transpose_ok(gview(dst), gview(src))) {
+        transpose_launch(gb(be), gview(dst), gview(src));
     } else if (src->dtype == dst->dtype) {
         const int esz = (int)rb_dtype_info((int)src->dtype)->type_size;
         if (rb_tensor_is_contiguous(src) && rb_tensor_is_contiguous(dst)) {
             cudaError_t e = cudaMemcpyAsync(gview(dst).p, gview(src).p, (size_t)n * (size_t)esz,
                                             cudaMemcpyDeviceToDevice, st);
             return e == cudaSuccess ? RB_OK : gpu_fail(be, e, "cast copy");
+        }
+        if (rows4_pair(gview(dst), gview(src))) {
+            k_copy_rows<<<rows_grid(gview(dst), EW_THREADS), EW_THREADS, 0, st>>>(gview(dst), gview(src),
+                                                                                 dst->ne[1] * dst->ne[2] * dst->ne[3]);
+            return gpu_check_launch(be, "cast copy");
         }
         (void)gpu_launch_pdl(gb(be), gpu_pdl_small(), k_copy, dim3(nb), dim3(EW_THREADS), 0, gview(dst), gview(src),
                              esz, n);

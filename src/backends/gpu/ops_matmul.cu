@@ -304,7 +304,9 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     const size_t ces = ct == RB_F32 ? 4 : 2;
     const bool a_direct = a->dtype == ct && a->nb[0] == ces && a->nb[1] % ces == 0;
     const bool b_direct = b->dtype == ct && b->nb[0] == ces && b->nb[1] % ces == 0;
-    const bool c_direct = dst->dtype == RB_F32 && dst->nb[0] == 4 && dst->nb[1] % 4 == 0;
+    /* cuBLAS also writes 16-bit results of 16-bit operands (f32 accumulation) */
+    const bool c_half = !tiled && ct != RB_F32 && dst->dtype == ct && dst->nb[0] == 2 && dst->nb[1] % 2 == 0;
+    const bool c_direct = (dst->dtype == RB_F32 && dst->nb[0] == 4 && dst->nb[1] % 4 == 0) || c_half;
     size_t need = 0;
     if (!a_direct) need += up256((size_t)(N * K) * ces);
     if (!b_direct) need += up256((size_t)(M * K) * ces);
@@ -343,7 +345,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
             }
             if (s != RB_OK) return s;
             float *C = c_direct ? (float *)ds.p : c_buf;
-            const int64_t ldc = c_direct ? (int64_t)(dst->nb[1] / 4) : N;
+            const int64_t ldc = c_direct ? (int64_t)(dst->nb[1] / (c_half ? 2 : 4)) : N;
             if (tiled) {
                 s = gpu_gemm_tiled(be, A, lda, Bp, ldb, ct == RB_F16, C, N, M, K, ldc);
             } else {
@@ -351,8 +353,9 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                 const float alpha = 1.0f, beta = 0.0f;
                 const cudaDataType_t dt = ct == RB_F32 ? CUDA_R_32F : ct == RB_F16 ? CUDA_R_16F : CUDA_R_16BF;
                 cublasStatus_t bst = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, A,
-                                                  dt, (int)lda, Bp, dt, (int)ldb, &beta, C, CUDA_R_32F, (int)ldc,
-                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                                  dt, (int)lda, Bp, dt, (int)ldb, &beta, C,
+                                                  c_half ? dt : CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                                                  CUBLAS_GEMM_DEFAULT);
                 if (bst != CUBLAS_STATUS_SUCCESS) return blas_fail(be, bst);
 #endif
             }

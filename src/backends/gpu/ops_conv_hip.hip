@@ -1,0 +1,3 @@
+/* HIP build of ops_conv.cu: CMake cannot compile one file as both CUDA and HIP,
+ * so the ROCm library compiles this wrapper, which includes the CUDA source. */
+#include "backends/gpu/ops_conv.cu"

@@ -1,0 +1,196 @@
+/* Random-weight models at real shapes (rb_sd_model_create_random, for
+ * `rbee bench-sd --random`): every tensor of the published configs
+ * (sd_enum_*, sd_load_enum.c) filled with deterministic values scaled by
+ * 1/sqrt(fan_in) (norm weights 1, biases 0), stored in the load dtype and
+ * bound through the same sd_weights lookup hook a single-file checkpoint
+ * uses. */
+#include "sd/sd_pipeline_internal.h"
+
+#include "sd/sd_nets.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fill_ctx {
+    sd_name_map *map;
+    rb_dtype dtype; /* of matrices and kernels; 1-D tensors are f32 */
+    uint64_t seed, index;
+    size_t bytes;
+} fill_ctx;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* n uniform values in [-scale, scale) from xorshift64* (two per draw). */
+static void uniform(uint64_t *st, float *out, size_t n, float scale) {
+    uint64_t x = *st;
+    for (size_t i = 0; i < n; i += 2) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        const uint64_t r = x * 0x2545f4914f6cdd1dull;
+        out[i] = scale * ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        if (i + 1 < n) out[i + 1] = scale * ((float)((r >> 16) & 0xffffff) * (2.0f / 16777216.0f) - 1.0f);
+    }
+    *st = x;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static rb_status fill_one(void *vctx, const char *name, int nd, const int64_t *shape, rb_error *err) {
+    fill_ctx *f = vctx;
+    int64_t numel = 1, fan_in = 1;
+    for (int d = 0; d < nd; d++) {
+        if (shape[d] < 1) return rb_error_set(err, RB_E_INVALID, "random weights: %s has an empty dimension", name);
+        numel *= shape[d];
+        if (d > 0) fan_in *= shape[d];
+    }
+    const rb_dtype dt = nd >= 2 ? f->dtype : RB_F32;
+    const size_t es = rb_dtype_row_size(dt, 1);
+    if ((uint64_t)numel > ((uint64_t)1 << 40) / es) return rb_error_set(err, RB_E_RANGE, "random weights: %s too large", name);
+    void *data = malloc((size_t)numel * es);
+    if (!data) return rb_error_set(err, RB_E_NOMEM, "random weights: out of memory for %s", name);
+    uint64_t s = f->seed ^ (0x5851f42d4c957f2dull * ++f->index);
+    (void)splitmix(&s);
+    s = splitmix(&s) | 1u; /* xorshift state: never 0 */
+    float scale = 0.0f, base = 0.0f;
+    if (nd == 1) {
+        base = ends_with(name, ".weight") ? 1.0f : 0.0f; /* norm weights 1, biases 0 */
+    } else if (strstr(name, "embedding.weight") && strstr(name, "text_model.")) {
+        scale = 0.02f * 1.7320508f; /* token / position tables: std 0.02 */
+    } else {
+        scale = sqrtf(3.0f / (float)fan_in); /* uniform with std 1/sqrt(fan_in) */
+    }
+    float chunk[4096];
+    for (int64_t i0 = 0; i0 < numel; i0 += 4096) {
+        const size_t m = (size_t)(numel - i0 < 4096 ? numel - i0 : 4096);
+        if (scale != 0.0f)
+            uniform(&s, chunk, m, scale);
+        else
+            for (size_t i = 0; i < m; i++) chunk[i] = base;
+        if (dt == RB_F32)
+            memcpy((float *)data + i0, chunk, m * sizeof(float));
+        else if (dt == RB_F16)
+            rb_f32_to_f16_row(chunk, (rb_f16 *)data + i0, (int64_t)m);
+        else
+            rb_f32_to_bf16_row(chunk, (rb_bf16 *)data + i0, (int64_t)m);
+    }
+    rb_st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.n_dims = nd;
+    for (int d = 0; d < RB_MAX_DIMS; d++) t.ne[d] = 1;
+    for (int d = 0; d < nd; d++) t.ne[d] = shape[nd - 1 - d];
+    t.nbytes = (size_t)numel * es;
+    f->bytes += t.nbytes;
+    return sd_name_map_add_owned(f->map, name, &t, data, err);
+}
+
+static const rb_st_tensor *map_lookup(const sd_weights *w, const char *name) {
+    return sd_name_map_find((const sd_name_map *)w->lookup_ctx, name);
+}
+
+static rb_status bind_random(rb_sd_model *m, sd_name_map *map, const char *label, const rb_sd_load_opts *lo,
+                             sd_weights *ws, rb_error *err) {
+    return sd_weights_init(ws, NULL, false, map_lookup, map, label, m->be, lo, err);
+}
+
+rb_status rb_sd_model_create_random(const char *preset, rb_backend *be, const rb_sd_model_opts *opts, uint64_t seed,
+                                    rb_sd_model **out, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "sd random model: out is NULL");
+    *out = NULL;
+    if (!preset || !be) return rb_error_set(err, RB_E_INVALID, "sd random model: NULL argument");
+    rb_sd_arch arch;
+    rb_sd_family fam;
+    if (strcmp(preset, "sd15") == 0) {
+        arch = RB_SD_ARCH_SD1;
+        fam = RB_SD_FAMILY_SD1;
+    } else if (strcmp(preset, "sd21") == 0) {
+        arch = RB_SD_ARCH_SD2;
+        fam = RB_SD_FAMILY_SD2_V;
+    } else if (strcmp(preset, "sdxl") == 0) {
+        arch = RB_SD_ARCH_SDXL;
+        fam = RB_SD_FAMILY_SDXL;
+    } else {
+        return rb_error_set(err, RB_E_INVALID, "unknown random model '%s' (sd15, sd21 or sdxl)", preset);
+    }
+    rb_sd_model *m = NULL;
+    rb_status s = sd_model_new(be, "random", preset, &m, err);
+    if (s != RB_OK) return s;
+    m->arch = arch;
+    m->ldm = calloc(1, sizeof *m->ldm);
+    if (!m->ldm) {
+        rb_sd_model_free(m);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    }
+    m->ldm->family = arch == RB_SD_ARCH_SD1 ? SD_FAMILY_SD1 : arch == RB_SD_ARCH_SD2 ? SD_FAMILY_SD2 : SD_FAMILY_SDXL;
+    if ((s = rb_sd_sched_config_family(&m->sched, fam, err)) != RB_OK) goto fail;
+    sd_default_unet(arch, &m->unet_cfg);
+    sd_default_vae(arch, &m->vae_cfg);
+    m->has_unet_cfg = m->has_vae_cfg = true;
+    if (arch == RB_SD_ARCH_SD1) {
+        m->n_enc = 1;
+        sd_default_clip_l(&m->enc[0].cfg);
+    } else if (arch == RB_SD_ARCH_SD2) {
+        m->n_enc = 1;
+        sd_default_clip_h(&m->enc[0].cfg);
+        m->enc[0].open_clip = true;
+    } else {
+        m->n_enc = 2;
+        sd_default_clip_l(&m->enc[0].cfg);
+        sd_default_clip_g(&m->enc[1].cfg);
+        m->enc[1].open_clip = true;
+        m->force_zeros = true;
+    }
+    m->default_w = m->default_h = sd_default_size(arch, m->sched.prediction_type);
+    if ((s = sd_model_default_tokenizers(m, opts ? opts->vocab_path : NULL, NULL, false, err)) != RB_OK) goto fail;
+    const unsigned comp = sd_opts_components(opts);
+    rb_sd_load_opts lo;
+    sd_net_opts(opts, &lo);
+    fill_ctx f = {.dtype = lo.weight_dtype, .seed = seed};
+    sd_weights ws;
+    char label[64];
+    if (comp & RB_SD_LOAD_TEXT) {
+        for (int i = 0; i < m->n_enc; i++) {
+            f.map = i == 0 ? &m->ldm->text1 : &m->ldm->text2;
+            if ((s = sd_enum_clip(&m->enc[i].cfg, fill_one, &f, err)) != RB_OK) goto fail;
+            snprintf(label, sizeof label, "random %s text encoder %d", preset, i + 1);
+            if ((s = bind_random(m, f.map, label, &lo, &ws, err)) != RB_OK ||
+                (s = sd_clip_text_create(&m->enc[i].cfg, &ws, &m->enc[i].enc, err)) != RB_OK)
+                goto fail;
+        }
+    }
+    if (comp & RB_SD_LOAD_UNET) {
+        f.map = &m->ldm->unet;
+        if ((s = sd_enum_unet(&m->unet_cfg, fill_one, &f, err)) != RB_OK) goto fail;
+        snprintf(label, sizeof label, "random %s unet", preset);
+        if ((s = bind_random(m, f.map, label, &lo, &ws, err)) != RB_OK ||
+            (s = sd_unet_create(&m->unet_cfg, &ws, &m->unet, err)) != RB_OK)
+            goto fail;
+    }
+    if (comp & (RB_SD_LOAD_VAE_DECODER | RB_SD_LOAD_VAE_ENCODER)) {
+        m->vae_cfg.decoder_only = !(comp & RB_SD_LOAD_VAE_ENCODER);
+        f.map = &m->ldm->vae;
+        if ((s = sd_enum_vae(&m->vae_cfg, fill_one, &f, err)) != RB_OK) goto fail;
+        snprintf(label, sizeof label, "random %s vae", preset);
+        if ((s = bind_random(m, f.map, label, &lo, &ws, err)) != RB_OK ||
+            (s = sd_vae_create(&m->vae_cfg, &ws, &m->vae, err)) != RB_OK)
+            goto fail;
+    }
+    m->components = comp;
+    if ((s = sd_model_finish(m, opts, err)) != RB_OK) goto fail;
+    *out = m;
+    return RB_OK;
+fail:
+    rb_sd_model_free(m);
+    return s;
+}
