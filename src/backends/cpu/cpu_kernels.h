@@ -42,14 +42,30 @@ typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t
  * past nr are zero); gemm_packed then computes dst[c * ldd + r] for r < nr,
  * c < nc (any nc) from it and q8_0 activation rows, using each activation
  * row's per-block scale and sum (rb_act_aux, ld_aux entries per row); the
- * k-quant entries take q8_K activations and no aux. */
+ * k-quant entries take q8_K activations and no aux, the float entries (f32,
+ * f16, bf16 weights; block size 1) f32 activations and no aux. */
 typedef struct rb_act_aux {
     float d;     /* the block's scale as f32 */
     int32_t sum; /* sum of the block's 32 quants */
 } rb_act_aux;
+/* The weight rows the matmul packs next (rows of row_bytes, lda apart): a
+ * packed kernel that takes it spreads prefetches of `lines` more of their
+ * cache lines over its multiplications (pack_pull.h), so the next pack_rows
+ * reads them from cache instead of waiting on memory with nothing else to
+ * do. The caller splits the rows' lines over its calls. NULL, or rows == 0:
+ * nothing to fetch. */
+typedef struct rb_pack_prefetch {
+    const char *p;
+    size_t lda, row_bytes;
+    int rows;
+    size_t lines; /* lines this call issues */
+    int row;      /* progress: the next line is row `row`, byte `off` */
+    size_t off;
+} rb_pack_prefetch;
 typedef void (*rb_pack_rows_fn)(int64_t n, int nr, const void *x, size_t lda, void *out);
 typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                  const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+                                  const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd,
+                                  rb_pack_prefetch *pf);
 #define RB_CPU_PACK_ROWS 16
 /* Activation rows per gemm_packed call in the matmul (the float kernels hold
  * a 16 x 16 register tile; the others split it). */

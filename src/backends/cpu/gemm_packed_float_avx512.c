@@ -15,6 +15,7 @@
 #include "backends/cpu/pack_pull.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #define RB_AI static inline __attribute__((always_inline))
@@ -91,10 +92,13 @@ RB_AI __m512 pair_sums(__m512 lo, __m512 hi) {
     return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
 }
 
+/* element pairs between two prefetch steps */
+#define PF_PAIRS 16
+
 /* C activation rows against one packed group of 16 rows: per element pair,
  * one 8-byte broadcast of each activation row feeds two FMAs */
 RB_AI void f_cols(int64_t n, int nr, const char *pk, const char *y, size_t ldb, float *dst, size_t ldd,
-                  const int C) {
+                  rb_pack_prefetch *pf, size_t pf_per, const int C) {
     __m512 lo[8], hi[8];
     const char *yc[8];
     for (int c = 0; c < C; c++) {
@@ -103,6 +107,7 @@ RB_AI void f_cols(int64_t n, int nr, const char *pk, const char *y, size_t ldb, 
     }
     const int64_t np = n / 2;
     for (int64_t q = 0; q < np; q++) {
+        if (!(q % PF_PAIRS)) rb_pack_prefetch_lines(pf, pf_per);
         const __m512 a = _mm512_load_ps(pk + 128 * q), b = _mm512_load_ps(pk + 128 * q + 64);
         for (int c = 0; c < C; c++) {
             double yy;
@@ -125,21 +130,24 @@ RB_AI void f_cols(int64_t n, int nr, const char *pk, const char *y, size_t ldb, 
 }
 
 void rb_gemm_packed_float_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                 const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd) {
+                                 const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf) {
     (void)aux;
     (void)ld_aux;
+    const size_t steps = (size_t)((nc + 7) / 8) * (size_t)((n / 2 + PF_PAIRS - 1) / PF_PAIRS);
+    const size_t pf_per = rb_pack_prefetch_per_step(pf, steps);
     for (int c0 = 0; c0 < nc; c0 += 8) {
         const char *yc = (const char *)y + (size_t)c0 * ldb;
         float *d = dst + (size_t)c0 * ldd;
         switch (nc - c0 < 8 ? nc - c0 : 8) {
-        case 1: f_cols(n, nr, packed, yc, ldb, d, ldd, 1); break;
-        case 2: f_cols(n, nr, packed, yc, ldb, d, ldd, 2); break;
-        case 3: f_cols(n, nr, packed, yc, ldb, d, ldd, 3); break;
-        case 4: f_cols(n, nr, packed, yc, ldb, d, ldd, 4); break;
-        case 5: f_cols(n, nr, packed, yc, ldb, d, ldd, 5); break;
-        case 6: f_cols(n, nr, packed, yc, ldb, d, ldd, 6); break;
-        case 7: f_cols(n, nr, packed, yc, ldb, d, ldd, 7); break;
-        default: f_cols(n, nr, packed, yc, ldb, d, ldd, 8); break;
+        case 1: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 1); break;
+        case 2: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 2); break;
+        case 3: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 3); break;
+        case 4: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 4); break;
+        case 5: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 5); break;
+        case 6: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 6); break;
+        case 7: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 7); break;
+        default: f_cols(n, nr, packed, yc, ldb, d, ldd, pf, pf_per, 8); break;
         }
     }
+    rb_pack_prefetch_lines(pf, SIZE_MAX); /* what rounding left (or all, for n < 2) */
 }

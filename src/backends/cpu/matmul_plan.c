@@ -1,6 +1,7 @@
 /* The two parallel phases of rb_cpu_matmul (see matmul_plan.h): activation
  * conversion into scratch, then tiled dot products over the weight rows. */
 #include "backends/cpu/matmul_plan.h"
+#include "backends/cpu/pack_pull.h"
 
 #include <string.h>
 
@@ -159,6 +160,20 @@ static void pack_rows(const rb_mm_plan *p, const char *src, int nr, char *out) {
     }
 }
 
+/* The weight rows of work item it (a packed group): what the packed kernels
+ * prefetch while they multiply the group before it. */
+static void next_rows(const rb_mm_plan *p, int64_t it, rb_pack_prefetch *pf) {
+    const int R = p->tile_r;
+    const int64_t nblk = (p->N + R - 1) / R;
+    const int64_t batch = it / nblk, n0 = it % nblk * R;
+    const int64_t i2 = batch % p->B2, i3 = batch / p->B2;
+    pf->p = rb_cpu_data(&p->a) + (size_t)(i2 / p->r2) * p->a.nb[2] + (size_t)(i3 / p->r3) * p->a.nb[3] +
+            (size_t)n0 * p->a.nb[1];
+    pf->lda = p->a.nb[1];
+    pf->row_bytes = p->a_row;
+    pf->rows = (int)(p->N - n0 < R ? p->N - n0 : R);
+}
+
 void rb_mm_compute_task(void *ctx, int ith, int nth) {
     rb_mm_plan *p = ctx;
     const struct rb_cpu_kernels *k = p->k;
@@ -191,10 +206,16 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
             char *packed = p->pbuf + p->pbuf_stride * (size_t)ith;
             k->pack_rows[p->a.dtype](p->K, nr, arow, lda, packed);
             const rb_act_aux *aux = p->aux + (size_t)(batch * p->M) * p->ld_aux;
+            rb_pack_prefetch pf = {0};
+            if (it + 1 < hi) next_rows(p, it + 1, &pf);
+            const size_t pf_total = rb_pack_prefetch_total(&pf);
+            const int64_t ncalls = (p->M + C - 1) / C;
             for (int64_t m0 = 0; m0 < p->M; m0 += C) {
                 int nc = (int)(p->M - m0 < C ? p->M - m0 : C);
+                const int64_t call = m0 / C; /* this call's share of the next group's lines */
+                pf.lines = (size_t)(((int64_t)pf_total * (call + 1)) / ncalls - ((int64_t)pf_total * call) / ncalls);
                 k->gemm_packed[p->a.dtype](p->K, nr, nc, packed, acts + (size_t)m0 * p->row_b, p->row_b,
-                                           aux + (size_t)m0 * p->ld_aux, p->ld_aux, tile, (size_t)R);
+                                           aux + (size_t)m0 * p->ld_aux, p->ld_aux, tile, (size_t)R, &pf);
                 store_tile(p, tile, R, nr, nc, n0, m0, i2, i3);
             }
             continue;
