@@ -8,10 +8,9 @@
  * M activation rows (64 for a pp64 prompt), so packing must cost a small
  * fraction of the multiply. q4_K, q5_K and q6_K, the formats of the
  * llama-quantize mixes, are packed for all 16 rows at once without leaving
- * the vector registers: the rows' quant bytes are transposed as dwords
- * (16 x 16 in-register transposes) and unpacked after the transpose, so one
- * instruction unpacks 16 rows; the scales come in by gathers (one dword of
- * each row's block header per gather) and are decoded with rows in lanes.
+ * the vector registers: the rows' bytes are transposed as dwords (16 x 16
+ * in-register transposes) and unpacked after the transpose, so one
+ * instruction unpacks or decodes 16 rows.
  * q2_K and q3_K unpack one row at a time into natural order and transpose
  * that (simpler, slower; no default mix uses them for the big matrices).
  * Rows at or past nr are packed as zeros. */
@@ -55,40 +54,17 @@ RB_AI void transpose16(const __m512i a[16], __m512i out[16]) {
     }
 }
 
-/* Dwords 16 * i .. 16 * i + 15 at offset off of the 16 rows' blocks,
- * transposed (t[j] lane r = dword j); `dwords` < 16 loads only that many
- * (the rest of each row may lie past the tensor). */
-RB_AI void load_t(const char *xb, size_t lda, int nr, size_t off, int dwords, __m512i t[16]) {
+/* The 64 bytes at offset off of the 16 rows' blocks as dwords, transposed
+ * (t[j] lane r = dword j of row r); bytes < 64 loads only that many, zeros
+ * the rest (which may lie past the tensor). */
+RB_AI void load_t(const char *xb, size_t lda, int nr, size_t off, int bytes, __m512i t[16]) {
     __m512i a[16];
-    const __mmask16 m = dwords >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << dwords) - 1u);
-    for (int r = 0; r < 16; r++)
-        a[r] = r < nr ? _mm512_maskz_loadu_epi32(m, xb + (size_t)r * lda + off) : _mm512_setzero_si512();
+    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << bytes) - 1);
+    for (int r = 0; r < 16; r++) {
+        const char *p = xb + (size_t)r * lda + off;
+        a[r] = r >= nr ? _mm512_setzero_si512() : bytes >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(m, p);
+    }
     transpose16(a, t);
-}
-
-/* Gathers one dword of each of the 16 rows' blocks: vidx holds the rows'
- * byte offsets r * lda, rm the rows < nr (others read as 0). Rows too far
- * apart for 32-bit offsets are read one at a time. */
-typedef struct rows16 {
-    __m512i vidx;
-    __mmask16 rm;
-    int nr;
-    size_t lda;
-    int wide; /* 15 * lda does not fit an int32 */
-} rows16;
-
-static inline rows16 rows16_make(int nr, size_t lda) {
-    rows16 g = {.rm = (__mmask16)((1u << nr) - 1u), .nr = nr, .lda = lda, .wide = lda > (size_t)INT32_MAX / 16};
-    g.vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                _mm512_set1_epi32(g.wide ? 0 : (int)lda));
-    return g;
-}
-
-RB_AI __m512i gather_rows(const char *xb, const rows16 *g, size_t off) {
-    if (!g->wide) return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), g->rm, g->vidx, xb + off, 1);
-    _Alignas(64) int32_t v[16] = {0};
-    for (int r = 0; r < g->nr; r++) memcpy(&v[r], xb + (size_t)r * g->lda + off, 4);
-    return _mm512_load_si512(v);
 }
 
 /* f16 values in the low (hi == 0) or high half of each dword, as floats */
@@ -104,40 +80,47 @@ RB_AI __m512i byte_u(__m512i v, int j) { return _mm512_and_si512(_mm512_srli_epi
 #define OFF_MI(ng) (4096 + 64 * (ng))
 #define OFF_DM(ng) (4096 + 64 * (ng) + 512)
 
+/* qs chunk c (32 bytes, t[0..7] transposed): its low nibbles are elements
+ * 64c + l, its high nibbles 64c + 32 + l; q5_K adds bit 2c (low) / 2c + 1
+ * (high) of qh byte l (h[0..7] transposed) as bit 4. c is a constant at
+ * every call, so the shifts take immediates. */
+RB_AI void q45_chunk(const __m512i *t, const __m512i *h, const int c, const int q5, char *o) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    for (int k = 0; k < 8; k++) {
+        __m512i lo = _mm512_and_si512(t[k], m4), hi = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), m4);
+        if (q5) {
+            /* bit 2c to bit 4 (bits from the neighbour byte never reach bit 4 of a byte) */
+            const __m512i bl = c <= 2 ? _mm512_slli_epi32(h[k], 4 - 2 * c) : _mm512_srli_epi32(h[k], 2 * c - 4);
+            lo = _mm512_ternarylogic_epi32(lo, bl, m10, 0xF8); /* lo | (bl & m10) */
+            hi = _mm512_ternarylogic_epi32(hi, _mm512_srli_epi32(bl, 1), m10, 0xF8);
+        }
+        _mm512_store_si512(o + 64 * (16 * c + k), lo);
+        _mm512_store_si512(o + 64 * (16 * c + 8 + k), hi);
+    }
+}
+
 /* q4_K (q5 == 0) and q5_K: 8 groups of 32 with 6-bit scales and mins. */
 RB_AI void pack_q45(int64_t n, int nr, const char *x, size_t lda, char *out, const int q5) {
     const int64_t nsb = n / RB_QK_K;
     const size_t bsize = q5 ? sizeof(rb_block_q5_K) : sizeof(rb_block_q4_K);
     const size_t qs_off = q5 ? offsetof(rb_block_q5_K, qs) : offsetof(rb_block_q4_K, qs);
     const size_t pbytes = RB_CPU_PACK_KQ_BYTES(32);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m3f = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nsb; b++) {
         const char *xb = x + (size_t)b * bsize;
         char *o = out + (size_t)b * pbytes;
-        __m512i h[16];
-        if (q5) load_t(xb, lda, nr, offsetof(rb_block_q5_K, qh), 8, h); /* h[k] = qh bytes 4k..4k+3 */
-        for (int half = 0; half < 2; half++) {
-            __m512i t[16]; /* t[j]: qs dword 16 * half + j */
-            load_t(xb, lda, nr, qs_off + 64 * (size_t)half, 16, t);
-            for (int j = 0; j < 16; j++) {
-                /* qs chunk c (32 bytes): low nibbles are elements 64c + l, high 64c + 32 + l */
-                const int J = 16 * half + j, c = J / 8, k = J % 8;
-                __m512i lo = _mm512_and_si512(t[j], m4), hi = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), m4);
-                if (q5) { /* bit 2c (low) / 2c + 1 (high) of qh byte l becomes bit 4 */
-                    const int sl = 4 - 2 * c, sh = 3 - 2 * c;
-                    const __m512i bl = sl >= 0 ? _mm512_slli_epi32(h[k], (unsigned)sl) : _mm512_srli_epi32(h[k], (unsigned)-sl);
-                    const __m512i bh = sh >= 0 ? _mm512_slli_epi32(h[k], (unsigned)sh) : _mm512_srli_epi32(h[k], (unsigned)-sh);
-                    lo = _mm512_ternarylogic_epi32(lo, bl, m10, 0xF8); /* lo | (bl & m10) */
-                    hi = _mm512_ternarylogic_epi32(hi, bh, m10, 0xF8);
-                }
-                _mm512_store_si512(o + 64 * (16 * c + k), lo);
-                _mm512_store_si512(o + 64 * (16 * c + 8 + k), hi);
-            }
-        }
+        __m512i h[16], t[16];
+        if (q5) load_t(xb, lda, nr, offsetof(rb_block_q5_K, qh), 32, h); /* h[k] = qh bytes 4k..4k+3 */
+        load_t(xb, lda, nr, qs_off, 64, t); /* qs dwords 0..15: chunks 0, 1 */
+        q45_chunk(t, h, 0, q5, o);
+        q45_chunk(t + 8, h, 1, q5, o);
+        load_t(xb, lda, nr, qs_off + 64, 64, t); /* qs dwords 16..31: chunks 2, 3 */
+        q45_chunk(t, h, 2, q5, o);
+        q45_chunk(t + 8, h, 3, q5, o);
         /* header: d, dmin, then 12 bytes of scales / mins (dwords A, B, C) */
         __m512i hd[16];
-        load_t(xb, lda, nr, 0, 4, hd);
+        load_t(xb, lda, nr, 0, 16, hd);
         const __m512i D = hd[0], A = hd[1], B = hd[2], C = hd[3];
         const __m512 d = half_ps(D, 0), dmin = half_ps(D, 1);
         /* bytes g of sc_lo / sc_hi: scales 0-3 / 4-7; same for the mins */
@@ -167,7 +150,6 @@ void rb_pack_q6_K_avx512(int64_t n, int nr, const void *xv, size_t lda, void *ou
     char *out = outv;
     const int64_t nsb = n / RB_QK_K;
     const size_t pbytes = RB_CPU_PACK_KQ_BYTES(16);
-    const rows16 g16 = rows16_make(nr, lda);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* int16 pairs (scale 2p, scale 2p + 1) from the scale dword: bytes 2(p % 2), +1 to bytes 1, 3, then >> 8 */
     const __m512i pair_idx[2] = {
@@ -177,10 +159,10 @@ void rb_pack_q6_K_avx512(int64_t n, int nr, const void *xv, size_t lda, void *ou
         const char *xb = x + (size_t)b * sizeof(rb_block_q6_K);
         char *o = out + (size_t)b * pbytes;
         __m512i qh[16], ql[16];
-        load_t(xb, lda, nr, offsetof(rb_block_q6_K, qh), 16, qh); /* qh[j]: qh bytes 4j..4j+3 */
+        load_t(xb, lda, nr, offsetof(rb_block_q6_K, qh), 64, qh); /* qh[j]: qh bytes 4j..4j+3 */
         for (int h = 0; h < 2; h++) {
             /* ql[k] (k < 8): ql bytes 64h + 4k..; ql[8 + k]: 64h + 32 + 4k.. */
-            load_t(xb, lda, nr, offsetof(rb_block_q6_K, ql) + 64 * (size_t)h, 16, ql);
+            load_t(xb, lda, nr, offsetof(rb_block_q6_K, ql) + 64 * (size_t)h, 64, ql);
             for (int k = 0; k < 8; k++) {
                 /* element 128h + 32s + 4k..: ql nibble (low for s < 2) | qh bits 2s, 2s+1 at bits 4, 5 */
                 const __m512i hb = qh[8 * h + k];
@@ -194,10 +176,12 @@ void rb_pack_q6_K_avx512(int64_t n, int nr, const void *xv, size_t lda, void *ou
                 for (int s = 0; s < 4; s++) _mm512_store_si512(o + 64 * (32 * h + 8 * s + k), v[s]);
             }
         }
-        /* scales: 16 signed bytes at 192; d is the high half of the dword at 206 (the block ends at 210) */
-        const __m512 d = half_ps(gather_rows(xb, &g16, 206), 1);
+        /* scales: 16 signed bytes (dwords 0-3 from offset 192), then d */
+        __m512i hd[16];
+        load_t(xb, lda, nr, offsetof(rb_block_q6_K, scales), 18, hd);
+        const __m512 d = half_ps(hd[4], 0);
         for (int i = 0; i < 4; i++) {
-            const __m512i sc = gather_rows(xb, &g16, offsetof(rb_block_q6_K, scales) + 4 * (size_t)i);
+            const __m512i sc = hd[i];
             for (int j = 0; j < 4; j++) {
                 const __m512i s = _mm512_srai_epi32(_mm512_slli_epi32(sc, 24 - 8 * j), 24);
                 _mm512_store_ps(o + OFF_S + 64 * (4 * i + j), _mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
