@@ -16,9 +16,9 @@
  * Rows at or past nr are packed as zeros. */
 #include "backends/cpu/kernels_avx512.h"
 #include "backends/cpu/kernels_scalar.h"
-#include "backends/cpu/pack_pull.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
