@@ -430,78 +430,11 @@ static void test_kquant_matvec_and_packed(void **state) {
     }
 }
 
-/* The packed float prefill kernels (f32 / f16 / bf16 weights, f32
- * activations) against double references on the decoded weights: lengths
- * with every tail (odd, not a multiple of 16, a single element), a full and
- * a partial group of 16 rows, 11 activation rows (a register tile of 8 and
- * one of 3) whose rows are not 64-byte aligned; the prefetch request a
- * kernel is given is issued in full. Bound: f32 rounding of n products
- * summed in order, 1e-5 of sum |x_i y_i|. */
-static void test_float_packed(void **state) {
-    (void)state;
-    tu_rng r;
-    tu_rng_seed(&r, 7373);
-    const int NR = 19, NC = 11;
-    const int64_t lens[] = {1, 2, 15, 16, 17, 33, 203, 512};
-    const rb_dtype fts[3] = {RB_F32, RB_F16, RB_BF16};
-    int tested = 0;
-    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
-        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
-        for (int i = 0; i < 3; i++) {
-            const rb_dtype w = fts[i];
-            if (!k->pack_rows[w] || !k->gemm_packed[w]) continue;
-            assert_int_equal(k->vec_dot_type[w], RB_F32);
-            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-                const int64_t n = lens[li];
-                const size_t ldb = (size_t)n * 4 + 4; /* rows 4 bytes apart from the natural stride */
-                float *xw = malloc(sizeof(float) * (size_t)(n * NR));
-                char *ya = malloc(ldb * NC);
-                float *xa = malloc(sizeof(float) * (size_t)(n * NC));
-                assert_true(xw && ya && xa);
-                mm_fill(&r, xw, (size_t)(n * NR), 1.0f);
-                mm_fill(&r, xa, (size_t)(n * NC), 1.0f);
-                for (int c = 0; c < NC; c++) memcpy(ya + (size_t)c * ldb, xa + c * n, sizeof(float) * (size_t)n);
-                char *qw = mm_encode(w, xw, NR, n);
-                float *dw = mm_decode(w, qw, NR, n);
-                const size_t lda = rb_dtype_row_size(w, n);
-                assert_true(k->pack_bytes[w] > 0);
-                char *pk = aligned_alloc(64, ((size_t)n * k->pack_bytes[w] + 63) / 64 * 64);
-                assert_non_null(pk);
-                float out[NR * NC];
-                for (int r0 = 0; r0 < NR; r0 += RB_CPU_PACK_ROWS) {
-                    const int nr = NR - r0 < RB_CPU_PACK_ROWS ? NR - r0 : RB_CPU_PACK_ROWS;
-                    memset(pk, 0xA5, (size_t)n * k->pack_bytes[w]);
-                    k->pack_rows[w](n, nr, qw + (size_t)r0 * lda, lda, pk);
-                    for (int j = 0; j < NR * NC; j++) out[j] = NAN;
-                    rb_pack_prefetch pf = {.p = qw, .lda = lda, .row_bytes = lda, .rows = NR};
-                    pf.lines = rb_pack_prefetch_total(&pf);
-                    k->gemm_packed[w](n, nr, NC, pk, ya, ldb, NULL, 0, out, NR, &pf);
-                    assert_int_equal(pf.row, NR); /* every line requested */
-                    for (int c = 0; c < NC; c++)
-                        for (int rr = 0; rr < nr; rr++) {
-                            double abs_sum, ref = mm_dot_ref(dw + (r0 + rr) * n, xa + c * n, n, &abs_sum);
-                            if (!(fabs(out[c * NR + rr] - ref) <= 1e-5 * abs_sum))
-                                fail_msg("%s isa %s packed n=%lld row %d col %d: %.9g vs %.9g", rb_dtype_name(w),
-                                         rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, r0 + rr, c,
-                                         out[c * NR + rr], ref);
-                        }
-                    for (int c = 0; c < NC; c++) /* nothing written past nr */
-                        for (int rr = nr; rr < NR; rr++) assert_true(isnan(out[c * NR + rr]));
-                }
-                tested++;
-                free(pk); free(xw); free(ya); free(xa); free(qw); free(dw);
-            }
-        }
-    }
-    if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(tested >= 24); /* f32, f16, bf16 x 8 lengths */
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_detect),
         cmocka_unit_test(test_matvec_and_packed),
         cmocka_unit_test(test_kquant_matvec_and_packed),
-        cmocka_unit_test(test_float_packed),
         cmocka_unit_test(test_act_quant_identical),
         cmocka_unit_test(test_act_quant_ties),
         cmocka_unit_test(test_conversions),

@@ -42,8 +42,7 @@ typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t
  * past nr are zero); gemm_packed then computes dst[c * ldd + r] for r < nr,
  * c < nc (any nc) from it and q8_0 activation rows, using each activation
  * row's per-block scale and sum (rb_act_aux, ld_aux entries per row); the
- * k-quant entries take q8_K activations and no aux, the float entries (f32,
- * f16, bf16 weights; block size 1) f32 activations and no aux. */
+ * k-quant entries take q8_K activations and no aux. */
 typedef struct rb_act_aux {
     float d;     /* the block's scale as f32 */
     int32_t sum; /* sum of the block's 32 quants */
@@ -67,9 +66,6 @@ typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed,
                                   const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd,
                                   rb_pack_prefetch *pf);
 #define RB_CPU_PACK_ROWS 16
-/* Activation rows per gemm_packed call in the matmul (the float kernels hold
- * a 16 x 16 register tile; the others split it). */
-#define RB_CPU_PACK_COLS 16
 #define RB_CPU_PACK_BLOCK_BYTES 576
 /* k-quants (q8_K activations, aux unused): bytes per packed 256-element
  * super-block for scale groups of G elements (gemm_kquant_vnni_avx512.c) */

@@ -39,14 +39,6 @@ void rb_gemm_packed_q4_0_avx512(int64_t n, int nr, int nc, const void *packed, c
 void rb_gemm_packed_q8_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
                                 const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
 
-/* Packed float prefill kernels (gemm_packed_float_avx512.c): f16 / bf16 /
- * f32 weights, f32 activations, no aux; 64 bytes per packed element. */
-void rb_pack_f32_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
-void rb_pack_f16_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
-void rb_pack_bf16_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
-void rb_gemm_packed_float_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                 const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
-
 /* Packed k-quant prefill kernels (gemm_kquant_vnni_avx512.c): kq32 for the
  * 32-element scale groups of q4_K / q5_K, kq16 for q2_K / q3_K / q6_K. */
 void rb_pack_q2_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);

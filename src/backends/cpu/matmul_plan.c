@@ -40,19 +40,15 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     const rb_dtype_traits *ta = rb_dtype_info((int)a->dtype);
     bool a_strided = a->nb[0] != ta->type_size;
     /* prefill with a packed kernel: 16-row groups packed once, then every
-     * activation row streams past them 16 at a time */
+     * activation row streams past them 8 at a time */
     p->packed = p->M > 1 && !a_strided && p->k->pack_rows[a->dtype] != NULL && p->k->gemm_packed[a->dtype] != NULL;
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
-        p->tile_c = RB_CPU_PACK_COLS;
+        p->tile_c = RB_CPU_TILE_MAX;
         p->ld_aux = p->vt == RB_Q8_0 ? (size_t)(p->K / 32) : 0; /* only q8_0 activations use aux */
         p->pbuf_stride = align64((size_t)(p->K / ta->block_size) * p->k->pack_bytes[a->dtype]);
     }
 
-    /* the float kernels broadcast one value from each of 16 activation rows per
-     * step: an odd number of cache lines between rows puts them in 16
-     * different L1 sets (K * 4 bytes is often a multiple of 4 KiB) */
-    if (p->packed && p->vt == RB_F32) p->row_b = (p->row_b + 63) / 64 % 2 ? align64(p->row_b) : align64(p->row_b) + 64;
     size_t n_act_rows = (size_t)(p->M * p->B2 * p->B3);
     if (p->row_b == 0 || p->a_row == 0 || n_act_rows > SIZE_MAX / p->row_b)
         return rb_backend_fail(&cb->base, RB_E_RANGE, "matmul: activation scratch too large");
@@ -184,7 +180,7 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
     int64_t items = nblk * p->B2 * p->B3;
     int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
     float tile[RB_CPU_MATVEC_RUN]; /* tile_r * tile_c <= this */
-    _Static_assert(RB_CPU_PACK_ROWS * RB_CPU_PACK_COLS <= RB_CPU_MATVEC_RUN, "packed tile fits");
+    _Static_assert(RB_CPU_PACK_ROWS * RB_CPU_TILE_MAX <= RB_CPU_MATVEC_RUN, "packed tile fits");
     const char *abase = rb_cpu_data(&p->a);
 
     for (int64_t it = lo; it < hi; it++) {
