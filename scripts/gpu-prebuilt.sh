@@ -7,7 +7,7 @@
 #   the HIP-on-NVIDIA flavour of the ROCm backend (sm_90, PREFIX-hipnv;
 #   default build/gpu-hipnv) and packs the GPU tests (with the Stable
 #   Diffusion op and network tests), test_hf_reference, and (CUDA only)
-#   bench_gpu, bench_sd and rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9:
+#   bench_gpu, bench_sd, rbee and sd-worker-rbee into .cache/dev/{cuda,hipnv}.tar.xz (xz -9:
 #   the binaries share most bytes); downloads the runtime .debs (jansson,
 #   cmocka, pcre2, libmicrohttpd, libcurl, libpng, libjpeg, zlib) into
 #   .cache/gpu-debs, which travels too. The SD network tests read the
@@ -21,6 +21,10 @@
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
 #              breakdown, and the SDXL step (128x128, f16); SD_BENCH="ARGS;ARGS..."
 #              replaces the list
+#   sdworker   sd-worker-rbee's images per minute at 512x512, 20 steps, f16 on cuda:0
+#              through its HTTP API (rbee jobs one by one and queued, A1111 txt2img)
+#              beside the engine alone (rbee bench-sd --random sd15, same settings):
+#              tools/bench/sd_worker_bench.py; SD_WORKER_BENCH="ARGS" adds to its flags
 #   memcheck   compute-sanitizer memcheck of the op, attention, graph tests and the
 #              matrix-vector sweep
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
@@ -62,14 +66,15 @@ if [[ $CMD == pack ]]; then
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   T="test_gpu_backend test_gpu_ops test_gpu_matmul test_gpu_attention test_gpu_graph test_hf_reference"
   T="$T test_gpu_sd_ops test_gpu_sd_nets"
-  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli
+  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli sd-worker-rbee
   ninja -C "$BH" $T
   rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv
   for t in $T; do
     cp "$BC"/tests/*/$t .cache/dev/stage/cuda/
     cp "$BH"/tests/*/$t .cache/dev/stage/hipnv/
   done
-  cp "$BC"/tests/gpu/bench_gpu "$BC"/tests/gpu/bench_sd "$BC"/apps/rbee/rbee .cache/dev/stage/cuda/
+  cp "$BC"/tests/gpu/bench_gpu "$BC"/tests/gpu/bench_sd "$BC"/apps/rbee/rbee \
+    "$BC"/apps/sd-worker-rbee/sd-worker-rbee .cache/dev/stage/cuda/
   strip .cache/dev/stage/*/*
   # one archive per flavour: the tracked tree (~47 MiB) leaves room for one at a time
   XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda
@@ -156,6 +161,13 @@ for s in "$@"; do
         timeout 280 $BIN/cuda/bench_sd cuda:0 $a --reps 10 2>&1 | tee -a "$OUT/bench_sd.log" | grep -v '^{'
         [[ ${PIPESTATUS[0]} -eq 0 ]] && result "bench_sd $a" ok || result "bench_sd $a" FAIL
       done ;;
+  sdworker)
+    step "sd-worker-rbee: images per minute, 512x512, 20 steps, f16"
+    # shellcheck disable=SC2086
+    timeout 900 python3 tools/bench/sd_worker_bench.py $BIN/cuda/sd-worker-rbee $BIN/cuda/rbee --backend cuda \
+      --device 0 --use-f16 --size 512 --steps 20 --images 10 --json "$OUT/sd_worker_bench.json" ${SD_WORKER_BENCH:-} \
+      2>&1 | tee "$OUT/sd_worker_bench.log"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] && result "sd-worker-rbee bench" ok || result "sd-worker-rbee bench" FAIL ;;
   memcheck)
     for t in test_gpu_ops test_gpu_attention test_gpu_graph "test_gpu_matmul test_matvec_sweep"; do
       step "memcheck $t"

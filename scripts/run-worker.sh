@@ -2,11 +2,12 @@
 # The README's first command (`make run`) ends here: starts llm-worker-rbee in
 # local mode (127.0.0.1, no auth) on the bundled default model and prints the
 # URL and a ready-to-paste curl request. Ctrl-C stops the worker.
-# Environment: RBEE_PORT (default 8080), RBEE_BUILD (default build/gcc).
+# Environment: RBEE_PORT (default 8080), RBEE_BUILD (default build/release,
+# where `make run` builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${RBEE_PORT:-8080}
-WORKER=${RBEE_BUILD:-build/gcc}/apps/llm-worker-rbee/llm-worker-rbee
+WORKER=${RBEE_BUILD:-build/release}/apps/llm-worker-rbee/llm-worker-rbee
 [[ -x "$WORKER" ]] || { echo "run-worker: $WORKER not built (run make build)" >&2; exit 1; }
 cat <<MSG
 

@@ -29,7 +29,7 @@ static const command k_commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: rbee <command> [options]\n\ncommands:\n");
+    fprintf(f, "Usage: rbee <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
         fprintf(f, "  %-12s %s\n", k_commands[i].name, k_commands[i].help);
     fprintf(f, "\nrun `rbee <command> --help` for the options of a command.\n");

@@ -137,7 +137,7 @@ typedef struct rb_sd_model_opts {
     const char *config_dir; /* single files: configs, tokenizers and scheduler from this diffusers folder */
     rb_sd_predict_opt prediction;
     const char *vocab_path; /* single files without config_dir: OpenAI's bpe_simple_vocab_16e6.txt.gz;
-                               NULL = the copy shipped in models/clip of this source tree */
+                               NULL = the copy shipped in models/clip (rbee/data_path.h) */
     rb_dtype act_dtype;     /* activations between ops: RB_F32 (0), RB_F16 or RB_BF16 (rb_unet_set_act_dtype) */
 } rb_sd_model_opts;
 
@@ -192,6 +192,16 @@ rb_unet *rb_sd_model_unet(rb_sd_model *m);
 rb_vae *rb_sd_model_vae(rb_sd_model *m);
 rb_clip_text *rb_sd_model_text_encoder(rb_sd_model *m, int i);
 rb_backend *rb_sd_model_backend(rb_sd_model *m);
+/* Replaces the model's scheduler configuration (e.g. a family's published
+ * one, rb_sd_sched_config_family, for a single-file SDXL-Turbo checkpoint,
+ * whose tensors look like SDXL's); the default sampler follows it. */
+rb_status rb_sd_model_set_sched_config(rb_sd_model *m, const rb_sd_sched_config *c, rb_error *err);
+/* Replaces the model's VAE with the one in a diffusers vae/ folder
+ * (config.json + diffusion_pytorch_model[.fp16].safetensors), loaded with
+ * opts' dtypes (opts may be NULL); its own scaling factor is used, as a
+ * diffusers pipeline given vae= does. RB_E_FORMAT when its latent channels
+ * or scale differ from the model's. */
+rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model_opts *opts, rb_error *err);
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -321,6 +331,21 @@ typedef struct rb_sd_output {
 rb_status rb_sd_generate(rb_sd_model *m, const rb_sd_params *p, const rb_sd_callbacks *cb, rb_sd_output *out,
                          rb_error *err);
 void rb_sd_output_free(rb_sd_output *o);
+/* The checks rb_sd_generate makes before it starts (every parameter
+ * against the model and its limits, the sampler's schedule for these
+ * steps and strength), without running anything: RB_OK when a generation
+ * with p would start. Errors as rb_sd_generate's. Lets a server refuse a
+ * request before queueing it. */
+rb_status rb_sd_check_params(const rb_sd_model *m, const rb_sd_params *p, rb_error *err);
+/* Decodes the latents of a run made with p->skip_decode (out as
+ * rb_sd_generate filled it) into out->pixels and out->images, exactly as
+ * rb_sd_generate would have, with p->vae_tiling and p->vae_tile; sets
+ * out->decode_ms. On failure the images are left unset and the latents
+ * kept, so a caller whose decode ran out of device memory
+ * (RB_E_NOMEM) can decode again tiled (RB_SD_TILING_ON, a smaller
+ * vae_tile). RB_E_INVALID when out holds no undecoded latents,
+ * RB_E_UNSUPPORTED without a VAE decoder. */
+rb_status rb_sd_decode(rb_sd_model *m, const rb_sd_params *p, rb_sd_output *out, rb_error *err);
 
 /* The conditioning rb_sd_generate feeds the UNet for these parameters
  * (batch 1): context rows x tokens x dim ([uncond, cond] with guidance,

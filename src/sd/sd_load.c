@@ -5,15 +5,12 @@
  * other: text widths = the UNet's cross-attention width, SDXL's pooled
  * width + time ids = the UNet's added-embedding input, latent channels). */
 #include "sd/sd_pipeline_internal.h"
+#include "rbee/data_path.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#ifndef RBEE_CLIP_VOCAB_PATH
-#define RBEE_CLIP_VOCAB_PATH "models/clip/bpe_simple_vocab_16e6.txt.gz"
-#endif
 
 const char *rb_sd_arch_name(rb_sd_arch a) {
     switch (a) {
@@ -127,13 +124,21 @@ void rb_sd_model_free(rb_sd_model *m) {
 
 rb_status sd_model_default_tokenizers(rb_sd_model *m, const char *vocab_path, const char *const *pads, bool required,
                                       rb_error *err) {
-    const char *path = vocab_path ? vocab_path : RBEE_CLIP_VOCAB_PATH;
+    char shipped[4096];
+    const char *path = vocab_path;
+    if (!path) { /* the copy shipped in models/clip (installed share/rbee, or the source tree) */
+        rb_status s = rb_data_path("models/clip/bpe_simple_vocab_16e6.txt.gz", shipped, sizeof shipped, err);
+        if (s != RB_OK) {
+            if (!required) return RB_OK;
+            rb_error_prefix(err, "CLIP vocabulary (pass its path: bpe_simple_vocab_16e6.txt.gz): ");
+            return s;
+        }
+        path = shipped;
+    }
     struct stat st;
-    if (stat(path, &st) != 0) {
-        if (!required && !vocab_path) return RB_OK;
+    if (stat(path, &st) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "CLIP vocabulary %s not found (pass its path: bpe_simple_vocab_16e6.txt.gz)",
                             path);
-    }
     for (int i = 0; i < m->n_enc; i++) {
         rb_clip_special_tokens sp = {0};
         if (pads && pads[i])
@@ -327,6 +332,65 @@ void rb_sd_model_get_info(const rb_sd_model *m, rb_sd_model_info *info) {
 }
 
 const rb_sd_sched_config *rb_sd_model_sched_config(const rb_sd_model *m) { return m ? &m->sched : NULL; }
+
+rb_status rb_sd_model_set_sched_config(rb_sd_model *m, const rb_sd_sched_config *c, rb_error *err) {
+    if (!m || !c) return rb_error_set(err, RB_E_INVALID, "sd model: NULL argument");
+    if (c->num_train_timesteps < 2)
+        return rb_error_set(err, RB_E_INVALID, "scheduler config: %d training timesteps", c->num_train_timesteps);
+    m->sched = *c;
+    rb_sd_sampler_kind k;
+    rb_sd_schedule sc;
+    if (rb_sd_sampler_for_config(&m->sched, &k, &sc, NULL) == RB_OK) {
+        m->default_sampler = k;
+        m->default_schedule = sc;
+    } else {
+        m->default_sampler = RB_SD_SAMPLER_EULER;
+        m->default_schedule = RB_SD_SCHEDULE_DEFAULT;
+    }
+    return RB_OK;
+}
+
+rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model_opts *opts, rb_error *err) {
+    if (!m || !dir) return rb_error_set(err, RB_E_INVALID, "sd model: NULL argument");
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return rb_error_set(err, RB_E_NOT_FOUND, "VAE %s: not a folder (a diffusers vae/ folder with config.json "
+                            "and diffusion_pytorch_model.safetensors is expected)", dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rb_vae_config cfg;
+    rb_status s = rb_vae_config_load(path, &cfg, err);
+    if (s != RB_OK) {
+        rb_error_prefix(err, "VAE %s: ", dir);
+        return s;
+    }
+    if (m->has_unet_cfg && cfg.latent_channels != m->unet_cfg.out_channels)
+        return rb_error_set(err, RB_E_FORMAT, "VAE %s has %lld latent channels but the UNet makes %lld", dir,
+                            (long long)cfg.latent_channels, (long long)m->unet_cfg.out_channels);
+    if (m->has_vae_cfg && cfg.n_levels != m->vae_cfg.n_levels)
+        return rb_error_set(err, RB_E_FORMAT, "VAE %s scales by %d, the model's VAE by %d", dir, 1 << (cfg.n_levels - 1),
+                            1 << (m->vae_cfg.n_levels - 1));
+    rb_sd_load_opts lo;
+    sd_net_opts(opts, &lo);
+    rb_vae *v = NULL;
+    if ((s = rb_vae_load(dir, m->be, &lo, &v, err)) != RB_OK) return s;
+    const rb_dtype act = opts ? opts->act_dtype : RB_F32;
+    if (act != RB_F32) {
+        const bool xl = m->arch == RB_SD_ARCH_SDXL || m->arch == RB_SD_ARCH_SDXL_REFINER;
+        const bool upcast = xl && act == RB_F16 && rb_vae_get_config(v)->force_upcast; /* as sd_model_finish */
+        if ((s = rb_vae_set_act_dtype(v, upcast ? RB_F32 : act, err)) != RB_OK) {
+            rb_vae_free(v);
+            return s;
+        }
+    }
+    rb_vae_free(m->vae);
+    m->vae = v;
+    m->vae_cfg = *rb_vae_get_config(v);
+    m->has_vae_cfg = true;
+    m->components |= RB_SD_LOAD_VAE_DECODER;
+    if (!m->vae_cfg.decoder_only) m->components |= RB_SD_LOAD_VAE_ENCODER;
+    return RB_OK;
+}
 rb_unet *rb_sd_model_unet(rb_sd_model *m) { return m ? m->unet : NULL; }
 rb_vae *rb_sd_model_vae(rb_sd_model *m) { return m ? m->vae : NULL; }
 rb_backend *rb_sd_model_backend(rb_sd_model *m) { return m ? m->be : NULL; }

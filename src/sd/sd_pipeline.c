@@ -241,15 +241,14 @@ static rb_status denoise(run *r, rb_error *err) {
     return RB_OK;
 }
 
-static rb_status decode(run *r, rb_sd_output *out, rb_error *err) {
-    rb_sd_model *m = r->m;
-    const sd_run_plan *pl = &r->plan;
-    const rb_sd_params *p = r->p;
-    const int W = pl->width, H = pl->height, N = pl->batch;
-    const size_t k = (size_t)pl->latent_ch * r->plane, HW = (size_t)W * (size_t)H;
-    int tile = p->vae_tile ? p->vae_tile : m->default_h / (W / pl->lw);
+/* Decodes out->latents (count x latent_channels x latent_h x latent_w) into
+ * out->pixels and out->images. */
+static rb_status decode(rb_sd_model *m, const rb_sd_params *p, rb_sd_output *out, rb_error *err) {
+    const int W = out->width, H = out->height, N = out->count, lh = out->latent_h, lw = out->latent_w;
+    const size_t k = (size_t)out->latent_channels * (size_t)lh * (size_t)lw, HW = (size_t)W * (size_t)H;
+    int tile = p->vae_tile ? p->vae_tile : m->default_h / (W / lw);
     if (tile < 8) tile = 8;
-    const bool big = pl->lh > tile || pl->lw > tile;
+    const bool big = lh > tile || lw > tile;
     const bool tiled = p->vae_tiling == RB_SD_TILING_ON ? big
                        : p->vae_tiling == RB_SD_TILING_OFF
                            ? false
@@ -269,14 +268,66 @@ static rb_status decode(run *r, rb_sd_output *out, rb_error *err) {
             z[i] = x[i] / vc->scaling_factor;
             if (vc->has_shift_factor) z[i] = z[i] + vc->shift_factor;
         }
-        s = tiled ? rb_sd_vae_decode_tiled(m->be, m->vae, z, pl->lh, pl->lw, tile, 0.25f, raw, err)
-                  : sd_vae_decode_host(m->be, m->vae, z, pl->lh, pl->lw, raw, err);
+        s = tiled ? rb_sd_vae_decode_tiled(m->be, m->vae, z, lh, lw, tile, 0.25f, raw, err)
+                  : sd_vae_decode_host(m->be, m->vae, z, lh, lw, raw, err);
         if (s == RB_OK) s = rb_image_alloc(&out->images[b], W, H, 3, err);
         if (s == RB_OK) sd_postprocess(raw, H, W, out->pixels + (size_t)b * HW * 3, out->images[b].data);
     }
 done:
     free(z);
     free(raw);
+    if (s != RB_OK) { /* the latents stay: the caller may decode again (tiled) */
+        if (out->images)
+            for (int b = 0; b < N; b++) rb_image_free(&out->images[b]);
+        free(out->images);
+        free(out->pixels);
+        out->images = NULL;
+        out->pixels = NULL;
+    }
+    return s;
+}
+
+static rb_status no_noise(void *user, float *out, size_t n) {
+    (void)user;
+    memset(out, 0, sizeof(float) * n);
+    return RB_OK;
+}
+
+rb_status rb_sd_check_params(const rb_sd_model *m, const rb_sd_params *p, rb_error *err) {
+    sd_run_plan plan;
+    rb_status s = sd_plan(m, p, true, &plan, err);
+    if (s != RB_OK) return s;
+    rb_sd_sampler_opts so;
+    rb_sd_sampler_opts_init(&so);
+    so.kind = plan.kind;
+    so.schedule = plan.schedule;
+    so.steps = p->steps;
+    so.strength = plan.strength;
+    so.eta = p->eta;
+    so.noise = no_noise;
+    so.n = (size_t)plan.batch * (size_t)plan.latent_ch * (size_t)plan.lh * (size_t)plan.lw;
+    rb_sd_sampler *smp = NULL;
+    s = rb_sd_sampler_create(&m->sched, &so, &smp, err);
+    rb_sd_sampler_free(smp);
+    return s;
+}
+
+rb_status rb_sd_decode(rb_sd_model *m, const rb_sd_params *p, rb_sd_output *out, rb_error *err) {
+    if (!m || !p || !out) return rb_error_set(err, RB_E_INVALID, "sd decode: NULL argument");
+    if (!out->latents || out->count < 1 || out->latent_h < 1 || out->latent_w < 1 || out->latent_channels < 1 ||
+        out->width < out->latent_w || out->width % out->latent_w != 0 || out->height % out->latent_h != 0 ||
+        out->width / out->latent_w != out->height / out->latent_h)
+        return rb_error_set(err, RB_E_INVALID, "sd decode: the output holds no latents of a skip_decode run");
+    if (out->images || out->pixels)
+        return rb_error_set(err, RB_E_INVALID, "sd decode: the output is already decoded");
+    if (!m->vae || !(m->components & RB_SD_LOAD_VAE_DECODER))
+        return rb_error_set(err, RB_E_UNSUPPORTED, "sd decode: the model was loaded without its VAE decoder");
+    if (out->latent_channels != (int)m->vae_cfg.latent_channels)
+        return rb_error_set(err, RB_E_INVALID, "sd decode: %d latent channels, the VAE takes %lld", out->latent_channels,
+                            (long long)m->vae_cfg.latent_channels);
+    const double t0 = now_ms();
+    rb_status s = decode(m, p, out, err);
+    if (s == RB_OK) out->decode_ms = now_ms() - t0;
     return s;
 }
 
@@ -351,7 +402,7 @@ rb_status rb_sd_generate(rb_sd_model *m, const rb_sd_params *p, const rb_sd_call
             goto fail;
         }
         t0 = now_ms();
-        if ((s = decode(&r, out, err)) != RB_OK) goto fail;
+        if ((s = decode(m, p, out, err)) != RB_OK) goto fail;
         out->decode_ms = now_ms() - t0;
     }
     run_free(&r);

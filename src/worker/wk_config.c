@@ -38,7 +38,7 @@ void wk_config_env_name(const char *flag, char *buf, size_t len) {
 
 /* The flags every worker has; cuda/rocm device numbers land in the two
  * temporaries and are folded into backend/device afterwards. */
-static int common_opts(wk_config *c, int64_t *cuda_dev, int64_t *rocm_dev, wk_opt *o) {
+static int common_opts(wk_config *c, int64_t *cuda_dev, int64_t *rocm_dev, const char *body_help, wk_opt *o) {
     const wk_opt t[N_COMMON] = {
         {"worker-id", WK_OPT_STRING, &c->worker_id, 0, 0, "ID", "worker id reported to the hive (default: the worker's name)"},
         {"model", WK_OPT_STRING, &c->model_path, 0, 0, "PATH", "model to serve (default: the bundled model)"},
@@ -61,7 +61,7 @@ static int common_opts(wk_config *c, int64_t *cuda_dev, int64_t *rocm_dev, wk_op
         {"rocm-device", WK_OPT_INT, rocm_dev, 0, 1023, "N", "same as --backend rocm --device N"},
         {"threads", WK_OPT_INT, &c->threads, 0, 1024, "N", "CPU threads (default 0: all cores)"},
         {"queue-depth", WK_OPT_INT, &c->queue_depth, 0, 1 << 20, "N", "waiting requests before 503 (default 64)"},
-        {"max-body-bytes", WK_OPT_INT, &c->max_body_bytes, 1024, (int64_t)1 << 30, "N", "request body cap (default 1048576)"},
+        {"max-body-bytes", WK_OPT_INT, &c->max_body_bytes, 1024, (int64_t)1 << 30, "N", body_help},
         {"max-connections", WK_OPT_INT, &c->max_connections, 4, 100000, "N", "open connections (default 1000)"},
         {"max-connections-per-client", WK_OPT_INT, &c->max_per_client, 0, 100000, "N",
          "open connections from one address, 0 = no limit (default 256)"},
@@ -116,7 +116,7 @@ static bool set_value(const char *name, const char *from, const wk_opt *o, const
 }
 
 static void usage(FILE *f, const wk_config_info *in, const wk_opt *all, int n) {
-    fprintf(f, "usage: %s [options]\n", in->name);
+    fprintf(f, "Usage: %s [options]\n", in->name); /* "Usage:" as GNU tools write it: help2man's synopsis */
     if (in->summary) fprintf(f, "%s\n", in->summary);
     fprintf(f, "\n");
     for (int i = 0; i < n; i++) {
@@ -124,7 +124,8 @@ static void usage(FILE *f, const wk_config_info *in, const wk_opt *all, int n) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", all[i].name, all[i].metavar ? " " : "",
                  all[i].metavar ? all[i].metavar : "");
-        fprintf(f, "  %-26s %s\n", left, all[i].help);
+        /* two spaces at least between a flag and its text, so help2man can split them */
+        fprintf(f, "  %-26s%s%s\n", left, strlen(left) >= 26 ? "  " : " ", all[i].help);
     }
     fprintf(f, "  %-26s %s\n  %-26s %s\n", "--help", "this text", "--version", "print the version");
     fprintf(f,
@@ -165,7 +166,10 @@ int wk_config_parse(wk_config *c, const wk_config_info *in, int argc, char **arg
         goto out;
     }
     int64_t cuda_dev = -1, rocm_dev = -1;
-    common_opts(c, &cuda_dev, &rocm_dev, all);
+    if (in->max_body_default > 0) c->max_body_bytes = in->max_body_default;
+    char body_help[64];
+    snprintf(body_help, sizeof body_help, "request body cap (default %lld)", (long long)c->max_body_bytes);
+    common_opts(c, &cuda_dev, &rocm_dev, body_help, all);
     if (in->opts) memcpy(all + N_COMMON, in->opts, sizeof *all * (size_t)in->n_opts);
     const char *alias = alias_backend(argc > 0 ? argv[0] : NULL);
     if (alias) c->backend = alias;

@@ -68,6 +68,7 @@ typedef struct wk_config_info {
     const wk_opt *opts;        /* the worker's own flags (may be NULL) */
     int n_opts;
     const char *env_help;      /* extra environment lines for --help (may be NULL) */
+    int64_t max_body_default;  /* --max-body-bytes default; 0: 1 MiB */
 } wk_config_info;
 
 void wk_config_defaults(wk_config *c, const char *worker_name);

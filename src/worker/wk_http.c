@@ -56,6 +56,10 @@ const char *wk_req_header(wk_req *r, const char *name) {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *wk_req_query(wk_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 bool wk_req_client_gone(wk_req *r) { return wk_http_conn_gone(r->conn); }
 
 bool wk_http_conn_gone(struct MHD_Connection *c) {

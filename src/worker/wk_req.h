@@ -28,6 +28,8 @@ const char *wk_req_param(const wk_req *r, const char *name);
 /* The request body, NUL-terminated ("" when there is none). */
 const char *wk_req_body(const wk_req *r, size_t *len);
 const char *wk_req_header(wk_req *r, const char *name);
+/* Value of a query-string argument ("?name=value", decoded), NULL if absent. */
+const char *wk_req_query(wk_req *r, const char *name);
 const char *wk_req_route_label(const wk_req *r);
 bool wk_req_openai(const wk_req *r);
 /* Monotonic time (ms) the request arrived. */

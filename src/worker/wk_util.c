@@ -2,6 +2,7 @@
 #include "worker/wk_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,10 @@ char *wk_utf8_sanitize(const char *s, char *buf, size_t cap) {
 }
 
 char *wk_fmt_double(double v, char *buf, size_t len) {
+    if (v == (double)(long long)v && fabs(v) < 1e15) { /* whole numbers plainly: "30", not "3e+01" */
+        snprintf(buf, len, "%.0f", v);
+        return buf;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, len, "%.*g", prec, v);
         if (strtod(buf, NULL) == v) return buf;

@@ -118,6 +118,68 @@ static double gauge_rss(void *user) {
 }
 static double gauge_ready(void *user) { return wk_worker_state(user) == WK_STATE_READY; }
 
+/* ---- the load and memory gauges every model worker shows (wk_worker_def) ---- */
+
+static double gauge_queue(void *user) {
+    wk_worker *w = user;
+    int q = 0, a = 0;
+    w->def->load_stats(w->def->user, &q, &a);
+    return q;
+}
+static double gauge_active(void *user) {
+    wk_worker *w = user;
+    int q = 0, a = 0;
+    w->def->load_stats(w->def->user, &q, &a);
+    return a;
+}
+static double gauge_queue_cap(void *user) { return (double)((wk_worker *)user)->cfg.queue_depth; }
+
+/* The model's memory, only while it is surely loaded (not during the load). */
+static bool model_memory(wk_worker *w, uint64_t *bytes, rb_backend **be) {
+    wk_state st = wk_worker_state(w);
+    *bytes = 0;
+    *be = NULL;
+    return (st == WK_STATE_READY || st == WK_STATE_STOPPING) && w->def->memory(w->def->user, bytes, be);
+}
+static double gauge_model_bytes(void *user) {
+    uint64_t bytes;
+    rb_backend *be;
+    return model_memory(user, &bytes, &be) ? (double)bytes : 0.0;
+}
+static bool device_info(wk_worker *w, rb_device_info *di) {
+    uint64_t bytes;
+    rb_backend *be;
+    memset(di, 0, sizeof *di);
+    return model_memory(w, &bytes, &be) && be && rb_backend_device_info(be, di) == RB_OK;
+}
+static double gauge_dev_total(void *user) {
+    rb_device_info di;
+    return device_info(user, &di) ? (double)di.mem_total : 0.0;
+}
+static double gauge_dev_used(void *user) {
+    rb_device_info di;
+    if (!device_info(user, &di)) return 0.0;
+    return (double)(di.mem_total - (di.mem_free < di.mem_total ? di.mem_free : di.mem_total));
+}
+
+static void add_model_gauges(wk_worker *w, const wk_worker_def *def) {
+    wk_metrics *m = &w->metrics;
+    if (def->submit)
+        w->queue_full = wk_metrics_counter(m, "llorch_rejected_queue_full_total",
+                                           "Requests answered 503 because the queue was full.", NULL);
+    if (def->load_stats && def->active_metric) {
+        wk_metrics_gauge_fn(m, "llorch_queue_depth", def->queue_help, gauge_queue, w);
+        wk_metrics_gauge_fn(m, "llorch_queue_capacity", "Queue size before requests get 503.", gauge_queue_cap, w);
+        wk_metrics_gauge_fn(m, def->active_metric, def->active_help, gauge_active, w);
+    }
+    if (def->memory) {
+        wk_metrics_gauge_fn(m, "llorch_model_bytes", "Bytes of model weights.", gauge_model_bytes, w);
+        wk_metrics_gauge_fn(m, "llorch_device_memory_total_bytes", "Device memory, total.", gauge_dev_total, w);
+        wk_metrics_gauge_fn(m, "llorch_device_memory_used_bytes", "Device memory in use (total - free).",
+                            gauge_dev_used, w);
+    }
+}
+
 /* Checks the configuration against the build; false (message printed) to exit 2. */
 static bool startup_checks(const wk_worker_def *def, const wk_config *cfg) {
     const char *compiled = rb_backends_compiled();
@@ -154,9 +216,7 @@ static rb_status init(wk_worker *w, const wk_worker_def *def, rb_error *err) {
     if (w->cfg.model_path) {
         snprintf(w->model_path, sizeof w->model_path, "%s", w->cfg.model_path);
     } else if (def->default_model && !def->default_model(w->model_path, sizeof w->model_path)) {
-        return rb_error_set(err, RB_E_NOT_FOUND,
-                            "no --model given and the bundled default model was not found (looked for %s); set "
-                            "RBEE_DEFAULT_MODEL or pass --model",
+        return rb_error_set(err, RB_E_NOT_FOUND, "no --model given and the bundled default model was not found: %s",
                             w->model_path);
     }
     derive_model_id(w);
@@ -165,6 +225,7 @@ static rb_status init(wk_worker *w, const wk_worker_def *def, rb_error *err) {
                         w);
     wk_metrics_gauge_fn(&w->metrics, "llorch_ready", "1 when the model is loaded and the worker accepts jobs.",
                         gauge_ready, w);
+    add_model_gauges(w, def);
     rb_status s;
     if ((s = wk_routes_info_add(w, err)) != RB_OK) return s;
     if ((s = wk_routes_jobs_add(w, err)) != RB_OK) return s;
@@ -263,7 +324,7 @@ int wk_worker_main(const wk_worker_def *def, int argc, char **argv) {
     w->def = def;
     wk_config_defaults(&w->cfg, def->name);
     wk_config_info ci = {.name = def->name, .version = def->version, .summary = def->summary, .opts = def->opts,
-                         .n_opts = def->n_opts, .env_help = def->env_help};
+                         .n_opts = def->n_opts, .env_help = def->env_help, .max_body_default = def->max_body_default};
     int pr = wk_config_parse(&w->cfg, &ci, argc, argv);
     if (pr != 0 || !startup_checks(def, &w->cfg)) {
         if (def->destroy) def->destroy(def->user);

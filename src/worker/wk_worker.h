@@ -9,6 +9,7 @@
 #define RBEE_WK_WORKER_H
 
 #include "rbee/status.h"
+#include "rbee/tensor.h" /* rb_backend */
 #include "worker/wk_config.h"
 #include "worker/wk_hive.h"
 #include "worker/wk_http.h"
@@ -31,17 +32,36 @@ typedef struct wk_worker_def {
     const wk_opt *opts;         /* the worker's own flags */
     int n_opts;
     const char *env_help;       /* extra environment lines for --help (may be NULL) */
+    int64_t max_body_default;   /* --max-body-bytes default; 0: the layer's (1 MiB) */
     void *user;
     /* The bundled model used without --model: writes its path into buf; false
-     * when there is none (buf then says where it looked). May be NULL. */
+     * when there is none (buf then says where it looked and what to do). May
+     * be NULL. */
     bool (*default_model)(char *buf, size_t len);
     /* Before listening: checks the options, registers routes and metrics. */
     rb_status (*setup)(wk_worker *w, void *user, rb_error *err);
     /* While the HTTP server already answers: loads the model, warms it up
      * (unless --no-warmup) and starts executing jobs. */
     rb_status (*load)(wk_worker *w, void *user, rb_error *err);
+    /* Takes a job for execution (wk_job_submit calls it): RB_OK when queued,
+     * RB_E_RANGE when the queue is full, RB_E_CANCELLED or RB_E_UNSUPPORTED
+     * when the worker takes no more work. May be NULL for a worker whose
+     * routes never call wk_job_submit. */
+    rb_status (*submit)(void *user, wk_job *j);
+    /* A job's cancel hook: wakes the executor so it sees the cancel. May be NULL. */
+    void (*poke)(void *user);
     /* Jobs waiting and running (busy state, drain). May be NULL. */
     void (*load_stats)(void *user, int *queued, int *active);
+    /* The load gauges the layer adds to /metrics from load_stats, when
+     * active_metric is set: llorch_queue_depth (help queue_help),
+     * llorch_queue_capacity (--queue-depth) and active_metric (help
+     * active_help), e.g. "llorch_active_jobs". */
+    const char *queue_help, *active_metric, *active_help;
+    /* The model's weight bytes and the backend holding them (false: no model).
+     * The layer asks only while the worker is ready or stopping (so never
+     * during the load) and renders llorch_model_bytes and
+     * llorch_device_memory_{total,used}_bytes, 0 otherwise. May be NULL. */
+    bool (*memory)(void *user, uint64_t *weight_bytes, rb_backend **be);
     /* SIGTERM: take no new work; running and queued work goes on. May be NULL. */
     void (*stop_accepting)(void *user);
     /* After the drain: cancel what is left and stop executing. Called again at
@@ -62,6 +82,7 @@ struct wk_worker {
     wk_router router;
     wk_http *http;
     wk_hive *hive;
+    wk_metric *queue_full; /* llorch_rejected_queue_full_total, with def->submit */
     atomic_int state; /* wk_state */
     int port;
     char model_path[4096];

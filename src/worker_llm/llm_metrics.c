@@ -34,8 +34,6 @@ void llm_metrics_init(llm_metrics *m, wk_metrics *reg) {
     m->tokens_out = wk_metrics_counter(reg, "llorch_tokens_out_total", "Tokens generated.", NULL);
     m->cancelled = wk_metrics_counter(reg, "llorch_jobs_cancelled_total", "Jobs that ended CANCELLED.", NULL);
     m->failed = wk_metrics_counter(reg, "llorch_jobs_failed_total", "Jobs that ended with an error.", NULL);
-    m->queue_full = wk_metrics_counter(reg, "llorch_rejected_queue_full_total",
-                                       "Requests answered 503 because the queue was full.", NULL);
     wk_metrics_gauge_fn(reg, "llorch_prefill_tokens_per_second",
                         "Prompt tokens per second, average over all prefills.", prefill_rate, m);
     wk_metrics_gauge_fn(reg, "llorch_decode_tokens_per_second",
@@ -83,7 +81,6 @@ void llm_metrics_job_outcome(llm_metrics *m, int cancelled, int failed) {
     if (failed) wk_counter_add(m->failed, NULL, 1);
 }
 
-void llm_metrics_queue_full(llm_metrics *m) { wk_counter_add(m->queue_full, NULL, 1); }
 
 void llm_metrics_first_token(llm_metrics *m, const char *route, double ms) {
     const char *v[] = {route ? route : "other"};

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 typedef struct llm_metrics {
-    wk_metric *tokens_in, *tokens_out, *cancelled, *failed, *queue_full;
+    wk_metric *tokens_in, *tokens_out, *cancelled, *failed;
     wk_metric *ttft, *itl; /* histograms by route, seconds */
     pthread_mutex_t mu;    /* the rate sums below */
     double prefill_ms, decode_ms;
@@ -31,7 +31,6 @@ void llm_metrics_prefill(llm_metrics *m, uint64_t tokens, double ms);
 void llm_metrics_decode_step(llm_metrics *m, uint64_t tokens, double ms, double now_ms);
 void llm_metrics_tokens_out(llm_metrics *m, uint64_t n);
 void llm_metrics_job_outcome(llm_metrics *m, int cancelled, int failed);
-void llm_metrics_queue_full(llm_metrics *m);
 /* A sequence's first token ms after its request arrived / the gap between
  * two of its tokens, under the route's label. */
 void llm_metrics_first_token(llm_metrics *m, const char *route, double ms);

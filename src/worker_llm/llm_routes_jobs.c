@@ -1,6 +1,7 @@
 /* The LLM half of the rbee job API: POST /v1/jobs and /v1/inference
  * validate a generation request, queue it and answer {job_id, sse_url};
  * the stream, status and cancel routes are the worker layer's. */
+#include "worker/wk_submit.h"
 #include "worker_llm/llm_prompt.h"
 #include "worker_llm/llm_worker.h"
 
@@ -28,16 +29,8 @@ static bool route_jobs_create(wk_req *r, void *ctx) {
     const char *model = req.model && req.model[0] ? req.model : w->model_id;
     wk_job *j = llm_job_new(LLM_API_RBEE, &req, model, wk_req_route_label(r));
     if (!j) return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
-    wk_job_set_cancel_hook(j, llm_worker_poke, lw);
-    rb_status s = llm_worker_submit(lw, j);
-    if (s == RB_OK && !wk_jobs_add(&w->jobs, j)) {
-        wk_job_cancel(j);
-        s = RB_E_NOMEM;
-    }
     bool ret;
-    if (s != RB_OK) {
-        ret = llm_reply_submit_failed(r, lw, s);
-    } else {
+    if (wk_job_submit(w, r, j, true, &ret)) {
         char url[160];
         snprintf(url, sizeof url, "/v1/jobs/%s/stream", j->id);
         const llm_task *t = llm_job_task(j);

@@ -3,31 +3,17 @@
  * non-streaming request waits in its connection thread for the job and
  * cancels it if the client disconnects meanwhile. Fields this worker does
  * not implement are refused, not ignored. */
+#include "worker/wk_sse.h"
+#include "worker/wk_submit.h"
+#include "worker/wk_util.h"
 #include "worker_llm/llm_openai.h"
 #include "worker_llm/llm_prompt.h"
 #include "worker_llm/llm_worker.h"
-#include "worker/wk_sse.h"
-#include "worker/wk_util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 /* Waits for j to finish; false if the client went away first. */
-static bool wait_finished(wk_req *r, wk_job *j) {
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        bool done = j->state == WK_JOB_DONE || j->state == WK_JOB_FAILED;
-        size_t n = j->n_events;
-        pthread_mutex_unlock(&j->mu);
-        if (done) return true;
-        if (wk_req_client_gone(r)) {
-            wk_job_cancel(j);
-            return false;
-        }
-        wk_job_wait_events(j, n, 25);
-    }
-}
-
 static bool reply_full(wk_req *r, wk_job *j) {
     const llm_task *t = llm_job_task(j);
     pthread_mutex_lock(&j->mu);
@@ -81,14 +67,12 @@ static bool route_generate(wk_req *r, llm_worker *lw, bool chat) {
     const char *model = req.model && req.model[0] ? req.model : w->model_id;
     wk_job *j = llm_job_new(api, &req, model, wk_req_route_label(r));
     if (!j) return wk_reply_json(r, 500, llm_openai_error("server_error", "out_of_memory", "out of memory"));
-    wk_job_set_cancel_hook(j, llm_worker_poke, lw);
-    rb_status s = llm_worker_submit(lw, j);
     bool ret;
-    if (s != RB_OK) {
-        ret = llm_reply_submit_failed(r, lw, s);
+    if (!wk_job_submit(w, r, j, false, &ret)) {
+        /* answered */
     } else if (stream) {
         ret = wk_sse_reply(r, j, &llm_openai_sse, NULL);
-    } else if (wait_finished(r, j)) {
+    } else if (wk_job_wait_finished(r, j)) {
         ret = reply_full(r, j);
     } else {
         wk_req_count(r, 499);

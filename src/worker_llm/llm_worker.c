@@ -5,6 +5,7 @@
 #include "worker/wk_util.h"
 #include "worker/wk_web.h"
 
+#include "rbee/data_path.h"
 #include "rbee/gguf.h"
 
 #include <stdio.h>
@@ -19,50 +20,44 @@
 extern const rb_embedded_file llm_web_files[];
 extern const int llm_web_n_files;
 
-#ifndef RBEE_DEFAULT_MODEL_DIR
-#define RBEE_DEFAULT_MODEL_DIR "models/default"
-#endif
-
 static bool exists(const char *p, bool dir) {
     struct stat st;
     return stat(p, &st) == 0 && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
 }
 
-/* $RBEE_DEFAULT_MODEL, else the build's bundled folder:
+/* $RBEE_DEFAULT_MODEL, else the bundled model (rb_data_path: the installed
+ * share/rbee of this executable's prefix, or the source tree):
  * rbee-default-q8_0.gguf when present, else its hf/ folder. */
 static bool default_model(char *buf, size_t len) {
     const char *env = getenv("RBEE_DEFAULT_MODEL");
     if (env && *env) {
         snprintf(buf, len, "%s", env);
-        return exists(env, false) || exists(env, true);
+        if (exists(env, false) || exists(env, true)) return true;
+        snprintf(buf, len, "RBEE_DEFAULT_MODEL=%s does not exist; pass --model", env);
+        return false;
     }
-    snprintf(buf, len, "%s/rbee-default-q8_0.gguf", RBEE_DEFAULT_MODEL_DIR);
-    if (exists(buf, false)) return true;
-    snprintf(buf, len, "%s/hf", RBEE_DEFAULT_MODEL_DIR);
-    return exists(buf, true);
+    rb_error err = {0};
+    if (rb_data_path("models/default/rbee-default-q8_0.gguf", buf, len, &err) == RB_OK && exists(buf, false))
+        return true;
+    if (rb_data_path("models/default/hf", buf, len, NULL) == RB_OK && exists(buf, true)) return true;
+    snprintf(buf, len, "%s (or its hf/ folder); set RBEE_DEFAULT_MODEL or pass --model", err.msg);
+    return false;
 }
 
-rb_status llm_worker_submit(llm_worker *lw, wk_job *j) {
+static rb_status submit(void *user, wk_job *j) {
+    llm_worker *lw = user;
     pthread_rwlock_rdlock(&lw->engine_lock);
     rb_status s = lw->engine ? llm_engine_submit(lw->engine, j) : RB_E_UNSUPPORTED;
     pthread_rwlock_unlock(&lw->engine_lock);
     return s;
 }
 
-void llm_worker_poke(void *user) {
+/* The jobs' cancel hook: wakes the engine so it notices a cancel at once. */
+static void llm_worker_poke(void *user) {
     llm_worker *lw = user;
     pthread_rwlock_rdlock(&lw->engine_lock);
     if (lw->engine) llm_engine_poke(lw->engine);
     pthread_rwlock_unlock(&lw->engine_lock);
-}
-
-bool llm_reply_submit_failed(wk_req *r, llm_worker *lw, rb_status s) {
-    if (s == RB_E_RANGE) {
-        llm_metrics_queue_full(&lw->metrics);
-        return wk_reply_unavailable(r, "QUEUE_FULL", "the request queue is full; retry later");
-    }
-    if (s == RB_E_CANCELLED || s == RB_E_UNSUPPORTED) return wk_reply_not_ready(r, lw->w);
-    return wk_reply_error(r, 500, "INTERNAL", "server_error", "out of memory");
 }
 
 static void load_stats(void *user, int *queued, int *active) {
@@ -73,48 +68,22 @@ static void load_stats(void *user, int *queued, int *active) {
     pthread_rwlock_unlock(&lw->engine_lock);
 }
 
-static bool model_in_memory(const llm_worker *lw) {
-    wk_state st = wk_worker_state(lw->w);
-    return lw->model && (st == WK_STATE_READY || st == WK_STATE_STOPPING);
+static bool memory(void *user, uint64_t *weight_bytes, rb_backend **be) {
+    llm_worker *lw = user;
+    *weight_bytes = lw->model ? rb_model_weight_bytes(lw->model) : 0;
+    *be = lw->be;
+    return lw->model != NULL;
 }
 
-/* ---- gauges ---- */
+/* ---- the LLM worker's own gauges ---- */
 
-static double g_queue(void *u) {
-    int q, a;
-    load_stats(u, &q, &a);
-    return q;
-}
-static double g_active(void *u) {
-    int q, a;
-    load_stats(u, &q, &a);
-    return a;
-}
-static double g_queue_cap(void *u) { return (double)((llm_worker *)u)->w->cfg.queue_depth; }
 static double g_parallel(void *u) { return (double)((llm_worker *)u)->parallel; }
-static double g_model_bytes(void *u) {
-    llm_worker *lw = u;
-    return model_in_memory(lw) ? (double)rb_model_weight_bytes(lw->model) : 0.0;
-}
 static double g_kv_bytes(void *u) {
     llm_worker *lw = u;
     pthread_rwlock_rdlock(&lw->engine_lock);
     double b = lw->engine ? (double)llm_engine_kv_bytes(lw->engine) : 0.0;
     pthread_rwlock_unlock(&lw->engine_lock);
     return b;
-}
-static bool device_info(llm_worker *lw, rb_device_info *di) {
-    memset(di, 0, sizeof *di);
-    return model_in_memory(lw) && lw->be && rb_backend_device_info(lw->be, di) == RB_OK;
-}
-static double g_dev_total(void *u) {
-    rb_device_info di;
-    return device_info(u, &di) ? (double)di.mem_total : 0.0;
-}
-static double g_dev_used(void *u) {
-    rb_device_info di;
-    if (!device_info(u, &di)) return 0.0;
-    return (double)(di.mem_total - (di.mem_free < di.mem_total ? di.mem_free : di.mem_total));
 }
 
 static rb_status setup(wk_worker *w, void *user, rb_error *err) {
@@ -123,14 +92,8 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     llm_metrics_init(&lw->metrics, &w->metrics);
     lw->metrics_ok = true;
     wk_metrics *m = &w->metrics;
-    wk_metrics_gauge_fn(m, "llorch_queue_depth", "Requests waiting for a sequence slot.", g_queue, lw);
-    wk_metrics_gauge_fn(m, "llorch_queue_capacity", "Queue size before requests get 503.", g_queue_cap, lw);
-    wk_metrics_gauge_fn(m, "llorch_active_sequences", "Sequences being generated.", g_active, lw);
     wk_metrics_gauge_fn(m, "llorch_parallel_slots", "Sequence slots (--parallel).", g_parallel, lw);
-    wk_metrics_gauge_fn(m, "llorch_model_bytes", "Bytes of model weights.", g_model_bytes, lw);
     wk_metrics_gauge_fn(m, "llorch_kv_cache_bytes", "Bytes of KV cache slots.", g_kv_bytes, lw);
-    wk_metrics_gauge_fn(m, "llorch_device_memory_total_bytes", "Device memory, total.", g_dev_total, lw);
-    wk_metrics_gauge_fn(m, "llorch_device_memory_used_bytes", "Device memory in use (total - free).", g_dev_used, lw);
     rb_status s;
     if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
     if (!w->cfg.no_webui && (s = wk_web_add(&w->router, llm_web_files, llm_web_n_files, err)) != RB_OK) return s;
@@ -227,7 +190,7 @@ static void stop(void *user) {
 
 static void info(void *user, json_t *j, bool loaded) {
     llm_worker *lw = user;
-    loaded = loaded && model_in_memory(lw);
+    loaded = loaded && lw->model;
     json_object_set_new(j, "context_size", json_integer((json_int_t)lw->ctx_size));
     json_object_set_new(j, "parallel", json_integer((json_int_t)lw->parallel));
     if (lw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(lw->be)));
@@ -236,7 +199,8 @@ static void info(void *user, json_t *j, bool loaded) {
         return;
     }
     rb_device_info di;
-    device_info(lw, &di);
+    memset(&di, 0, sizeof di);
+    if (lw->be && rb_backend_device_info(lw->be, &di) != RB_OK) memset(&di, 0, sizeof di);
     json_object_set_new(j, "memory",
                         json_pack("{s:I,s:I,s:I,s:I,s:I}", "model_bytes", (json_int_t)rb_model_weight_bytes(lw->model),
                                   "kv_cache_bytes", (json_int_t)g_kv_bytes(lw), "process_rss_bytes",
@@ -292,7 +256,13 @@ int llm_worker_main(int argc, char **argv) {
         .default_model = default_model,
         .setup = setup,
         .load = load,
+        .submit = submit,
+        .poke = llm_worker_poke,
         .load_stats = load_stats,
+        .queue_help = "Requests waiting for a sequence slot.",
+        .active_metric = "llorch_active_sequences",
+        .active_help = "Sequences being generated.",
+        .memory = memory,
         .stop_accepting = stop_accepting,
         .stop = stop,
         .info = info,

@@ -41,18 +41,6 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max);
 /* Runs llm-worker-rbee; returns the process exit code. */
 int llm_worker_main(int argc, char **argv);
 
-/* Submits a job to the engine under the engine lock; RB_E_UNSUPPORTED when
- * there is no engine (loading / stopped), RB_E_RANGE when the queue is full,
- * RB_E_CANCELLED when draining. */
-rb_status llm_worker_submit(llm_worker *lw, wk_job *j);
-
-/* Wakes the engine so it notices a cancelled job at once (the jobs'
- * wk_cancel_hook; user is the llm_worker). */
-void llm_worker_poke(void *user);
-/* The answer to a failed llm_worker_submit: 503 QUEUE_FULL (counted), the
- * not-ready answer, or 500. */
-bool llm_reply_submit_failed(wk_req *r, llm_worker *lw, rb_status s);
-
 /* Route registration (llm_routes_*.c). */
 rb_status llm_routes_jobs_add(llm_worker *lw, rb_error *err);
 rb_status llm_routes_openai_add(llm_worker *lw, rb_error *err);

@@ -44,15 +44,6 @@ void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = tu_rng_range(r, lo, hi);
 }
 
-const char *tu_fixture(char *buf, size_t len, const char *relpath) {
-    const char *dir = getenv("RBEE_FIXTURES_DIR");
-    if (!dir || !*dir) dir = RBEE_FIXTURES_DIR;
-    snprintf(buf, len, "%s/%s", dir, relpath);
-    struct stat st;
-    if (stat(buf, &st) != 0) fail_msg("fixture missing: %s", buf);
-    return buf;
-}
-
 const char *tu_data(char *buf, size_t len, const char *relpath) {
     /* RBEE_TEST_DATA_DIR in the environment: binaries built here and run in a
      * copy of the tree elsewhere (the GPU machine) */

@@ -115,9 +115,12 @@ void ct_copy_hf(const char *src_dir, const char *dst_dir, const char *drop, cons
         x->dtype = st_dtype_name(t->dtype);
         x->n_dims = t->n_dims;
         for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->ne[t->n_dims - 1 - d];
-        if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 2) { /* transposed shape */
-            x->shape[0] = t->ne[0];
+        if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 2 && t->ne[0] != t->ne[1]) {
+            x->shape[0] = t->ne[0]; /* transposed shape */
             x->shape[1] = t->ne[1];
+        } else if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 2) {
+            x->shape[0] = 2 * t->ne[1]; /* square: transposing would not change it; same size, other shape */
+            x->shape[1] = t->ne[0] / 2;
         } else if (reshape && strcmp(t->name, reshape) == 0 && t->n_dims == 3) { /* rotated shape */
             x->shape[0] = t->ne[1];
             x->shape[1] = t->ne[0];

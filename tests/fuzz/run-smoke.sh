@@ -16,6 +16,15 @@ CORPUS="$BUILD/fuzz-corpus"
 status=0
 HERE=$(cd "$(dirname "$0")" && pwd)
 cp "$HERE"/../data/image/*.png "$HERE"/../data/image/*.jpg "$CORPUS/image/" 2>/dev/null # hand-made PNG/JPEG seeds
+# the SD worker's requests: the first byte picks the parser (fuzz_sd_request.c)
+mkdir -p "$CORPUS/sd_request"
+printf '\000{"prompt":"a cat","width":64,"height":64,"steps":4,"seed":1,"sampler":"dpmpp_2m_karras","mask":null}' >"$CORPUS/sd_request/rbee"
+printf '\001{"prompt":"a (red:1.2) cat","sampler_name":"Euler a","n_iter":2,"override_settings":{"randn_source":"CPU"}}' >"$CORPUS/sd_request/a1111"
+printf '\002{"init_images":["iVBORw0KGgo="],"denoising_strength":0.6,"mask_blur":0}' >"$CORPUS/sd_request/img2img"
+printf '\003{"prompt":"x","n":2,"size":"64x64","response_format":"b64_json","output_format":"jpeg"}' >"$CORPUS/sd_request/openai"
+printf '\004a cat\nNegative prompt: dog\nSteps: 20, Sampler: Euler, Size: 512x768, Note: "a, b"' >"$CORPUS/sd_request/infotext"
+printf '\005data:image/png;base64,Zm9vYmFy' >"$CORPUS/sd_request/base64"
+{ printf '\006'; cat "$HERE/../data/image/gray8_trns.png"; printf '\377\377a cat\37764'; } >"$CORPUS/sd_request/form"
 run() { # target corpus-subdir max_len
     local t=$1 dir="$CORPUS/$2" max=$3 art="$BUILD/fuzz-artifacts/$1/" dict="$HERE/$2.dict"
     mkdir -p "$art"
@@ -38,5 +47,6 @@ run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
+if [ -x "$FUZZ/fuzz_sd_request" ]; then run fuzz_sd_request sd_request 16384; fi
 if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
 exit $status

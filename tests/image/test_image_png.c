@@ -39,6 +39,8 @@ static void test_fixture_images(void **s) {
     static const char *const runs[] = {"txt2img_euler", "txt2img_ddim", "txt2img_euler_a", "txt2img_dpmpp_2m_karras",
                                        "txt2img_euler_64x96", "txt2img_lcm", "img2img_euler", "img2img_ddim",
                                        "inpaint_euler", "inpaint_ddim", "txt2img_euler_no_negative"};
+    char refs[4096];
+    tu_fixture(refs, sizeof refs, "diffusers/refs"); /* skipped (or failed under CI) without the fixtures */
     int checked = 0;
     for (size_t p = 0; p < 4; p++) {
         for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {

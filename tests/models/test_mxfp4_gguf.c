@@ -30,13 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Measured on x86-64: 1.84e-2 against the dequantized model, 0.319 against
- * the f32 model (transformers: 0.3175); the converted file (q8_0 attention
- * too) 5.6e-2 against the dequantized model. Bounds ~1.5x (the f32 one
- * 1.25x: it is mostly the weights' own quantization). */
-#define NATIVE_VS_DEQUANT_BOUND 3e-2
-#define NATIVE_VS_F32_BOUND 0.40
-#define CONVERTED_VS_DEQUANT_BOUND 8.5e-2
+/* Measured on x86-64: 2.83e-2 against the dequantized model, 0.411 against
+ * the f32 model (transformers' own MXFP4 model: 0.4068); the converted file
+ * (q8_0 attention too) 3.55e-2 against the dequantized model. Bounds ~1.5x;
+ * the distance to the f32 model is mostly the weights' own quantization, so
+ * it is bounded relative to transformers' (at most 10% farther). */
+#define NATIVE_VS_DEQUANT_BOUND 4.5e-2
+#define NATIVE_VS_F32_FACTOR 1.1
+#define CONVERTED_VS_DEQUANT_BOUND 5.5e-2
 
 typedef struct fixture {
     char dir[1024], gguf[1100], tmp[128];
@@ -174,11 +175,11 @@ static void test_logits(void **state) {
     print_message("dequantized experts (f32 GGUF) vs transformers on them: rel L2 %.2g (bound 1e-4)\n", e_deq);
     print_message("MXFP4 GGUF as it is vs transformers on the dequantized experts: %.3g (bound %.2g)\n", e_mx,
                   NATIVE_VS_DEQUANT_BOUND);
-    print_message("MXFP4 GGUF as it is vs the f32 model: %.3g (bound %.2g; transformers' MXFP4 vs f32: %.4g)\n", e_f32,
-                  NATIVE_VS_F32_BOUND, tf);
+    print_message("MXFP4 GGUF as it is vs the f32 model: %.3g (bound %.3g: %.2gx transformers' MXFP4 vs f32, %.4g)\n",
+                  e_f32, NATIVE_VS_F32_FACTOR * tf, NATIVE_VS_F32_FACTOR, tf);
     if (e_deq > 1e-4) fail_msg("dequantized model differs from transformers: %.3g", e_deq);
     if (e_mx > NATIVE_VS_DEQUANT_BOUND) fail_msg("MXFP4 products too far from the dequantized model: %.3g", e_mx);
-    if (e_f32 > NATIVE_VS_F32_BOUND) fail_msg("MXFP4 model too far from the f32 one: %.3g", e_f32);
+    if (!(tf > 0) || e_f32 > NATIVE_VS_F32_FACTOR * tf) fail_msg("MXFP4 model too far from the f32 one: %.3g", e_f32);
     assert_true(e_mx < tf); /* the activation rounding is small beside the weights' */
     free(got);
     free(want_mx);

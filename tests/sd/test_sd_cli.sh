@@ -200,7 +200,7 @@ if [ -n "$seed" ] && grep -q "Seed: $seed," "$TMP/params.txt"; then ok "random s
     fail "random seed: '$seed' vs $(cat "$TMP/params.txt")"; fi
 
 # usage errors (exit 2) and runtime errors (exit 1)
-expect_status 2 "usage: rbee <command>" --
+expect_status 2 "Usage: rbee <command>" --
 expect_status 2 "-p PROMPT is required" -- txt2img -m "$TMP/sd15"
 expect_status 2 "-m MODEL is required" -- txt2img -p x
 expect_status 1 "is not a Stable Diffusion model" -- txt2img -m "$2/llamacpp/tiny-f32.gguf" -p x -o "$TMP/x.png"

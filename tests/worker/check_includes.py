@@ -6,7 +6,9 @@ usage: check_includes.py SRC_DIR
 - src/worker (the layer every worker shares) includes only its own headers
   and librbee's public ones (rbee/...): nothing of a worker (worker_llm/, the
   SD worker), of the models, tokenizers or runtime.
-- src/worker_llm includes nothing of another worker.
+- src/worker_llm includes nothing of another worker; src/worker_sd (the SD
+  worker) only its own headers, the worker layer's and librbee's public ones
+  (the SD engine is reached through rbee/sd_pipeline.h alone).
 - Within each folder no files include each other in a circle: modules (a .c
   file with its .h, an X_internal.h counted with X) form an acyclic graph.
 Exits 1 and prints what is wrong otherwise."""
@@ -18,6 +20,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 RULES = {
     "worker": ("worker/", "rbee/"),
     "worker_llm": ("worker_llm/", "worker/", "rbee/", "runtime/", "models/", "tokenizer/", "chat/", "formats/"),
+    "worker_sd": ("worker_sd/", "worker/", "rbee/"),
 }
 
 

@@ -28,11 +28,7 @@ check() { # check NAME CONDITION-COMMAND...
   local name=$1; shift
   if "$@"; then ok "$name"; else bad "$name"; fi
 }
-jget() { python3 -c 'import json,sys
-d=json.load(sys.stdin)
-for k in sys.argv[1].split("."):
-    d = d[int(k)] if isinstance(d, list) else d.get(k) if isinstance(d, dict) else None
-print("null" if d is None else (json.dumps(d) if not isinstance(d, str) else d))' "$1"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../common/jget.sh"
 AUTH=()
 SCHEME=http
 HOST=127.0.0.1
