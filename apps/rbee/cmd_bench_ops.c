@@ -1,6 +1,6 @@
 /* `rbee bench-ops`: measures this machine's memory bandwidth (read stream and
  * copy over buffers much larger than the LLC, 1 thread and all threads) and
- * the CPU backend's matvec / matmul (f32, f16, q8_0, q4_0, q4_K weights),
+ * the CPU backend's matvec / matmul (f32, f16, q8_0, q4_0 and k-quant weights),
  * softmax and rms_norm, each beside its theoretical peak: the bandwidth
  * roofline for memory-bound ops, the FMA peak for matmul. Real random data,
  * a warm-up run, then the median of several timed repeats. */
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@ typedef struct bench_opts {
     bool json, quick;
     int threads; /* all-thread count */
     const char *isa;
+    const char *types; /* comma-separated weight dtypes, NULL = all */
 } bench_opts;
 
 typedef struct bench_row {
@@ -205,21 +207,36 @@ static void print_row_json(const bench_row *r, bool first) {
            r->peak, r->ratio, r->ratio_bw1);
 }
 
+/* whether name is one of the comma-separated entries of list (case-insensitive) */
+static bool type_listed(const char *list, const char *name) {
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == len && strncasecmp(p, name, len) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
 static int usage(FILE *f) {
-    fprintf(f, "usage: rbee bench-ops [--json] [--quick] [--threads N] [--isa auto|scalar|avx2|avx512]\n\n"
-               "Measures memory bandwidth, then matvec/matmul (f32, f16, q8_0, q4_0, q4_K; M = 1 and 64) on a\n"
-               "4096 x 14336 weight matrix (larger than the LLC), softmax and rms_norm, for 1 thread and all\n"
-               "threads, each beside its theoretical peak.\n");
+    fprintf(f, "usage: rbee bench-ops [--json] [--quick] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               "                      [--types LIST]\n\n"
+               "Measures memory bandwidth, then matvec/matmul (f32, f16, q8_0, q4_0, q4_K, q5_K, q6_K; M = 1 and\n"
+               "64) on a 4096 x 14336 weight matrix (larger than the LLC), softmax and rms_norm, for 1 thread and\n"
+               "all threads, each beside its theoretical peak. --types q4_K,q6_K keeps only those weight types.\n");
     return f == stdout ? 0 : 2;
 }
 
 int rb_cmd_bench_ops(int argc, char **argv) {
-    bench_opts o = {false, false, (int)sysconf(_SC_NPROCESSORS_ONLN), "auto"};
+    bench_opts o = {false, false, (int)sysconf(_SC_NPROCESSORS_ONLN), "auto", NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) o.json = true;
         else if (strcmp(argv[i], "--quick") == 0) o.quick = true;
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) o.threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) o.isa = argv[++i];
+        else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) o.types = argv[++i];
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return usage(stdout);
         else {
             fprintf(stderr, "bench-ops: unknown option '%s'\n", argv[i]);
@@ -285,12 +302,13 @@ int rb_cmd_bench_ops(int argc, char **argv) {
 
     bool first = true;
     int rc = 0;
-    const rb_dtype wtypes[] = {RB_F32, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K};
+    const rb_dtype wtypes[] = {RB_F32, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     uint64_t seed = 0x1234567;
     for (int t = 0; t < n_tc && rc == 0; t++) {
         rb_backend *be = make_backend(thread_counts[t], o.isa);
         if (!be) return 1;
         for (size_t wi = 0; wi < sizeof wtypes / sizeof wtypes[0] && rc == 0; wi++) {
+            if (o.types && !type_listed(o.types, rb_dtype_name(wtypes[wi]))) continue;
             rb_tensor w, act, d;
             if (make_weights(be, wtypes[wi], K, N, &w, &seed) != RB_OK) {
                 fprintf(stderr, "bench-ops: cannot build %s weights\n", rb_dtype_name(wtypes[wi]));

@@ -4,10 +4,12 @@
  * a double-precision dot of the decoded weights and decoded activations (the
  * integer kernels must agree to float rounding); each SIMD table against the
  * scalar table; the blocked gemm tiles against the same ISA's dot product;
- * the matvec runs and packed prefill kernels against double references. */
+ * the matvec runs and packed prefill kernels (legacy and k-quant formats)
+ * against double references. */
 #include "mm_testlib.h"
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/pack_pull.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -317,7 +319,7 @@ static void test_matvec_and_packed(void **state) {
                         const int nr = NR - r0 < RB_CPU_PACK_ROWS ? NR - r0 : RB_CPU_PACK_ROWS;
                         k->pack_rows[w](n, nr, qw + (size_t)r0 * lda, lda, packed);
                         for (int j = 0; j < NR * NC; j++) out[j] = NAN;
-                        k->gemm_packed[w](n, nr, NC, packed, qa, ldb, aux, (size_t)nb, out, NR);
+                        k->gemm_packed[w](n, nr, NC, packed, qa, ldb, aux, (size_t)nb, out, NR, NULL);
                         for (int c = 0; c < NC; c++)
                             for (int rr = 0; rr < nr; rr++) {
                                 double abs_sum, ref = mm_dot_ref(dw + (r0 + rr) * n, da + c * n, n, &abs_sum);
@@ -340,10 +342,99 @@ static void test_matvec_and_packed(void **state) {
     if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(packed_tested >= 8); /* q4_0 and q8_0 */
 }
 
+/* The k-quant fast paths against double references on decoded data: the
+ * matrix-vector runs (gemm_tile with nc == 1) and the packed prefill kernels
+ * (pack_rows + gemm_packed on q8_K activations: a full and a partial group of
+ * 16 rows, 11 activation rows = one register tile of 8 and one of 3; the
+ * prefetch request issued in full), for 1, 3, 8 and 22 super-blocks. Weights
+ * get a nonzero mean and a few rows of one sign so the mins / offsets carry
+ * real weight; activations include a zero super-block. */
+static void test_kquant_matvec_and_packed(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 6262);
+    const int NR = 19, NC = 11;
+    const int64_t lens[4] = {256, 256 * 3, 256 * 8, 256 * 22};
+    const rb_dtype kq[5] = {RB_Q2_K, RB_Q3_K, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    int matvec_tested = 0, packed_tested = 0;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        for (int i = 0; i < 5; i++) {
+            const rb_dtype w = kq[i], vt = k->vec_dot_type[w];
+            assert_int_equal(vt, RB_Q8_K);
+            const bool packed = k->pack_rows[w] && k->gemm_packed[w];
+            if (!k->gemm_tile[w] && !packed) continue;
+            for (int li = 0; li < 4; li++) {
+                const int64_t n = lens[li];
+                float *xw = malloc(sizeof(float) * (size_t)(n * NR)), *xa = malloc(sizeof(float) * (size_t)(n * NC));
+                assert_true(xw && xa);
+                mm_fill(&r, xw, (size_t)(n * NR), 1.0f);
+                for (int64_t j = 0; j < n * NR; j++) xw[j] += 0.3f;
+                for (int64_t j = 0; j < n; j++) xw[2 * n + j] = fabsf(xw[2 * n + j]);    /* row 2: all >= 0 */
+                for (int64_t j = 0; j < n; j++) xw[5 * n + j] = -fabsf(xw[5 * n + j]);   /* row 5: all <= 0 */
+                mm_fill(&r, xa, (size_t)(n * NC), 1.0f);
+                if (n >= 512) memset(xa + 3 * n + 256, 0, sizeof(float) * 256);       /* a zero super-block */
+                char *qw = mm_encode(w, xw, NR, n), *qa = mm_encode(vt, xa, NC, n);
+                float *dw = mm_decode(w, qw, NR, n), *da = mm_decode(vt, qa, NC, n);
+                const size_t lda = rb_dtype_row_size(w, n), ldb = rb_dtype_row_size(vt, n);
+                float out[NR * NC];
+                if (k->gemm_tile[w]) {
+                    for (int c = 0; c < NC; c++) {
+                        for (int j = 0; j < NR; j++) out[j] = NAN;
+                        k->gemm_tile[w](n, NR, 1, qw, lda, qa + (size_t)c * ldb, ldb, out, NR);
+                        for (int rr = 0; rr < NR; rr++) {
+                            double abs_sum, ref = mm_dot_ref(dw + rr * n, da + c * n, n, &abs_sum);
+                            if (!(fabs(out[rr] - ref) <= dot_tol(w) * abs_sum))
+                                fail_msg("%s isa %s matvec n=%lld row %d col %d: %.9g vs %.9g", rb_dtype_name(w),
+                                         rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, rr, c, out[rr], ref);
+                        }
+                    }
+                    matvec_tested++;
+                }
+                if (packed) {
+                    const int64_t nblk = n / RB_QK_K;
+                    assert_true(k->pack_bytes[w] > 0);
+                    char *pk = aligned_alloc(64, (size_t)nblk * k->pack_bytes[w]);
+                    assert_non_null(pk);
+                    for (int r0 = 0; r0 < NR; r0 += RB_CPU_PACK_ROWS) {
+                        const int nr = NR - r0 < RB_CPU_PACK_ROWS ? NR - r0 : RB_CPU_PACK_ROWS;
+                        memset(pk, 0xA5, (size_t)nblk * k->pack_bytes[w]); /* no stale bytes help */
+                        k->pack_rows[w](n, nr, qw + (size_t)r0 * lda, lda, pk);
+                        for (int j = 0; j < NR * NC; j++) out[j] = NAN;
+                        rb_pack_prefetch pf = {.p = qw, .lda = lda, .row_bytes = lda, .rows = NR};
+                        pf.lines = rb_pack_prefetch_total(&pf);
+                        k->gemm_packed[w](n, nr, NC, pk, qa, ldb, NULL, 0, out, NR, &pf);
+                        assert_int_equal(pf.row, NR); /* every line requested */
+                        for (int c = 0; c < NC; c++)
+                            for (int rr = 0; rr < nr; rr++) {
+                                double abs_sum, ref = mm_dot_ref(dw + (r0 + rr) * n, da + c * n, n, &abs_sum);
+                                if (!(fabs(out[c * NR + rr] - ref) <= dot_tol(w) * abs_sum))
+                                    fail_msg("%s isa %s packed n=%lld row %d col %d: %.9g vs %.9g",
+                                             rb_dtype_name(w), rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n,
+                                             r0 + rr, c, out[c * NR + rr], ref);
+                            }
+                        for (int c = 0; c < NC; c++) /* nothing written past nr */
+                            for (int rr = nr; rr < NR; rr++) assert_true(isnan(out[c * NR + rr]));
+                    }
+                    packed_tested++;
+                    free(pk);
+                }
+                free(xw); free(xa); free(qw); free(qa); free(dw); free(da);
+            }
+        }
+    }
+    /* the fast paths must exist where the ISA provides them */
+    if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) {
+        assert_true(matvec_tested >= 12); /* q4_K, q5_K, q6_K */
+        assert_true(packed_tested >= 20); /* q2_K..q6_K */
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_detect),
         cmocka_unit_test(test_matvec_and_packed),
+        cmocka_unit_test(test_kquant_matvec_and_packed),
         cmocka_unit_test(test_act_quant_identical),
         cmocka_unit_test(test_act_quant_ties),
         cmocka_unit_test(test_conversions),

@@ -41,16 +41,35 @@ typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t
  * ISA-specific layout of RB_CPU_PACK_BLOCK_BYTES per 32-element block (rows
  * past nr are zero); gemm_packed then computes dst[c * ldd + r] for r < nr,
  * c < nc (any nc) from it and q8_0 activation rows, using each activation
- * row's per-block scale and sum (rb_act_aux, ld_aux entries per row). */
+ * row's per-block scale and sum (rb_act_aux, ld_aux entries per row); the
+ * k-quant entries take q8_K activations and no aux. */
 typedef struct rb_act_aux {
     float d;     /* the block's scale as f32 */
     int32_t sum; /* sum of the block's 32 quants */
 } rb_act_aux;
+/* The weight rows the matmul packs next (rows of row_bytes, lda apart): a
+ * packed kernel that takes it spreads prefetches of `lines` more of their
+ * cache lines over its multiplications (pack_pull.h), so the next pack_rows
+ * reads them from cache instead of waiting on memory with nothing else to
+ * do. The caller splits the rows' lines over its calls. NULL, or rows == 0:
+ * nothing to fetch. */
+typedef struct rb_pack_prefetch {
+    const char *p;
+    size_t lda, row_bytes;
+    int rows;
+    size_t lines; /* lines this call issues */
+    int row;      /* progress: the next line is row `row`, byte `off` */
+    size_t off;
+} rb_pack_prefetch;
 typedef void (*rb_pack_rows_fn)(int64_t n, int nr, const void *x, size_t lda, void *out);
 typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                  const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+                                  const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd,
+                                  rb_pack_prefetch *pf);
 #define RB_CPU_PACK_ROWS 16
 #define RB_CPU_PACK_BLOCK_BYTES 576
+/* k-quants (q8_K activations, aux unused): bytes per packed 256-element
+ * super-block for scale groups of G elements (gemm_kquant_vnni_avx512.c) */
+#define RB_CPU_PACK_KQ_BYTES(G) (4096 + (RB_QK_K / (G)) * 64 + 512 + 64)
 
 /* Activation dtype per weight dtype; the same for every ISA (the quantized
  * dot products are defined on these pairs), so each kernel table uses this. */
@@ -72,6 +91,8 @@ struct rb_cpu_kernels {
     /* Optional packed prefill kernels (see rb_pack_rows_fn). */
     rb_pack_rows_fn pack_rows[RB_DTYPE_END_];
     rb_gemm_packed_fn gemm_packed[RB_DTYPE_END_];
+    /* Bytes pack_rows writes per weight block (of the weight dtype's block size). */
+    uint32_t pack_bytes[RB_DTYPE_END_];
     /* Indexed by activation dtype (f32, q8_0, q8_1, q8_K). */
     rb_from_f32_fn from_f32[RB_DTYPE_END_];
     /* Row conversions usable by any op. */

@@ -124,11 +124,13 @@ static void gemm_packed(int64_t n, int nr, int nc, const void *packed, const voi
 }
 
 void rb_gemm_packed_q4_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd) {
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf) {
+    (void)pf; /* these packers read their rows straight from memory */
     gemm_packed(n, nr, nc, packed, y, ldb, aux, ld_aux, 8, dst, ldd);
 }
 
 void rb_gemm_packed_q8_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd) {
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf) {
+    (void)pf; /* these packers read their rows straight from memory */
     gemm_packed(n, nr, nc, packed, y, ldb, aux, ld_aux, 128, dst, ldd);
 }

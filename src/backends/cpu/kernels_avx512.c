@@ -108,10 +108,25 @@ const struct rb_cpu_kernels rb_cpu_kernels_avx512 = {
     .gemm_tile = {
         [RB_F32] = gemm_f32, [RB_F16] = gemm_f16, [RB_BF16] = gemm_bf16,
         [RB_Q4_0] = rb_gemm_q4_0_avx512, [RB_Q8_0] = rb_gemm_q8_0_avx512,
-        [RB_Q4_K] = rb_gemm_q4_K_avx2,
+        [RB_Q4_K] = rb_gemm_q4_K_avx512, [RB_Q5_K] = rb_gemm_q5_K_avx512, [RB_Q6_K] = rb_gemm_q6_K_avx512,
     },
-    .pack_rows = {[RB_Q4_0] = rb_pack_q4_0_avx512, [RB_Q8_0] = rb_pack_q8_0_avx512},
-    .gemm_packed = {[RB_Q4_0] = rb_gemm_packed_q4_0_avx512, [RB_Q8_0] = rb_gemm_packed_q8_0_avx512},
+    .pack_rows = {
+        [RB_Q4_0] = rb_pack_q4_0_avx512, [RB_Q8_0] = rb_pack_q8_0_avx512,
+        [RB_Q2_K] = rb_pack_q2_K_avx512, [RB_Q3_K] = rb_pack_q3_K_avx512, [RB_Q4_K] = rb_pack_q4_K_avx512,
+        [RB_Q5_K] = rb_pack_q5_K_avx512, [RB_Q6_K] = rb_pack_q6_K_avx512,
+    },
+    .gemm_packed = {
+        [RB_Q4_0] = rb_gemm_packed_q4_0_avx512, [RB_Q8_0] = rb_gemm_packed_q8_0_avx512,
+        [RB_Q2_K] = rb_gemm_packed_kq16_avx512, [RB_Q3_K] = rb_gemm_packed_kq16_avx512,
+        [RB_Q4_K] = rb_gemm_packed_kq32_avx512, [RB_Q5_K] = rb_gemm_packed_kq32_avx512,
+        [RB_Q6_K] = rb_gemm_packed_kq16_avx512,
+    },
+    .pack_bytes = {
+        [RB_Q4_0] = RB_CPU_PACK_BLOCK_BYTES, [RB_Q8_0] = RB_CPU_PACK_BLOCK_BYTES,
+        [RB_Q2_K] = RB_CPU_PACK_KQ_BYTES(16), [RB_Q3_K] = RB_CPU_PACK_KQ_BYTES(16),
+        [RB_Q4_K] = RB_CPU_PACK_KQ_BYTES(32), [RB_Q5_K] = RB_CPU_PACK_KQ_BYTES(32),
+        [RB_Q6_K] = RB_CPU_PACK_KQ_BYTES(16),
+    },
     .from_f32 = {
         [RB_Q8_0] = rb_q8_0_from_f32_avx2, [RB_Q8_1] = rb_q8_1_from_f32_avx2, [RB_Q8_K] = rb_q8_K_from_f32_avx2,
     },

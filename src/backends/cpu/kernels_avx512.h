@@ -19,12 +19,36 @@ void rb_gemm_q8_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, c
 void rb_matvec_q4_0_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
 void rb_matvec_q8_0_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
 
+/* Matrix-vector k-quant x q8_K (matvec_kquant_avx512.c), same contract; and
+ * the table's gemm_tile entries that send nc == 1 there. */
+void rb_matvec_q4_K_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
+void rb_matvec_q5_K_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
+void rb_matvec_q6_K_avx512(int64_t n, int nr, const void *x, size_t lda, const void *y, float *dst);
+void rb_gemm_q4_K_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
+                         size_t ldd);
+void rb_gemm_q5_K_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
+                         size_t ldd);
+void rb_gemm_q6_K_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
+                         size_t ldd);
+
 /* Packed prefill kernels (gemm_packed_vnni_avx512.c). */
 void rb_pack_q4_0_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
 void rb_pack_q8_0_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
 void rb_gemm_packed_q4_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
 void rb_gemm_packed_q8_0_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
-                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd);
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
+
+/* Packed k-quant prefill kernels (gemm_kquant_vnni_avx512.c): kq32 for the
+ * 32-element scale groups of q4_K / q5_K, kq16 for q2_K / q3_K / q6_K. */
+void rb_pack_q2_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_pack_q3_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_pack_q4_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_pack_q5_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_pack_q6_K_avx512(int64_t n, int nr, const void *x, size_t lda, void *out);
+void rb_gemm_packed_kq32_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
+void rb_gemm_packed_kq16_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
+                                const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
 
 #endif

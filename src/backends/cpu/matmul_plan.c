@@ -1,6 +1,7 @@
 /* The two parallel phases of rb_cpu_matmul (see matmul_plan.h): activation
  * conversion into scratch, then tiled dot products over the weight rows. */
 #include "backends/cpu/matmul_plan.h"
+#include "backends/cpu/pack_pull.h"
 
 #include <string.h>
 
@@ -40,13 +41,12 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     bool a_strided = a->nb[0] != ta->type_size;
     /* prefill with a packed kernel: 16-row groups packed once, then every
      * activation row streams past them 8 at a time */
-    p->packed = p->M > 1 && !a_strided && p->vt == RB_Q8_0 && p->k->pack_rows[a->dtype] != NULL &&
-                p->k->gemm_packed[a->dtype] != NULL;
+    p->packed = p->M > 1 && !a_strided && p->k->pack_rows[a->dtype] != NULL && p->k->gemm_packed[a->dtype] != NULL;
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
         p->tile_c = RB_CPU_TILE_MAX;
-        p->ld_aux = (size_t)(p->K / 32);
-        p->pbuf_stride = align64(p->ld_aux * RB_CPU_PACK_BLOCK_BYTES);
+        p->ld_aux = p->vt == RB_Q8_0 ? (size_t)(p->K / 32) : 0; /* only q8_0 activations use aux */
+        p->pbuf_stride = align64((size_t)(p->K / ta->block_size) * p->k->pack_bytes[a->dtype]);
     }
 
     size_t n_act_rows = (size_t)(p->M * p->B2 * p->B3);
@@ -105,7 +105,7 @@ void rb_mm_convert_task(void *ctx, int ith, int nth) {
             for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
         }
         if (p->vt != RB_F32) p->k->from_f32[p->vt](x, out, p->K);
-        if (p->packed) {
+        if (p->packed && p->ld_aux) {
             const rb_block_q8_0 *yb = (const rb_block_q8_0 *)(const void *)out;
             rb_act_aux *ax = p->aux + (size_t)r * p->ld_aux;
             for (size_t bi = 0; bi < p->ld_aux; bi++) {
@@ -156,6 +156,20 @@ static void pack_rows(const rb_mm_plan *p, const char *src, int nr, char *out) {
     }
 }
 
+/* The weight rows of work item it (a packed group): what the packed kernels
+ * prefetch while they multiply the group before it. */
+static void next_rows(const rb_mm_plan *p, int64_t it, rb_pack_prefetch *pf) {
+    const int R = p->tile_r;
+    const int64_t nblk = (p->N + R - 1) / R;
+    const int64_t batch = it / nblk, n0 = it % nblk * R;
+    const int64_t i2 = batch % p->B2, i3 = batch / p->B2;
+    pf->p = rb_cpu_data(&p->a) + (size_t)(i2 / p->r2) * p->a.nb[2] + (size_t)(i3 / p->r3) * p->a.nb[3] +
+            (size_t)n0 * p->a.nb[1];
+    pf->lda = p->a.nb[1];
+    pf->row_bytes = p->a_row;
+    pf->rows = (int)(p->N - n0 < R ? p->N - n0 : R);
+}
+
 void rb_mm_compute_task(void *ctx, int ith, int nth) {
     rb_mm_plan *p = ctx;
     const struct rb_cpu_kernels *k = p->k;
@@ -166,6 +180,7 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
     int64_t items = nblk * p->B2 * p->B3;
     int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
     float tile[RB_CPU_MATVEC_RUN]; /* tile_r * tile_c <= this */
+    _Static_assert(RB_CPU_PACK_ROWS * RB_CPU_TILE_MAX <= RB_CPU_MATVEC_RUN, "packed tile fits");
     const char *abase = rb_cpu_data(&p->a);
 
     for (int64_t it = lo; it < hi; it++) {
@@ -187,10 +202,16 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
             char *packed = p->pbuf + p->pbuf_stride * (size_t)ith;
             k->pack_rows[p->a.dtype](p->K, nr, arow, lda, packed);
             const rb_act_aux *aux = p->aux + (size_t)(batch * p->M) * p->ld_aux;
+            rb_pack_prefetch pf = {0};
+            if (it + 1 < hi) next_rows(p, it + 1, &pf);
+            const size_t pf_total = rb_pack_prefetch_total(&pf);
+            const int64_t ncalls = (p->M + C - 1) / C;
             for (int64_t m0 = 0; m0 < p->M; m0 += C) {
                 int nc = (int)(p->M - m0 < C ? p->M - m0 : C);
+                const int64_t call = m0 / C; /* this call's share of the next group's lines */
+                pf.lines = (size_t)(((int64_t)pf_total * (call + 1)) / ncalls - ((int64_t)pf_total * call) / ncalls);
                 k->gemm_packed[p->a.dtype](p->K, nr, nc, packed, acts + (size_t)m0 * p->row_b, p->row_b,
-                                           aux + (size_t)m0 * p->ld_aux, p->ld_aux, tile, (size_t)R);
+                                           aux + (size_t)m0 * p->ld_aux, p->ld_aux, tile, (size_t)R, &pf);
                 store_tile(p, tile, R, nr, nc, n0, m0, i2, i3);
             }
             continue;
