@@ -286,6 +286,8 @@ typedef struct rb_sd_step_info {
     int step, n_steps;        /* denoising steps complete and in the run (after strength) */
     float timestep;           /* the timestep given to the UNet at this evaluation */
     const float *latents;     /* batch x channels x h x w, after this evaluation's update (and blend) */
+    const float *denoised;    /* the same shape: the clean latents this evaluation predicts
+                               * (rb_sd_sampler_x0), what a preview shows */
     const float *model_in;    /* model_rows x model_channels x h x w: this evaluation's UNet input */
     int batch, channels, latent_h, latent_w;
     int model_rows, model_channels;

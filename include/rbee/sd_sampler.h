@@ -334,6 +334,18 @@ bool rb_sd_sampler_next(rb_sd_sampler *s, float *model_in, float *timestep);
  * callback's status, RB_E_RANGE on a non-finite result. */
 rb_status rb_sd_sampler_feed(rb_sd_sampler *s, const float *model_out, rb_error *err);
 
+/* The denoised estimate x0 (n floats) that the guided model output of the
+ * pending evaluation implies, before rb_sd_sampler_feed takes it: with x_t
+ * the evaluation's input in the variance-preserving form (what
+ * rb_sd_sampler_next wrote) and alphabar its noise level (1 / (sigma^2 + 1),
+ * or the schedule's alphabar for ddim and lcm), x0 = (x_t - sqrt(1 -
+ * alphabar) eps) / sqrt(alphabar) for epsilon prediction, sqrt(alphabar) x_t
+ * - sqrt(1 - alphabar) v for v-prediction, the output itself for "sample".
+ * What previews show (the latents themselves are still noisy); for euler
+ * at the last evaluation it is the result. RB_E_INVALID when no evaluation
+ * is pending. */
+rb_status rb_sd_sampler_x0(const rb_sd_sampler *s, const float *model_out, float *x0, rb_error *err);
+
 /* The current latents (n floats; the result once finished). */
 const float *rb_sd_sampler_latents(const rb_sd_sampler *s);
 bool rb_sd_sampler_finished(const rb_sd_sampler *s);

@@ -215,6 +215,32 @@ rb_status rb_sd_sampler_feed(rb_sd_sampler *s, const float *model_out, rb_error 
     return RB_OK;
 }
 
+rb_status rb_sd_sampler_x0(const rb_sd_sampler *s, const float *model_out, float *x0, rb_error *err) {
+    if (!s || !model_out || !x0) return rb_error_set(err, RB_E_INVALID, "sampler: NULL argument");
+    if (s->phase != RB_SD_PHASE_WAIT_FEED)
+        return rb_error_set(err, RB_E_INVALID, "sampler: no model evaluation is pending (call rb_sd_sampler_next)");
+    const int k = s->k;
+    double abar;
+    if (s->sigmas) { /* the sigma the evaluation's input was scaled with (dpmpp_sde: its midpoint) */
+        const double sg = s->kind == RB_SD_SAMPLER_DPMPP_SDE && s->has_history ? s->mid_sigma : s->sigmas[k];
+        abar = 1.0 / (sg * sg + 1.0);
+    } else {
+        abar = s->acp[s->t_int[k]];
+    }
+    const float a = (float)sqrt(abar), b = (float)sqrt(1.0 - abar);
+    s->ops->scale_in(s, k, s->x, x0); /* x_t */
+    switch (s->cfg.prediction_type) {
+    case RB_SD_PRED_V:
+        for (size_t i = 0; i < s->n; i++) x0[i] = a * x0[i] - b * model_out[i];
+        break;
+    case RB_SD_PRED_SAMPLE: memcpy(x0, model_out, s->n * sizeof(float)); break;
+    default:
+        for (size_t i = 0; i < s->n; i++) x0[i] = (x0[i] - b * model_out[i]) / a;
+        break;
+    }
+    return RB_OK;
+}
+
 const float *rb_sd_sampler_latents(const rb_sd_sampler *s) { return s ? s->x : NULL; }
 bool rb_sd_sampler_finished(const rb_sd_sampler *s) { return s && s->phase == RB_SD_PHASE_DONE; }
 int rb_sd_sampler_n_evals(const rb_sd_sampler *s) { return s ? s->E - s->begin : 0; }

@@ -37,6 +37,7 @@ typedef struct run {
     int R;           /* UNet batch */
     float *image, *mask_full, *image_lat, *mask_lat, *masked_lat;
     float *model_in, *unet_in, *unet_out, *guided, *timesteps, *time_ids;
+    float *x0; /* the denoised estimate of each evaluation, for the step callback */
     rb_tensor t_in, t_out, t_ctx, t_emb;
 } run;
 
@@ -53,6 +54,7 @@ static void run_free(run *r) {
     free(r->unet_in);
     free(r->unet_out);
     free(r->guided);
+    free(r->x0);
     free(r->timesteps);
     free(r->time_ids);
     rb_tensor_free(&r->t_in);
@@ -186,6 +188,7 @@ static rb_status prepare_unet(run *r, rb_error *err) {
     SDP_TRY(alloc_f(&r->unet_in, R * (size_t)pl->unet_in * r->plane, err));
     SDP_TRY(alloc_f(&r->unet_out, R * (size_t)pl->latent_ch * r->plane, err));
     SDP_TRY(alloc_f(&r->guided, r->n, err));
+    if (r->cb && r->cb->on_step) SDP_TRY(alloc_f(&r->x0, r->n, err));
     return alloc_f(&r->timesteps, R, err);
 }
 
@@ -215,6 +218,7 @@ static rb_status evaluate(run *r, float t, rb_error *err) {
         rb_sd_cfg_guidance(r->guided, r->unet_out, r->unet_out + N * C * P, N * C * P, r->p->guidance_scale);
     else
         memcpy(r->guided, r->unet_out, sizeof(float) * N * C * P);
+    if (r->x0) SDP_TRY(rb_sd_sampler_x0(r->smp, r->guided, r->x0, err));
     return rb_sd_sampler_feed(r->smp, r->guided, err);
 }
 
@@ -230,7 +234,7 @@ static rb_status denoise(run *r, rb_error *err) {
         if (r->cb && r->cb->on_step) {
             const rb_sd_step_info info = {
                 .eval = done, .n_evals = total, .step = rb_sd_sampler_steps_done(r->smp),
-                .n_steps = rb_sd_sampler_n_steps(r->smp), .timestep = t, .latents = rb_sd_sampler_latents(r->smp),
+                .n_steps = rb_sd_sampler_n_steps(r->smp), .timestep = t, .latents = rb_sd_sampler_latents(r->smp), .denoised = r->x0,
                 .model_in = r->unet_in, .batch = r->plan.batch, .channels = r->plan.latent_ch,
                 .latent_h = r->plan.lh, .latent_w = r->plan.lw, .model_rows = r->R, .model_channels = r->plan.unet_in};
             rb_status s = r->cb->on_step(r->cb->user, &info);

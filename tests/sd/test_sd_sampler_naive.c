@@ -11,7 +11,9 @@
  * boundary condition. The denoiser is analytic: for data x0 ~ N(mu_i, 0.5^2)
  * per element the exact denoiser is D(x, sigma) = (0.25 x + sigma^2 mu_i) /
  * (0.25 + sigma^2), returned as epsilon, v or x0. Both sides evaluate it at
- * the reference's sigma, so only the samplers differ. */
+ * the reference's sigma, so only the samplers differ; each evaluation's
+ * denoised estimate (rb_sd_sampler_x0, what previews show) must be the
+ * analytic denoiser's own value. */
 #include "testutil.h"
 
 #include "rbee/sd_sampler.h"
@@ -484,7 +486,15 @@ static double check_spec(const spec *sp) {
         double ein = scaled_err_d(in, tr->x_in[e], N);
         if (ein > 1e-5) fail_msg("%s: eval %d model input off by %.3g", what, e, ein);
         for (int i = 0; i < N; i++) out[i] = (float)model(in[i], tr->sig_eval[e], i, sp->pred);
+        /* the denoised estimate of this output: the analytic denoiser's own x0 */
+        float x0[N];
+        double x0_ref[N];
+        TU_OK(rb_sd_sampler_x0(s, out, x0, &err));
+        for (int i = 0; i < N; i++) x0_ref[i] = model(in[i], tr->sig_eval[e], i, RB_SD_PRED_SAMPLE);
+        double ex0 = scaled_err_d(x0, x0_ref, N);
+        if (ex0 > 1e-4) fail_msg("%s: eval %d denoised estimate off by %.3g", what, e, ex0);
         if (rb_sd_sampler_feed(s, out, &err) != RB_OK) fail_msg("%s: %s", what, err.msg);
+        assert_int_equal(rb_sd_sampler_x0(s, out, x0, &err), RB_E_INVALID); /* nothing pending after a feed */
         double es = scaled_err_d(rb_sd_sampler_latents(s), tr->state[e], N);
         worst = fmax(worst, es);
         if (es > 2e-5) fail_msg("%s: eval %d state off by %.3g", what, e, es);
