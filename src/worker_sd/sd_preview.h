@@ -1,6 +1,7 @@
 /* Cheap live previews of a running generation: the latents the step
- * predicts (rb_sd_step_info.denoised, not the noisy ones) mapped to RGB by a fixed linear map per latent space (the 4x3 factors
- * the SD community fitted for SD 1.x/2.x and for SDXL latents, as
+ * predicts (rb_sd_step_info.denoised, not the noisy ones) mapped to RGB by
+ * a fixed linear map per latent space (the 4x3 factors the SD community
+ * fitted for SD 1.x/2.x and for SDXL latents, as
  * AUTOMATIC1111's "Approx cheap" and ComfyUI's latent previews use), at
  * latent resolution (1/8 of the image), the images of a batch side by side,
  * encoded as a fast PNG. No network runs: the engine has no TAESD decoder,
