@@ -3,7 +3,7 @@
  * weights are decoded to f32 and re-encoded, 1-D tensors and expert routers
  * become f32, other tensors are copied as they are; one tensor at a time. */
 #include "convert/convert.h"
-#include "convert/tensor_xform.h"
+#include "convert/requant_stream.h"
 #include "rbee/gguf.h"
 #include "rbee/quant.h"
 
@@ -45,13 +45,12 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
                      rb_error *err) {
     const int64_t n = rb_gguf_n_tensors(in);
     rb_gguf_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
+    cv_requant_src *src = calloc(n > 0 ? (size_t)n : 1, sizeof *src);
     char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
     rb_gguf_writer *w = NULL;
-    rb_gguf_stream *out = NULL;
-    cv_buf f32 = {0}, enc = {0};
     rb_status s = RB_OK;
     int64_t n_lossy = 0;
-    if (!desc || !names) {
+    if (!desc || !src || !names) {
         s = rb_error_set(err, RB_E_NOMEM, "out of memory");
         goto done;
     }
@@ -84,54 +83,22 @@ static rb_status run(rb_gguf *in, const char *out_path, const rb_convert_opts *o
             if (rb_dtype_info((int)ti->dtype)->is_quant && ti->dtype != d->dtype) n_lossy++;
             break;
         }
+        int64_t nel = 1;
+        for (int k = 0; k < RB_MAX_DIMS; k++) nel *= ti->ne[k];
+        src[i] = (cv_requant_src){.data = ti->data, .nbytes = ti->nbytes, .dtype = ti->dtype, .nel = nel,
+                                  .keep = d->dtype == ti->dtype && action_of(ti) != Q_REQUANT};
     }
     if (n_lossy && opts->log)
         fprintf(opts->log, "warning: %lld weights are already block-quantized; requantizing to %s cannot restore "
                            "the precision they lost\n", (long long)n_lossy, rb_dtype_name(opts->type));
     if ((s = rb_gguf_writer_create(&w, err)) != RB_OK) goto done;
     if ((s = write_meta(w, in, opts->type, err)) != RB_OK) goto done;
-    if ((s = rb_gguf_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
-    for (int64_t i = 0; i < n; i++) {
-        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(in, i);
-        const size_t nbytes = rb_gguf_stream_tensor_bytes(out, (size_t)i);
-        if (desc[i].dtype == ti->dtype && action_of(ti) != Q_REQUANT) {
-            s = rb_gguf_stream_write(out, ti->data, ti->nbytes, err);
-        } else {
-            int64_t nel = 1;
-            for (int d = 0; d < RB_MAX_DIMS; d++) nel *= ti->ne[d];
-            if (cv_buf_reserve(&f32, sizeof(float) * (size_t)nel) != RB_OK ||
-                cv_buf_reserve(&enc, nbytes ? nbytes : 1) != RB_OK) {
-                s = rb_error_set(err, RB_E_NOMEM, "out of memory for tensor '%s'", names[i]);
-                break;
-            }
-            if (rb_dequantize_row(ti->dtype, ti->data, f32.p, nel) != RB_OK) {
-                s = rb_error_set(err, RB_E_FORMAT, "cannot decode tensor '%s' (%s)", names[i],
-                                 rb_dtype_name(ti->dtype));
-                break;
-            }
-            if ((s = cv_encode_rows(desc[i].dtype, f32.p, ti->ne[0], nel / ti->ne[0], enc.p)) != RB_OK) {
-                rb_error_set(err, s, "cannot encode '%s' as %s", names[i], rb_dtype_name(desc[i].dtype));
-                break;
-            }
-            s = rb_gguf_stream_write(out, enc.p, nbytes, err);
-        }
-        if (s != RB_OK) break;
-        if (opts->progress) opts->progress(opts->progress_ud, i + 1, n, names[i]);
-    }
-    if (s == RB_OK) {
-        stats->n_tensors = n;
-        s = rb_gguf_stream_finish(out, &stats->bytes_out, err);
-    } else {
-        rb_gguf_stream_abort(out);
-    }
-    out = NULL;
+    s = cv_requant_write(out_path, w, desc, src, (size_t)n, opts, stats, err);
 done:
-    rb_gguf_stream_abort(out);
-    cv_buf_free(&f32);
-    cv_buf_free(&enc);
     rb_gguf_writer_free(w);
     for (int64_t i = 0; names && i < n; i++) free(names[i]);
     free(names);
+    free(src);
     free(desc);
     return s;
 }

@@ -6,7 +6,7 @@
  * also gives ComfyUI-GGUF's flattened tensors their logical shapes. */
 #include "sd/sd_convert.h"
 
-#include "convert/tensor_xform.h"
+#include "convert/requant_stream.h"
 #include "rbee/gguf.h"
 #include "rbee/quant.h"
 
@@ -37,13 +37,12 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
                      rb_error *err) {
     const int64_t n = f->list.n;
     rb_gguf_tensor_desc *desc = calloc(n > 0 ? (size_t)n : 1, sizeof *desc);
+    cv_requant_src *src = calloc(n > 0 ? (size_t)n : 1, sizeof *src);
     char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
     rb_gguf_writer *w = NULL;
-    rb_gguf_stream *out = NULL;
-    cv_buf f32 = {0}, enc = {0};
     rb_status s = RB_OK;
     int64_t n_lossy = 0;
-    if (!desc || !names) {
+    if (!desc || !src || !names) {
         s = rb_error_set(err, RB_E_NOMEM, "out of memory");
         goto done;
     }
@@ -70,6 +69,11 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
         }
         const rb_dtype_traits *tr = rb_dtype_info((int)t->dtype);
         n_lossy += tr && tr->is_quant && desc[i].dtype != t->dtype;
+        int64_t nel = 1;
+        for (int d = 0; d < t->n_dims; d++) nel *= t->ne[d];
+        /* the file's own bytes go out unchanged when the dtype stays (t is the file's tensor) */
+        src[i] = (cv_requant_src){.data = t->data, .nbytes = ti->nbytes, .dtype = t->dtype, .nel = nel,
+                                  .keep = desc[i].dtype == ti->dtype && t->dtype == ti->dtype && t->data == ti->data};
     }
     if (n_lossy && opts->log)
         fprintf(opts->log, "warning: %lld tensors are block-quantized already; re-encoding them cannot restore the "
@@ -82,46 +86,12 @@ static rb_status run(sd_gguf *f, const char *out_path, const rb_convert_opts *op
         s = rb_error_set(err, RB_E_NOMEM, "cannot copy the metadata");
         goto done;
     }
-    if ((s = rb_gguf_stream_begin(out_path, w, desc, (size_t)n, &out, err)) != RB_OK) goto done;
-    for (int64_t i = 0; i < n; i++) {
-        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
-        const rb_st_tensor *t = &f->list.t[i];
-        const size_t nbytes = rb_gguf_stream_tensor_bytes(out, (size_t)i);
-        if (desc[i].dtype == ti->dtype && nbytes == ti->nbytes && t->data == ti->data) {
-            s = rb_gguf_stream_write(out, ti->data, ti->nbytes, err);
-        } else {
-            int64_t nel = 1;
-            for (int d = 0; d < t->n_dims; d++) nel *= t->ne[d];
-            if (cv_buf_reserve(&f32, sizeof(float) * (size_t)nel + 1) != RB_OK ||
-                cv_buf_reserve(&enc, nbytes ? nbytes : 1) != RB_OK) {
-                s = rb_error_set(err, RB_E_NOMEM, "out of memory for tensor '%s'", names[i]);
-                break;
-            }
-            if (rb_dequantize_row(t->dtype, t->data, f32.p, nel) != RB_OK) {
-                s = rb_error_set(err, RB_E_FORMAT, "cannot decode tensor '%s' (%s)", names[i], rb_dtype_name(t->dtype));
-                break;
-            }
-            if ((s = cv_encode_rows(desc[i].dtype, f32.p, t->ne[0], nel / t->ne[0], enc.p)) != RB_OK) {
-                rb_error_set(err, s, "cannot encode '%s' as %s", names[i], rb_dtype_name(desc[i].dtype));
-                break;
-            }
-            s = rb_gguf_stream_write(out, enc.p, nbytes, err);
-        }
-        if (s != RB_OK) break;
-        if (opts->progress) opts->progress(opts->progress_ud, i + 1, n, names[i]);
-    }
-    if (s == RB_OK) {
-        stats->n_tensors = n;
-        s = rb_gguf_stream_finish(out, &stats->bytes_out, err);
-        out = NULL;
-    }
+    s = cv_requant_write(out_path, w, desc, src, (size_t)n, opts, stats, err);
 done:
-    rb_gguf_stream_abort(out);
-    cv_buf_free(&f32);
-    cv_buf_free(&enc);
     rb_gguf_writer_free(w);
     for (int64_t i = 0; names && i < n; i++) free(names[i]);
     free(names);
+    free(src);
     free(desc);
     return s;
 }
