@@ -4,6 +4,7 @@
  * batched forward pass. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
+#include "worker/wk_job_queue.h"
 #include "worker/wk_util.h"
 #include "worker_llm/llm_job.h"
 
@@ -38,8 +39,7 @@ struct llm_engine {
     bool thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    wk_job **queue; /* ring */
-    int q_cap, q_head, q_n;
+    wk_job_queue q;
     int n_active;    /* written by the thread under mu, read by stats */
     bool stop;
     bool accepting;
@@ -70,16 +70,15 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     e->accepting = true;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    e->q_cap = o->queue_depth + o->parallel + 1;
     const int P = o->parallel;
-    e->queue = calloc((size_t)e->q_cap, sizeof *e->queue);
+    const rb_status qs = wk_job_queue_init(&e->q, o->queue_depth + o->parallel + 1);
     e->slots = calloc((size_t)P, sizeof *e->slots);
     /* read back every step: page-locked on a GPU (rb_backend_host_alloc) */
     e->logits = rb_backend_host_alloc(rb_model_backend(m), sizeof(float) * (size_t)P * (size_t)e->n_vocab);
     e->step_kvs = calloc((size_t)P, sizeof *e->step_kvs);
     e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
     e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
-    if (!e->queue || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot) {
+    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot) {
         llm_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
     }
@@ -256,21 +255,10 @@ static void start_seq(llm_engine *e, llm_seq *q, wk_job *j) {
     take_token(e, q, t);
 }
 
-static void drop_cancelled_queued(llm_engine *e, wk_job **out, int *n_out) {
-    /* Called with mu held: removes cancelled jobs from the queue. */
-    int w = 0;
-    for (int i = 0; i < e->q_n; i++) {
-        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
-        if (wk_job_cancel_requested(j) || e->stop) out[(*n_out)++] = j;
-        else e->queue[(e->q_head + w++) % e->q_cap] = j;
-    }
-    e->q_n = w;
-}
-
 static void *engine_main(void *arg) {
     llm_engine *e = arg;
     const int P = e->o.parallel;
-    wk_job **dropped = malloc(sizeof(wk_job *) * (size_t)e->q_cap);
+    wk_job **dropped = malloc(sizeof(wk_job *) * (size_t)e->q.cap);
     wk_job **admit = malloc(sizeof(wk_job *) * (size_t)P);
     int *admit_slot = malloc(sizeof(int) * (size_t)P);
     if (!dropped || !admit || !admit_slot) {
@@ -281,18 +269,17 @@ static void *engine_main(void *arg) {
         return NULL;
     }
     for (;;) {
-        int n_drop = 0, n_admit = 0;
+        int n_admit = 0;
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && e->q_n == 0 && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stop && e->q.n == 0 && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop;
-        drop_cancelled_queued(e, dropped, &n_drop);
-        for (int s = 0; s < P && e->q_n > 0 && !stop; s++) {
+        /* cancelled jobs leave the queue (all of them when stopping) */
+        const int n_drop = wk_job_queue_take_cancelled(&e->q, stop, dropped, e->q.cap);
+        for (int s = 0; s < P && e->q.n > 0 && !stop; s++) {
             if (e->slots[s].job) continue;
-            admit[n_admit] = e->queue[e->q_head];
+            admit[n_admit] = wk_job_queue_pop(&e->q);
             admit_slot[n_admit++] = s;
             e->slots[s].job = admit[n_admit - 1]; /* reserve */
-            e->q_head = (e->q_head + 1) % e->q_cap;
-            e->q_n--;
             e->n_active++;
         }
         pthread_mutex_unlock(&e->mu);
@@ -341,7 +328,7 @@ static void *engine_main(void *arg) {
         for (int s = 0; s < P; s++) active += e->slots[s].job != NULL;
         pthread_mutex_lock(&e->mu);
         e->n_active = active;
-        bool done = e->stop && active == 0 && e->q_n == 0;
+        bool done = e->stop && active == 0 && e->q.n == 0;
         pthread_mutex_unlock(&e->mu);
         if (done) break;
     }
@@ -369,8 +356,7 @@ void llm_engine_destroy(llm_engine *e) {
         pthread_join(e->th, NULL);
     }
     /* Jobs never taken by the thread (it was not started). */
-    for (int i = 0; i < e->q_n; i++) {
-        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
+    for (wk_job *j; (j = wk_job_queue_pop(&e->q));) {
         llm_job_finish(j, RB_STOP_CANCELLED, 0, 0, 0);
         wk_job_unref(j);
     }
@@ -381,7 +367,7 @@ void llm_engine_destroy(llm_engine *e) {
         }
     }
     free(e->slots);
-    free(e->queue);
+    wk_job_queue_free(&e->q);
     rb_backend_host_free(rb_model_backend(e->m), e->logits);
     free(e->step_kvs);
     free(e->step_tokens);
@@ -394,19 +380,9 @@ void llm_engine_destroy(llm_engine *e) {
 rb_status llm_engine_submit(llm_engine *e, wk_job *j) {
     pthread_mutex_lock(&e->mu);
     rb_status s = RB_OK;
-    int free_slots = e->o.parallel - e->n_active;
-    if (free_slots < 0) free_slots = 0;
     if (!e->accepting || e->stop) s = RB_E_CANCELLED;
-    else if (e->q_n >= e->o.queue_depth + free_slots || e->q_n >= e->q_cap) s = RB_E_RANGE;
-    else {
-        /* a job that will wait for a slot says where it stands (before the
-         * engine can see it, so the event precedes "started") */
-        if (e->q_n >= free_slots)
-            wk_job_push(j, "queued", json_pack("{s:i}", "position", e->q_n - free_slots + 1), NULL, 0);
-        e->queue[(e->q_head + e->q_n) % e->q_cap] = wk_job_ref(j);
-        e->q_n++;
+    else if ((s = wk_job_queue_push(&e->q, j, e->o.queue_depth, e->o.parallel - e->n_active)) == RB_OK)
         pthread_cond_broadcast(&e->cv);
-    }
     pthread_mutex_unlock(&e->mu);
     return s;
 }
@@ -425,7 +401,7 @@ void llm_engine_poke(llm_engine *e) {
 
 void llm_engine_stats(llm_engine *e, int *queued, int *active) {
     pthread_mutex_lock(&e->mu);
-    if (queued) *queued = e->q_n;
+    if (queued) *queued = e->q.n;
     if (active) *active = e->n_active;
     pthread_mutex_unlock(&e->mu);
 }

@@ -2,6 +2,7 @@
  * callback (progress, previews, cancel) and the output encoding. */
 #include "worker_sd/sd_engine.h"
 #include "worker/wk_base64.h"
+#include "worker/wk_job_queue.h"
 #include "worker/wk_util.h"
 #include "worker_sd/sd_job.h"
 #include "worker_sd/sd_preview.h"
@@ -20,8 +21,7 @@ struct sd_engine {
     bool thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    wk_job **queue; /* ring */
-    int q_cap, q_head, q_n;
+    wk_job_queue q;
     wk_job *running; /* the engine's reference is the one taken from the queue */
     bool stop, accepting;
 };
@@ -38,11 +38,10 @@ rb_status sd_engine_create(rb_sd_model *m, const sd_engine_opts *o, wk_log *log,
     e->log = log;
     e->metrics = metrics;
     e->accepting = true;
-    e->q_cap = o->queue_depth + 2;
-    e->queue = calloc((size_t)e->q_cap, sizeof *e->queue);
+    const rb_status qs = wk_job_queue_init(&e->q, o->queue_depth + 2);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (!e->queue) {
+    if (qs != RB_OK) {
         sd_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for a queue of %d", o->queue_depth);
     }
@@ -285,14 +284,12 @@ static void *engine_main(void *arg) {
     sd_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && e->q_n == 0) pthread_cond_wait(&e->cv, &e->mu);
-        if (e->q_n == 0) { /* stopping, nothing left */
+        while (!e->stop && e->q.n == 0) pthread_cond_wait(&e->cv, &e->mu);
+        wk_job *j = wk_job_queue_pop(&e->q);
+        if (!j) { /* stopping, nothing left */
             pthread_mutex_unlock(&e->mu);
             return NULL;
         }
-        wk_job *j = e->queue[e->q_head];
-        e->q_head = (e->q_head + 1) % e->q_cap;
-        e->q_n--;
         const bool stopping = e->stop;
         e->running = j;
         pthread_mutex_unlock(&e->mu);
@@ -325,12 +322,11 @@ void sd_engine_destroy(sd_engine *e) {
         wk_job_unref(cur);
     }
     if (e->thread_started) pthread_join(e->th, NULL);
-    for (int i = 0; i < e->q_n; i++) { /* never taken by a thread */
-        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
+    for (wk_job *j; (j = wk_job_queue_pop(&e->q));) { /* never taken by a thread */
         end_job(e, j, true, 0);
         wk_job_unref(j);
     }
-    free(e->queue);
+    wk_job_queue_free(&e->q);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -339,16 +335,9 @@ void sd_engine_destroy(sd_engine *e) {
 rb_status sd_engine_submit(sd_engine *e, wk_job *j) {
     pthread_mutex_lock(&e->mu);
     rb_status s = RB_OK;
-    const int free_slot = e->running ? 0 : 1;
     if (!e->accepting || e->stop) s = RB_E_CANCELLED;
-    else if (e->q_n >= e->o.queue_depth + free_slot || e->q_n >= e->q_cap) s = RB_E_RANGE;
-    else {
-        if (e->q_n >= free_slot) /* it will wait: say where it stands, before "started" */
-            wk_job_push(j, "queued", json_pack("{s:i}", "position", e->q_n - free_slot + 1), NULL, 0);
-        e->queue[(e->q_head + e->q_n) % e->q_cap] = wk_job_ref(j);
-        e->q_n++;
+    else if ((s = wk_job_queue_push(&e->q, j, e->o.queue_depth, e->running ? 0 : 1)) == RB_OK)
         pthread_cond_broadcast(&e->cv);
-    }
     pthread_mutex_unlock(&e->mu);
     return s;
 }
@@ -363,15 +352,8 @@ void sd_engine_stop_accepting(sd_engine *e) {
  * not when their turn comes). */
 void sd_engine_poke(sd_engine *e) {
     wk_job *dropped[64];
-    int nd = 0;
     pthread_mutex_lock(&e->mu);
-    int w = 0;
-    for (int i = 0; i < e->q_n; i++) {
-        wk_job *j = e->queue[(e->q_head + i) % e->q_cap];
-        if (wk_job_cancel_requested(j) && nd < 64) dropped[nd++] = j;
-        else e->queue[(e->q_head + w++) % e->q_cap] = j;
-    }
-    e->q_n = w;
+    const int nd = wk_job_queue_take_cancelled(&e->q, false, dropped, 64);
     pthread_mutex_unlock(&e->mu);
     for (int i = 0; i < nd; i++) {
         end_job(e, dropped[i], true, 0);
@@ -381,7 +363,7 @@ void sd_engine_poke(sd_engine *e) {
 
 void sd_engine_stats(sd_engine *e, int *queued, int *active) {
     pthread_mutex_lock(&e->mu);
-    if (queued) *queued = e->q_n;
+    if (queued) *queued = e->q.n;
     if (active) *active = e->running != NULL;
     pthread_mutex_unlock(&e->mu);
 }

@@ -9,6 +9,7 @@
 #include "worker/wk_config.h"
 #include "worker/wk_cors.h"
 #include "worker/wk_job.h"
+#include "worker/wk_job_queue.h"
 #include "worker/wk_router.h"
 
 #include <stdlib.h>
@@ -157,6 +158,54 @@ static void test_job_events(void **state) {
     wk_job_unref(j);
 }
 
+/* The position a job's "queued" event gave, or 0 without one. */
+static int queued_position(const wk_job *j) {
+    for (size_t i = 0; i < j->n_events; i++)
+        if (!strcmp(j->events[i].type, "queued"))
+            return (int)json_integer_value(json_object_get(j->events[i].data, "position"));
+    return 0;
+}
+
+static void test_job_queue(void **state) {
+    (void)state;
+    static const wk_job_kind kind = {.free_payload = NULL, .describe = NULL};
+    wk_job_queue q;
+    assert_int_equal(wk_job_queue_init(&q, 8), RB_OK);
+    wk_job *j[4];
+    for (int i = 0; i < 4; i++) assert_non_null(j[i] = wk_job_new(&kind, "q-", NULL));
+    /* depth 2 behind one free place: three fit; the first runs at once, the others wait */
+    assert_int_equal(wk_job_queue_push(&q, j[0], 2, 1), RB_OK);
+    assert_int_equal(wk_job_queue_push(&q, j[1], 2, 1), RB_OK);
+    assert_int_equal(wk_job_queue_push(&q, j[2], 2, 1), RB_OK);
+    assert_int_equal(wk_job_queue_push(&q, j[3], 2, 1), RB_E_RANGE);
+    assert_int_equal(q.n, 3);
+    assert_int_equal(queued_position(j[0]), 0);
+    assert_int_equal(queued_position(j[1]), 1);
+    assert_int_equal(queued_position(j[2]), 2);
+    assert_int_equal(queued_position(j[3]), 0);
+    assert_ptr_equal(wk_job_queue_at(&q, 1), j[1]);
+    assert_null(wk_job_queue_at(&q, 3));
+    /* a cancelled job leaves; the others keep their order */
+    wk_job_cancel(j[1]);
+    wk_job *out[4];
+    assert_int_equal(wk_job_queue_take_cancelled(&q, false, out, 4), 1);
+    assert_ptr_equal(out[0], j[1]);
+    wk_job_unref(out[0]);
+    assert_ptr_equal(wk_job_queue_pop(&q), j[0]);
+    wk_job_unref(j[0]);
+    /* one more behind the moved head */
+    assert_int_equal(wk_job_queue_push(&q, j[3], 4, 0), RB_OK);
+    assert_int_equal(queued_position(j[3]), 2);
+    assert_int_equal(wk_job_queue_take_cancelled(&q, true, out, 1), 1); /* all, but room for one */
+    assert_ptr_equal(out[0], j[2]);
+    wk_job_unref(out[0]);
+    assert_ptr_equal(wk_job_queue_pop(&q), j[3]);
+    wk_job_unref(j[3]);
+    assert_null(wk_job_queue_pop(&q));
+    wk_job_queue_free(&q);
+    for (int i = 0; i < 4; i++) wk_job_unref(j[i]);
+}
+
 static void test_env_flags(void **state) {
     (void)state;
     char env[64];
@@ -215,7 +264,7 @@ static void test_env_flags(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_router), cmocka_unit_test(test_auth),      cmocka_unit_test(test_cors),
-        cmocka_unit_test(test_job_events), cmocka_unit_test(test_env_flags),
+        cmocka_unit_test(test_job_events), cmocka_unit_test(test_job_queue), cmocka_unit_test(test_env_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
