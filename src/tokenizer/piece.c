@@ -16,18 +16,6 @@
 
 static const char META[] = "\xE2\x96\x81";
 
-static int byte_token(const char *s, size_t len) {
-    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
-    int v = 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
 /* One decoder step on cur (len bytes) into out. */
 static rb_status piece_step(const rb_tokenizer *t, const tok_dec *d, const char *cur, size_t len, tok_buf *out) {
     rb_status st = RB_OK;
@@ -48,7 +36,7 @@ static rb_status piece_step(const rb_tokenizer *t, const tok_dec *d, const char 
         break;
     }
     case DEC_BYTEFALLBACK: {
-        int b = byte_token(cur, len);
+        int b = tok_parse_byte_token(cur, len);
         st = b >= 0 ? tok_buf_putc(out, (char)b) : tok_buf_append(out, cur, len);
         break;
     }
