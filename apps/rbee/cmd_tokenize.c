@@ -1,7 +1,12 @@
-/* `rbee tokenize -m PATH [--no-special]` (text on stdin -> JSON array of ids
- * on stdout) and `rbee detokenize -m PATH [--skip-special]` (ids on stdin ->
- * text on stdout). PATH is a GGUF file, an HF model folder, or a folder with
- * tokenizer.json (+ tokenizer_config.json). */
+/* `rbee tokenize -m PATH [--no-add-special] [--no-parse-special]` (text on
+ * stdin -> JSON array of ids on stdout) and `rbee detokenize -m PATH
+ * [--skip-special]` (ids on stdin -> text on stdout). The two tokenize
+ * switches are Hugging Face's two behaviours: --no-add-special is
+ * add_special_tokens=False (no BOS/EOS from the post-processor; special-token
+ * text is still matched), --no-parse-special treats special-token text such
+ * as <|eot_id|> as ordinary text (tokenizers' encode_special_tokens);
+ * --no-special means both. PATH is a GGUF file, an HF model folder, or a
+ * folder with tokenizer.json (+ tokenizer_config.json). */
 #include "cli_common.h"
 #include "commands.h"
 
@@ -12,10 +17,13 @@
 #include <string.h>
 
 static void usage_tok(FILE *f) {
-    fprintf(f, "usage: rbee tokenize -m PATH [--no-special] < text\n\n"
+    fprintf(f, "usage: rbee tokenize -m PATH [--no-add-special] [--no-parse-special] < text\n\n"
                "Prints the token ids of stdin (exact bytes) as a JSON array. By default special tokens are\n"
                "added (BOS/EOS as the tokenizer's post-processor says) and special-token text such as\n"
-               "<|im_start|> is matched; --no-special does neither.\n");
+               "<|im_start|> is matched as those tokens.\n"
+               "  --no-add-special    no BOS/EOS added (Hugging Face add_special_tokens=False)\n"
+               "  --no-parse-special  special-token text is ordinary text (tokenizers' encode_special_tokens)\n"
+               "  --no-special        both of the above\n");
 }
 
 static void usage_detok(FILE *f) {
@@ -24,16 +32,22 @@ static void usage_detok(FILE *f) {
                "the decoded text without a trailing newline.\n");
 }
 
-/* Shared option parsing: -m PATH and one boolean flag. */
-static int parse_args(int argc, char **argv, const char *flag, const char **model, bool *flag_set,
+/* Shared option parsing: -m PATH and up to three boolean flags (NULL: none),
+ * the third setting both of the first two. */
+static int parse_args(int argc, char **argv, const char *const flags[3], const char **model, bool set[2],
                       void (*usage)(FILE *)) {
-    const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {flag, no_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    struct option opts[6] = {{"model", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'}};
+    int n = 2;
+    for (int i = 0; i < 3; i++)
+        if (flags[i]) opts[n++] = (struct option){flags[i], no_argument, 0, 'a' + i};
+    opts[n] = (struct option){0, 0, 0, 0};
     int c;
     while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': *model = optarg; break;
-        case 'f': *flag_set = true; break;
+        case 'a': set[0] = true; break;
+        case 'b': set[1] = true; break;
+        case 'c': set[0] = set[1] = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -47,8 +61,9 @@ static int parse_args(int argc, char **argv, const char *flag, const char **mode
 
 int rb_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL;
-    bool no_special = false;
-    int rc = parse_args(argc, argv, "no-special", &model, &no_special, usage_tok);
+    bool no[2] = {false, false}; /* add, parse */
+    static const char *const flags[3] = {"no-add-special", "no-parse-special", "no-special"};
+    int rc = parse_args(argc, argv, flags, &model, no, usage_tok);
     if (rc >= 0) return rc;
     rb_tokenizer *tok = NULL;
     if (!cli_open_tokenizer(model, &tok)) return 1;
@@ -63,9 +78,9 @@ int rb_cmd_tokenize(int argc, char **argv) {
     size_t n = 0;
     rb_error err;
     rb_error_clear(&err);
-    unsigned flags = no_special ? 0u : (RB_TOK_ADD_SPECIAL | RB_TOK_PARSE_SPECIAL);
+    const unsigned fl = (no[0] ? 0u : (unsigned)RB_TOK_ADD_SPECIAL) | (no[1] ? 0u : (unsigned)RB_TOK_PARSE_SPECIAL);
     rc = 0;
-    if (rb_tokenizer_encode(tok, text, len, flags, &ids, &n, &err) != RB_OK) {
+    if (rb_tokenizer_encode(tok, text, len, fl, &ids, &n, &err) != RB_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = 1;
     } else {
@@ -132,8 +147,10 @@ static bool parse_ids(const char *s, size_t len, int32_t **out, size_t *n_out) {
 
 int rb_cmd_detokenize(int argc, char **argv) {
     const char *model = NULL;
-    bool skip = false;
-    int rc = parse_args(argc, argv, "skip-special", &model, &skip, usage_detok);
+    bool set[2] = {false, false};
+    static const char *const flags[3] = {"skip-special", NULL, NULL};
+    int rc = parse_args(argc, argv, flags, &model, set, usage_detok);
+    const bool skip = set[0];
     if (rc >= 0) return rc;
     size_t len = 0;
     char *in = cli_read_stdin(&len);

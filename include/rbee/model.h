@@ -129,6 +129,11 @@ int64_t rb_kv_cache_used(const rb_kv_cache *kv); /* positions filled */
 /* Forgets positions >= n (n <= used). */
 void rb_kv_cache_truncate(rb_kv_cache *kv, int64_t n);
 size_t rb_kv_cache_bytes(const rb_kv_cache *kv);
+/* Makes dst hold the same positions as src (keys and values of src's used
+ * positions, copied on the device; dst's later positions are forgotten):
+ * several continuations of one prompt share its prefill. Both caches must
+ * belong to the same model and have the same size and dtype (RB_E_INVALID). */
+rb_status rb_kv_cache_copy(rb_kv_cache *dst, const rb_kv_cache *src, rb_error *err);
 
 /* Runs tokens[0..n) at positions used..used+n of kv and appends them to it.
  * Writes logits (f32, host memory) for the last token only (all_logits false:
@@ -137,6 +142,12 @@ size_t rb_kv_cache_bytes(const rb_kv_cache *kv);
  * per pass internally (prefill in chunks). */
 rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
                            float *logits, rb_error *err);
+
+/* Runs tokens[0..n) like rb_model_forward, but writes instead of logits the
+ * final hidden state of every token after the output norm (what the output
+ * head multiplies): n rows of n_embd floats in host memory. For embeddings. */
+rb_status rb_model_forward_hidden(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, float *hidden,
+                                  rb_error *err);
 
 /* One decode step for n sequences at once (continuous batching): tokens[i] is
  * appended to kvs[i] at that cache's own next position. The matrix products

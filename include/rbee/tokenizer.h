@@ -71,6 +71,14 @@ const char *rb_tokenizer_token_text(const rb_tokenizer *t, int32_t id, size_t *l
 /* Id of an exact token text (vocabulary or added token); -1 if absent. */
 int32_t rb_tokenizer_token_id(const rb_tokenizer *t, const char *text, size_t len);
 bool rb_tokenizer_is_special(const rb_tokenizer *t, int32_t id);
+/* The bytes token id stands for inside decoded text (llama.cpp's "piece"):
+ * the decoder chain on that token alone as if it sat in the middle of a
+ * sequence (no Strip steps, every ▁ a space), byte tokens and byte-level
+ * characters as their raw bytes, which need not be complete UTF-8 (a
+ * character split over several tokens). Special tokens give their text.
+ * *piece is malloc'ed and NUL-terminated (*len, may be NULL, excludes the
+ * NUL). RB_E_RANGE for an id out of range or a hole. */
+rb_status rb_tokenizer_token_piece(const rb_tokenizer *t, int32_t id, char **piece, size_t *len, rb_error *err);
 /* Chat template from tokenizer_config.json / tokenizer.chat_template, or NULL. */
 const char *rb_tokenizer_chat_template(const rb_tokenizer *t);
 

@@ -23,17 +23,26 @@
 #include <string.h>
 
 /* One micro-batch of rows through the pass, appended to their caches, and
- * its logits read back (logits NULL: an inner chunk of a longer prompt). */
+ * its logits (of every row, or the last one) read back into logits, or
+ * with hidden set the normed final hidden states of every row into hidden,
+ * or neither when both are NULL (an inner chunk of a longer prompt). */
 static rb_status forward_rows(rb_model *m, rb_buffer *arena, const int32_t *tokens, int64_t T,
-                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, rb_error *err) {
+                              const seq_group *grp, int64_t n_grp, bool all_logits, float *logits, float *hidden,
+                              rb_error *err) {
     const rb_model_config *c = &m->cfg;
     rb_backend *be = m->be;
     fwd_bufs b;
+    if (hidden) all_logits = true;
     rb_fwd_layout(c, T, all_logits, arena, &b);
+    const rb_fwd_head head = hidden ? RB_FWD_HEAD_HIDDEN : logits ? RB_FWD_HEAD_LOGITS : RB_FWD_HEAD_NONE;
     rb_status s = rb_fwd_upload_inputs(be, &b, tokens, T, grp, n_grp, err);
-    if (s == RB_OK) s = rb_fwd_run(m, &b, T, grp, n_grp, all_logits, logits != NULL, false, err);
+    if (s == RB_OK) s = rb_fwd_run(m, &b, T, grp, n_grp, all_logits, head, false, err);
     if (s != RB_OK) return s;
     for (int64_t gi = 0; gi < n_grp; gi++) grp[gi].kv->used = grp[gi].p0 + grp[gi].n;
+    if (hidden) {
+        s = rb_tensor_get(&b.h, hidden, sizeof(float) * (size_t)(c->n_embd * T));
+        return s == RB_OK ? RB_OK : rb_error_set(err, s, "reading the hidden states: %s", rb_backend_last_error(be));
+    }
     if (!logits) return RB_OK;
     s = rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(c->n_vocab * (all_logits ? T : 1)));
     if (s != RB_OK) return rb_error_set(err, s, "reading the logits: %s", rb_backend_last_error(be));
@@ -102,7 +111,7 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
         if (s != RB_OK) {
             rb_error_set(&cerr, s, "begin: %s", rb_backend_last_error(be));
         } else {
-            s = rb_fwd_run(m, b, T, grp, n_grp, true, true, true, &cerr);
+            s = rb_fwd_run(m, b, T, grp, n_grp, true, RB_FWD_HEAD_LOGITS, true, &cerr);
             rb_graph *gr = NULL;
             const rb_status se = rb_backend_capture_end(be, &gr); /* discards it when an op failed */
             if (s == RB_OK && se != RB_OK) rb_error_set(&cerr, se, "end: %s", rb_backend_last_error(be));
@@ -117,7 +126,7 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
         if (!slot_mark(dg, RB_GRAPH_FAILED, key, n_key, owner->arena_gen, out)) dg->state = RB_GRAPH_NONE;
         snprintf(dg->error, sizeof dg->error, "%s", cerr.msg);
     }
-    rb_status s = rb_fwd_run(m, b, T, grp, n_grp, true, true, true, err);
+    rb_status s = rb_fwd_run(m, b, T, grp, n_grp, true, RB_FWD_HEAD_LOGITS, true, err);
     /* warmed up (the backend's scratch is sized): the next such step captures */
     if (s == RB_OK && want && dg->state == RB_GRAPH_NONE)
         (void)slot_mark(dg, RB_GRAPH_WARM, key, n_key, owner->arena_gen, out);
@@ -218,8 +227,8 @@ rb_status rb_model_decode_token(rb_model *m, rb_kv_cache *kv, int32_t token, flo
     return s == RB_OK ? decode_step(m, kv, token, logits, err) : s;
 }
 
-rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
-                           float *logits, rb_error *err) {
+/* The checks of rb_model_forward's arguments, and its arena. */
+static rb_status forward_prepare(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, rb_error *err) {
     if (!m || !kv || kv->m != m || (!tokens && n > 0))
         return rb_error_set(err, RB_E_INVALID, "rb_model_forward: bad arguments");
     if (n <= 0) return rb_error_set(err, RB_E_INVALID, "rb_model_forward: no tokens");
@@ -233,8 +242,14 @@ rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, 
                                 tokens[i], (long long)i, (long long)V - 1);
     int64_t ub = n < RB_MAX_UBATCH ? n : RB_MAX_UBATCH;
     if (kv->arena_tokens > ub) ub = kv->arena_tokens < RB_MAX_UBATCH ? kv->arena_tokens : RB_MAX_UBATCH;
-    rb_status s = rb_fwd_ensure_arena(kv, ub, err);
+    return rb_fwd_ensure_arena(kv, ub, err);
+}
+
+rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, bool all_logits,
+                           float *logits, rb_error *err) {
+    rb_status s = forward_prepare(m, kv, tokens, n, err);
     if (s != RB_OK) return s;
+    const int64_t V = m->cfg.n_vocab;
     if (n == 1 && logits && decode_fixed(m, kv)) return decode_step(m, kv, tokens[0], logits, err);
     for (int64_t done = 0; done < n;) {
         int64_t T = n - done < kv->arena_tokens ? n - done : kv->arena_tokens;
@@ -243,11 +258,25 @@ rb_status rb_model_forward(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, 
         if (all_logits) out = logits ? logits + done * V : NULL;
         else if (last) out = logits;
         seq_group g = {.kv = kv, .row0 = 0, .n = T, .p0 = kv->used};
-        s = forward_rows(m, kv->arena, tokens + done, T, &g, 1, all_logits, out, err);
+        s = forward_rows(m, kv->arena, tokens + done, T, &g, 1, all_logits, out, NULL, err);
         if (s != RB_OK) return s;
         done += T;
     }
     return RB_OK;
+}
+
+rb_status rb_model_forward_hidden(rb_model *m, rb_kv_cache *kv, const int32_t *tokens, int64_t n, float *hidden,
+                                  rb_error *err) {
+    if (!hidden) return rb_error_set(err, RB_E_INVALID, "rb_model_forward_hidden: NULL output");
+    rb_status s = forward_prepare(m, kv, tokens, n, err);
+    const int64_t E = m->cfg.n_embd;
+    for (int64_t done = 0; s == RB_OK && done < n;) {
+        const int64_t T = n - done < kv->arena_tokens ? n - done : kv->arena_tokens;
+        seq_group g = {.kv = kv, .row0 = 0, .n = T, .p0 = kv->used};
+        s = forward_rows(m, kv->arena, tokens + done, T, &g, 1, true, NULL, hidden + done * E, err);
+        done += T;
+    }
+    return s;
 }
 
 rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
@@ -280,7 +309,7 @@ rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int
         const int64_t T = n - done < RB_MAX_UBATCH ? n - done : RB_MAX_UBATCH;
         if ((s = rb_fwd_ensure_arena(kvs[0], T, err)) != RB_OK) break;
         for (int64_t i = 0; i < T; i++) g[done + i].row0 = i;
-        s = forward_rows(m, kvs[0]->arena, tokens + done, T, g + done, T, true, logits + done * V, err);
+        s = forward_rows(m, kvs[0]->arena, tokens + done, T, g + done, T, true, logits + done * V, NULL, err);
     }
     free(g);
     return s;

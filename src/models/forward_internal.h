@@ -45,12 +45,18 @@ rb_status rb_fwd_ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err);
 rb_status rb_fwd_upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err);
 
-/* Queues every op of a micro-batch whose inputs are uploaded, up to the
- * logits on the device (head: compute them; all_logits: for every row, else
- * the last). fixed: the position-independent form (KV rows written at
- * b->pos, attention over each whole cache with q_pos), so the queued ops do
- * not depend on the positions. */
+/* What a micro-batch ends with: nothing (an inner micro-batch of a longer
+ * prompt), the logits, or the normed final hidden states of every row in
+ * the arena's h (embeddings). */
+typedef enum rb_fwd_head { RB_FWD_HEAD_NONE = 0, RB_FWD_HEAD_LOGITS, RB_FWD_HEAD_HIDDEN } rb_fwd_head;
+
+/* Queues every op of a micro-batch whose inputs are uploaded, up to what
+ * head asks for on the device (the logits: for every row with all_logits,
+ * else the last; the hidden states: every row, with all_logits). fixed: the
+ * position-independent form (KV rows written at b->pos, attention over each
+ * whole cache with q_pos), so the queued ops do not depend on the
+ * positions. */
 rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_group *grp, int64_t n_grp,
-                     bool all_logits, bool head, bool fixed, rb_error *err);
+                     bool all_logits, rb_fwd_head head, bool fixed, rb_error *err);
 
 #endif

@@ -92,3 +92,22 @@ void rb_kv_cache_truncate(rb_kv_cache *kv, int64_t n) {
     if (n >= 0 && n < kv->used) kv->used = n;
 }
 size_t rb_kv_cache_bytes(const rb_kv_cache *kv) { return kv->bytes; }
+
+rb_status rb_kv_cache_copy(rb_kv_cache *dst, const rb_kv_cache *src, rb_error *err) {
+    if (!dst || !src || dst->m != src->m || dst->n_ctx != src->n_ctx || dst->dtype != src->dtype)
+        return rb_error_set(err, RB_E_INVALID, "rb_kv_cache_copy: the caches differ in model, size or dtype");
+    if (dst == src) return RB_OK;
+    const rb_model_config *c = &src->m->cfg;
+    const size_t rb = rb_dtype_row_size(src->dtype, c->head_dim * c->n_head_kv);
+    const size_t per = rb * (size_t)src->n_ctx; /* one of a layer's k or v */
+    /* a layer's k and v rows alternate, so its first `used` positions are one run of bytes */
+    const size_t n = 2 * rb * (size_t)src->used;
+    for (int64_t il = 0; il < c->n_layer && n > 0; il++) {
+        rb_status s = rb_buffer_copy(dst->buf, (size_t)(2 * il) * per, src->buf, (size_t)(2 * il) * per, n);
+        if (s != RB_OK)
+            return rb_error_set(err, s, "copying layer %lld of a KV cache: %s", (long long)il,
+                                rb_backend_last_error(src->m->be));
+    }
+    dst->used = src->used;
+    return RB_OK;
+}

@@ -587,7 +587,7 @@ static rb_status output_head(fwd *f, bool all_logits) {
 /* ---- the pass ---- */
 
 rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_group *grp, int64_t n_grp,
-                     bool all_logits, bool head, bool fixed, rb_error *err) {
+                     bool all_logits, rb_fwd_head head, bool fixed, rb_error *err) {
     const rb_model_config *c = &m->cfg;
     fwd pass = {
         .m = m, .c = c, .be = m->be, .b = *bufs, .T = T, .grp = grp, .n_grp = n_grp, .fixed = fixed,
@@ -597,7 +597,7 @@ rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_gro
                  .freq_factors = c->has_rope_factors ? &m->rope_factors : NULL},
     };
     fwd *f = &pass;
-    f->head_norm_early = !f->fuse && head && (all_logits || T == 1);
+    f->head_norm_early = !f->fuse && head != RB_FWD_HEAD_NONE && (all_logits || T == 1);
     f->in = c->pre_norms ? &f->b.h : &f->b.x;
 
     TRY(embed(f));
@@ -609,6 +609,10 @@ rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_gro
         TRY(ffn_block(f));
     }
     f->il = -1;
-    if (!head) return RB_OK; /* an inner micro-batch of a longer prompt */
+    if (head == RB_FWD_HEAD_NONE) return RB_OK; /* an inner micro-batch of a longer prompt */
+    if (head == RB_FWD_HEAD_HIDDEN) { /* every row's output norm, unless the last residual add applied it */
+        if (!f->head_norm_early) CK(rb_rms_norm(f->be, &f->b.h, &f->b.x, &m->out_norm, c->norm_eps));
+        return RB_OK;
+    }
     return output_head(f, all_logits);
 }

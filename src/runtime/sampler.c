@@ -19,6 +19,7 @@ struct rb_sampler {
     cand *cands;
     float *probs;
     uint16_t *counts; /* per-token counts within the penalty window (saturating) */
+    rb_logit_bias *bias; /* a copy of p.logit_bias */
 };
 
 rb_sampler_params rb_sampler_default_params(void) {
@@ -41,6 +42,11 @@ rb_status rb_sampler_params_check(const rb_sampler_params *p, rb_error *err) {
         return rb_error_set(err, RB_E_RANGE, "repetition_penalty must be positive");
     if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
         return rb_error_set(err, RB_E_RANGE, "frequency and presence penalties must be finite");
+    if (p->n_logit_bias > 0 && !p->logit_bias) return rb_error_set(err, RB_E_INVALID, "sampler: NULL logit biases");
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token < 0 || !isfinite(p->logit_bias[i].bias))
+            return rb_error_set(err, RB_E_RANGE, "logit bias %zu: token %d, bias %g (a token id >= 0 and a finite bias)",
+                                i, (int)p->logit_bias[i].token, (double)p->logit_bias[i].bias);
     return RB_OK;
 }
 
@@ -71,9 +77,22 @@ rb_status rb_sampler_create(const rb_sampler_params *p, int64_t n_vocab, rb_samp
     rb_status st = rb_sampler_params_check(p, err);
     if (st != RB_OK) return st;
     if (n_vocab <= 0 || n_vocab > (1 << 24)) return rb_error_set(err, RB_E_RANGE, "sampler: bad vocabulary size");
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token >= n_vocab)
+            return rb_error_set(err, RB_E_RANGE, "logit bias on token %d: the vocabulary has %lld tokens",
+                                (int)p->logit_bias[i].token, (long long)n_vocab);
     rb_sampler *s = calloc(1, sizeof *s);
     if (!s) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     s->p = *p;
+    if (p->n_logit_bias > 0) {
+        s->bias = malloc(sizeof(rb_logit_bias) * p->n_logit_bias);
+        if (!s->bias) {
+            free(s);
+            return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        }
+        memcpy(s->bias, p->logit_bias, sizeof(rb_logit_bias) * p->n_logit_bias);
+    }
+    s->p.logit_bias = s->bias;
     s->n_vocab = n_vocab;
     s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
     s->probs = malloc(sizeof(float) * (size_t)n_vocab);
@@ -92,6 +111,7 @@ void rb_sampler_free(rb_sampler *s) {
     free(s->cands);
     free(s->probs);
     free(s->counts);
+    free(s->bias);
     free(s);
 }
 
@@ -125,6 +145,7 @@ static int cmp_cand_desc(const void *a, const void *b) {
 int32_t rb_sampler_sample(rb_sampler *s, float *logits, const int32_t *history, size_t n_history) {
     const rb_sampler_params *p = &s->p;
     const int64_t V = s->n_vocab;
+    for (size_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
     apply_penalties(s, logits, history, n_history);
 
     if (p->temperature <= 0.0f) { /* greedy: first index of the maximum; NaN never wins */

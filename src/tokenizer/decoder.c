@@ -9,7 +9,7 @@
 
 static const char META[] = "\xE2\x96\x81";
 
-static int parse_byte_token(const char *s, size_t len) {
+int tok_parse_byte_token(const char *s, size_t len) {
     if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
     int v = 0;
     for (int i = 3; i < 5; i++) {
@@ -60,7 +60,7 @@ static rb_status step(const rb_tokenizer *t, const tok_dec *d, const tok_words *
         size_t nb = 0;
         for (size_t i = 0; i < in->n && !st; i++) {
             const char *s = in->text.p + in->w[i].off;
-            int b = parse_byte_token(s, in->w[i].len);
+            int b = tok_parse_byte_token(s, in->w[i].len);
             if (b >= 0) {
                 char c = (char)b;
                 st = tok_buf_append(&tmp, &c, 1);

@@ -177,6 +177,8 @@ rb_status tok_normalize(const rb_tokenizer *t, const char *s, size_t len, tok_bu
 rb_status tok_pretokenize(const rb_tokenizer *t, const char *s, size_t len, bool first_chunk, tok_words *words);
 /* Appends the ids of one word. */
 rb_status tok_bpe_word(const rb_tokenizer *t, const char *w, size_t len, tok_scratch *sc, tok_ids *ids);
+/* The byte of a byte-fallback token text "<0xNN>", or -1 for any other text. */
+int tok_parse_byte_token(const char *s, size_t len);
 /* Decodes ids (already filtered) into out. */
 rb_status tok_decode_ids(const rb_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, tok_buf *out,
                          rb_error *err);

@@ -1,19 +1,25 @@
 /* Implementation of llm_engine.h: the scheduler loop. Per step: admit
- * queued jobs into free slots (prefill + first token), drop cancelled
- * sequences, then decode one token for every active sequence in one
- * batched forward pass. */
+ * queued jobs into free slots (prefill, KV copies for further choices, the
+ * first tokens; embedding jobs whole), drop cancelled sequences, then
+ * decode one token for every active sequence in one batched forward pass.
+ * A sequence samples from its logits row in place unless the raw values
+ * are still needed (log probabilities, a prefill row shared by choices):
+ * then it samples from a copy. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
 #include "worker/wk_job_queue.h"
 #include "worker/wk_util.h"
 #include "worker_llm/llm_job.h"
+#include "worker_llm/llm_logprobs.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct llm_seq {
     wk_job *job; /* NULL: free slot */
+    int choice;  /* which of the job's choices this slot makes */
     rb_kv_cache *kv;
     rb_sampler *smp;
     rb_tokenizer_stream *ts;
@@ -46,6 +52,7 @@ struct llm_engine {
 
     llm_seq *slots;
     float *logits;
+    float *scratch; /* n_vocab: a row sampled from while the raw one is kept */
     rb_kv_cache **step_kvs;
     int32_t *step_tokens;
     int *step_slot;
@@ -78,7 +85,8 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     e->step_kvs = calloc((size_t)P, sizeof *e->step_kvs);
     e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
     e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
-    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot) {
+    e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
+    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot || !e->scratch) {
         llm_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
     }
@@ -109,7 +117,7 @@ static bool emit_text(llm_engine *e, llm_seq *q, const char *text, size_t len, b
         *oom = true;
         return false;
     }
-    if (n > 0 && !llm_job_push_piece(q->job, q->sm.pending, n)) *oom = true;
+    if (n > 0 && !llm_job_push_piece(q->job, q->choice, q->sm.pending, n)) *oom = true;
     rb_stop_matcher_consume(&q->sm, n);
     (void)e;
     return hit;
@@ -126,15 +134,34 @@ static void release_seq(llm_seq *q) {
     q->kv = kv;
 }
 
+/* Fails q's job, which frees every slot of it (all its choices). */
 static void fail_seq(llm_engine *e, llm_seq *q, const char *code, const char *msg) {
-    wk_job_fail(q->job, code, msg);
+    wk_job *j = q->job;
+    wk_job_fail(j, code, msg);
     if (e->metrics) llm_metrics_job_outcome(e->metrics, 0, 1);
-    wk_log_event(e->log, WK_LOG_ERROR, "job_failed", json_pack("{s:s}", "job_id", q->job->id), "%s: %s", code, msg);
-    release_seq(q);
+    wk_log_event(e->log, WK_LOG_ERROR, "job_failed", json_pack("{s:s}", "job_id", j->id), "%s: %s", code, msg);
+    for (int s = 0; s < e->o.parallel; s++)
+        if (e->slots[s].job == j && &e->slots[s] != q) release_seq(&e->slots[s]);
+    release_seq(q); /* last: it may hold the last reference */
 }
 
-/* Handles a sampled token; returns true if the sequence finished. */
-static bool take_token(llm_engine *e, llm_seq *q, int32_t t) {
+/* Samples q's next token from raw (a logits row). keep: raw must stay as it
+ * is (shared by several choices); it also does when log probabilities are
+ * wanted. Else the sampler works on raw in place (no copy). */
+static int32_t sample_row(llm_engine *e, llm_seq *q, float *raw, bool keep) {
+    const llm_task *task = llm_job_task(q->job);
+    float *work = raw;
+    if (keep || task->req.logprobs) {
+        memcpy(e->scratch, raw, sizeof(float) * (size_t)e->n_vocab);
+        work = e->scratch;
+    }
+    return rb_sampler_sample(q->smp, work, q->hist, q->n_hist);
+}
+
+/* Handles a sampled token; raw is the row it was sampled from, before any
+ * change (for the log probabilities; NULL when not asked for). Returns true
+ * if the sequence finished. */
+static bool take_token(llm_engine *e, llm_seq *q, int32_t t, const float *raw) {
     const llm_task *task = llm_job_task(q->job);
     q->hist[q->n_hist++] = t;
     q->n_gen++;
@@ -149,6 +176,11 @@ static bool take_token(llm_engine *e, llm_seq *q, int32_t t) {
         return true;
     }
     q->n_text++;
+    if (task->req.logprobs && raw &&
+        !llm_job_push_logprobs(q->job, q->choice, llm_logprob_entry(e->tok, raw, e->n_vocab, t, task->req.top_logprobs))) {
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the log probabilities");
+        return true;
+    }
     const char *piece = NULL;
     size_t plen = 0;
     rb_error err;
@@ -187,7 +219,7 @@ static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why) {
         if (rb_tokenizer_stream_flush(q->ts, &piece, &plen, NULL) == RB_OK && emit_text(e, q, piece, plen, &oom))
             why = RB_STOP_STRING;
         else if (q->sm.len > 0 && !oom) { /* held back, never became a stop string */
-            if (!llm_job_push_piece(q->job, q->sm.pending, q->sm.len)) oom = true;
+            if (!llm_job_push_piece(q->job, q->choice, q->sm.pending, q->sm.len)) oom = true;
             rb_stop_matcher_consume(&q->sm, q->sm.len);
         }
         if (oom) {
@@ -196,63 +228,180 @@ static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why) {
         }
     }
     double dms = q->t_decode0 > 0 ? wk_now_ms() - q->t_decode0 : 0.0;
-    llm_job_finish(q->job, why, q->n_text, q->prefill_ms, dms);
-    if (e->metrics) {
-        llm_metrics_tokens_out(e->metrics, (uint64_t)q->n_text);
-        llm_metrics_job_outcome(e->metrics, why == RB_STOP_CANCELLED, 0);
+    wk_job *j = q->job;
+    llm_task *task = llm_job_task(j);
+    if (!llm_job_choice_end(j, q->choice, why, q->n_text) && why != RB_STOP_CANCELLED) {
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory while ending a choice");
+        return;
     }
-    wk_log_event(e->log, WK_LOG_DEBUG, "job_end",
-                  json_pack("{s:s,s:I,s:s}", "job_id", q->job->id, "tokens_out", (json_int_t)q->n_text, "stop_reason",
-                            rb_stop_reason_name(why)),
-                  "job finished");
+    if (e->metrics) llm_metrics_tokens_out(e->metrics, (uint64_t)q->n_text);
+    /* the job's reason: cancelled if any choice was, else the first choice's */
+    if (q->choice == 0 || why == RB_STOP_CANCELLED) {
+        if (task->why_sum != RB_STOP_CANCELLED) task->why_sum = why;
+    }
+    task->tokens_sum += q->n_text;
+    const double prefill_ms = q->prefill_ms;
+    wk_job_ref(j); /* the slot's reference may be the last one */
     release_seq(q);
+    if (--task->choices_left == 0) {
+        llm_job_finish(j, task->why_sum, task->tokens_sum, prefill_ms, dms);
+        if (e->metrics) llm_metrics_job_outcome(e->metrics, task->why_sum == RB_STOP_CANCELLED, 0);
+        wk_log_event(e->log, WK_LOG_DEBUG, "job_end",
+                     json_pack("{s:s,s:I,s:s}", "job_id", j->id, "tokens_out", (json_int_t)task->tokens_sum,
+                               "stop_reason", rb_stop_reason_name(task->why_sum)),
+                     "job finished");
+    }
+    wk_job_unref(j);
 }
 
-/* Prefill + first token for a newly admitted job. */
-static void start_seq(llm_engine *e, llm_seq *q, wk_job *j) {
-    q->job = j; /* the queue's reference moves to the slot */
-    const llm_task *task = llm_job_task(j);
-    const llm_gen_request *r = &task->req;
-    rb_error err;
-    rb_error_clear(&err);
-    rb_kv_cache_truncate(q->kv, 0);
-    rb_stop_matcher_init(&q->sm, (const char *const *)r->stop, r->n_stop);
+/* An embeddings job, whole: every input's hidden states from a fresh cache,
+ * pooled (mean or last token) and scaled to unit length. */
+static void run_embed(llm_engine *e, llm_seq *q) {
+    wk_job *j = q->job;
+    llm_task *task = llm_job_task(j);
+    llm_embed_request *er = &task->emb;
+    const int64_t E = rb_model_get_config(e->m)->n_embd;
     if (wk_job_cancel_requested(j)) {
         finish_seq(e, q, RB_STOP_CANCELLED);
         return;
     }
-    if ((int64_t)r->n_prompt >= rb_kv_cache_size(q->kv)) {
-        fail_seq(e, q, "CONTEXT_OVERFLOW", "the prompt does not fit the context");
+    size_t longest = 0;
+    for (size_t i = 0; i < er->n_inputs; i++)
+        if (er->offs[i + 1] - er->offs[i] > longest) longest = er->offs[i + 1] - er->offs[i];
+    if ((int64_t)longest > rb_kv_cache_size(q->kv)) {
+        fail_seq(e, q, "CONTEXT_OVERFLOW", "an input does not fit the context");
         return;
     }
-    q->cap_hist = r->n_prompt + (size_t)r->max_tokens + 1;
-    q->hist = malloc(sizeof(int32_t) * q->cap_hist);
-    if (!q->hist) {
-        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the token history");
+    float *hidden = malloc(sizeof(float) * longest * (size_t)E);
+    er->vectors = malloc(sizeof(float) * er->n_inputs * (size_t)E);
+    if (!hidden || !er->vectors) {
+        free(hidden);
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the embeddings");
         return;
     }
-    memcpy(q->hist, r->prompt, sizeof(int32_t) * r->n_prompt);
-    q->n_hist = r->n_prompt;
-    if (rb_sampler_create(&r->sampling, e->n_vocab, &q->smp, &err) != RB_OK ||
-        rb_tokenizer_stream_create(e->tok, RB_TOK_SKIP_SPECIAL, &q->ts, &err) != RB_OK) {
-        fail_seq(e, q, "INVALID_PARAMS", err.msg);
+    er->n_embd = E;
+    if (!wk_job_start(j, json_pack("{s:s,s:I}", "model", task->model_name, "prompt_tokens",
+                                   (json_int_t)er->offs[er->n_inputs]))) {
+        free(hidden);
+        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory starting the job");
         return;
+    }
+    const double t0 = wk_now_ms();
+    rb_error err;
+    rb_error_clear(&err);
+    for (size_t i = 0; i < er->n_inputs; i++) {
+        const size_t n = er->offs[i + 1] - er->offs[i];
+        rb_kv_cache_truncate(q->kv, 0);
+        if (rb_model_forward_hidden(e->m, q->kv, er->tokens + er->offs[i], (int64_t)n, hidden, &err) != RB_OK) {
+            free(hidden);
+            fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+            return;
+        }
+        float *v = er->vectors + i * (size_t)E;
+        for (int64_t d = 0; d < E; d++) {
+            double acc = 0;
+            if (er->pooling == LLM_POOL_LAST) acc = hidden[(n - 1) * (size_t)E + (size_t)d];
+            else {
+                for (size_t t = 0; t < n; t++) acc += hidden[t * (size_t)E + (size_t)d];
+                acc /= (double)n;
+            }
+            v[d] = (float)acc;
+        }
+        double norm = 0;
+        for (int64_t d = 0; d < E; d++) norm += (double)v[d] * v[d];
+        norm = sqrt(norm);
+        for (int64_t d = 0; d < E; d++) v[d] = (float)(v[d] / (norm > 1e-12 ? norm : 1e-12));
+        if (wk_job_cancel_requested(j)) break;
+    }
+    free(hidden);
+    q->prefill_ms = wk_now_ms() - t0;
+    if (e->metrics) llm_metrics_prefill(e->metrics, er->offs[er->n_inputs], q->prefill_ms);
+    finish_seq(e, q, wk_job_cancel_requested(j) ? RB_STOP_CANCELLED : RB_STOP_NONE);
+}
+
+/* A newly admitted job in its n reserved slots: prefill once, copy the KV
+ * cache to the other choices' slots, the first token of every choice. */
+static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
+    llm_task *task = llm_job_task(j);
+    const llm_gen_request *r = &task->req;
+    task->choices_left = n;
+    task->tokens_sum = 0;
+    task->why_sum = RB_STOP_NONE;
+    for (int i = 0; i < n; i++) { /* the queue's reference moves to the first slot */
+        llm_seq *q = &e->slots[slot_ids[i]];
+        q->job = i == 0 ? j : wk_job_ref(j);
+        q->choice = i;
+    }
+    llm_seq *q0 = &e->slots[slot_ids[0]];
+    if (task->api == LLM_API_EMBED) {
+        run_embed(e, q0);
+        return;
+    }
+    rb_error err;
+    rb_error_clear(&err);
+    for (int i = 0; i < n; i++) {
+        llm_seq *q = &e->slots[slot_ids[i]];
+        rb_kv_cache_truncate(q->kv, 0);
+        rb_stop_matcher_init(&q->sm, (const char *const *)r->stop, r->n_stop);
+    }
+    if (wk_job_cancel_requested(j)) {
+        for (int i = 0; i < n; i++) finish_seq(e, &e->slots[slot_ids[i]], RB_STOP_CANCELLED);
+        return;
+    }
+    if ((int64_t)r->n_prompt >= rb_kv_cache_size(q0->kv)) {
+        fail_seq(e, q0, "CONTEXT_OVERFLOW", "the prompt does not fit the context");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        llm_seq *q = &e->slots[slot_ids[i]];
+        q->cap_hist = r->n_prompt + (size_t)r->max_tokens + 1;
+        q->hist = malloc(sizeof(int32_t) * q->cap_hist);
+        if (!q->hist) {
+            fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the token history");
+            return;
+        }
+        memcpy(q->hist, r->prompt, sizeof(int32_t) * r->n_prompt);
+        q->n_hist = r->n_prompt;
+        rb_sampler_params sp = r->sampling;
+        sp.seed += (uint64_t)i; /* choice i: the request's seed + i */
+        if (rb_sampler_create(&sp, e->n_vocab, &q->smp, &err) != RB_OK ||
+            rb_tokenizer_stream_create(e->tok, RB_TOK_SKIP_SPECIAL, &q->ts, &err) != RB_OK) {
+            fail_seq(e, q, "INVALID_PARAMS", err.msg);
+            return;
+        }
     }
     if (!wk_job_start(j, json_pack("{s:s,s:I}", "model", task->model_name, "prompt_tokens", (json_int_t)r->n_prompt))) {
-        fail_seq(e, q, "OUT_OF_MEMORY", "out of memory starting the job");
+        fail_seq(e, q0, "OUT_OF_MEMORY", "out of memory starting the job");
         return;
     }
     double t0 = wk_now_ms();
     float *row = e->logits; /* rows are only in use during a step */
-    if (rb_model_forward(e->m, q->kv, r->prompt, (int64_t)r->n_prompt, false, row, &err) != RB_OK) {
-        fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+    if (rb_model_forward(e->m, q0->kv, r->prompt, (int64_t)r->n_prompt, false, row, &err) != RB_OK) {
+        fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
         return;
     }
-    q->prefill_ms = wk_now_ms() - t0;
-    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, q->prefill_ms);
-    q->t_decode0 = wk_now_ms();
-    int32_t t = rb_sampler_sample(q->smp, row, q->hist, q->n_hist);
-    take_token(e, q, t);
+    for (int i = 1; i < n; i++)
+        if (rb_kv_cache_copy(e->slots[slot_ids[i]].kv, q0->kv, &err) != RB_OK) {
+            fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
+            return;
+        }
+    const double prefill_ms = wk_now_ms() - t0;
+    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, prefill_ms);
+    const double t1 = wk_now_ms();
+    for (int i = 0; i < n; i++) {
+        llm_seq *q = &e->slots[slot_ids[i]];
+        if (q->job != j) return; /* the job failed: every slot of it was freed */
+        q->prefill_ms = prefill_ms;
+        q->t_decode0 = t1;
+        int32_t t = sample_row(e, q, row, n > 1);
+        take_token(e, q, t, r->logprobs ? row : NULL);
+    }
+}
+
+/* Slots a job takes: one per choice (an embeddings job: one). */
+static int job_slots(const wk_job *j) {
+    const llm_task *t = llm_job_task(j);
+    return t->api == LLM_API_EMBED ? 1 : llm_gen_choices(&t->req);
 }
 
 static void *engine_main(void *arg) {
@@ -260,28 +409,41 @@ static void *engine_main(void *arg) {
     const int P = e->o.parallel;
     wk_job **dropped = malloc(sizeof(wk_job *) * (size_t)e->q.cap);
     wk_job **admit = malloc(sizeof(wk_job *) * (size_t)P);
+    int *admit_first = malloc(sizeof(int) * (size_t)(P + 1)); /* job i's slots: admit_slot[first[i] .. first[i+1]) */
     int *admit_slot = malloc(sizeof(int) * (size_t)P);
-    if (!dropped || !admit || !admit_slot) {
+    if (!dropped || !admit || !admit_first || !admit_slot) {
         WK_ERROR(e->log, "engine_failed", "out of memory starting the inference thread");
         free(dropped);
         free(admit);
+        free(admit_first);
         free(admit_slot);
         return NULL;
     }
     for (;;) {
-        int n_admit = 0;
+        int n_admit = 0, n_taken = 0;
         pthread_mutex_lock(&e->mu);
         while (!e->stop && e->q.n == 0 && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop;
         /* cancelled jobs leave the queue (all of them when stopping) */
         const int n_drop = wk_job_queue_take_cancelled(&e->q, stop, dropped, e->q.cap);
-        for (int s = 0; s < P && e->q.n > 0 && !stop; s++) {
-            if (e->slots[s].job) continue;
-            admit[n_admit] = wk_job_queue_pop(&e->q);
-            admit_slot[n_admit++] = s;
-            e->slots[s].job = admit[n_admit - 1]; /* reserve */
-            e->n_active++;
+        int n_free = 0;
+        for (int s = 0; s < P; s++) n_free += e->slots[s].job == NULL;
+        /* first come, first served: the head waits until it has all its slots */
+        while (e->q.n > 0 && !stop && job_slots(wk_job_queue_at(&e->q, 0)) <= n_free) {
+            wk_job *j = wk_job_queue_pop(&e->q);
+            const int need = job_slots(j);
+            admit[n_admit] = j;
+            admit_first[n_admit++] = n_taken;
+            for (int s = 0, got = 0; s < P && got < need; s++) {
+                if (e->slots[s].job) continue;
+                e->slots[s].job = j; /* reserve */
+                admit_slot[n_taken++] = s;
+                got++;
+            }
+            n_free -= need;
+            e->n_active += need;
         }
+        admit_first[n_admit] = n_taken;
         pthread_mutex_unlock(&e->mu);
 
         for (int i = 0; i < n_drop; i++) {
@@ -289,11 +451,8 @@ static void *engine_main(void *arg) {
             if (e->metrics) llm_metrics_job_outcome(e->metrics, 1, 0);
             wk_job_unref(dropped[i]);
         }
-        for (int i = 0; i < n_admit; i++) {
-            llm_seq *q = &e->slots[admit_slot[i]];
-            q->job = NULL;
-            start_seq(e, q, admit[i]);
-        }
+        for (int i = 0; i < n_admit; i++)
+            start_job(e, admit[i], admit_slot + admit_first[i], admit_first[i + 1] - admit_first[i]);
         /* Cancelled or stopping: leave now. */
         for (int s = 0; s < P; s++) {
             llm_seq *q = &e->slots[s];
@@ -316,12 +475,14 @@ static void *engine_main(void *arg) {
             if (e->metrics && st == RB_OK) llm_metrics_decode_step(e->metrics, (uint64_t)n, t1 - t0, t1);
             for (int k = 0; k < n; k++) {
                 llm_seq *q = &e->slots[e->step_slot[k]];
+                if (!q->job) continue; /* freed with a failed sibling choice */
                 if (st != RB_OK) {
                     fail_seq(e, q, "INFERENCE_FAILED", err.msg);
                     continue;
                 }
                 float *row = e->logits + (size_t)k * (size_t)e->n_vocab;
-                take_token(e, q, rb_sampler_sample(q->smp, row, q->hist, q->n_hist));
+                const bool lp = llm_job_task(q->job)->req.logprobs;
+                take_token(e, q, sample_row(e, q, row, false), lp ? row : NULL);
             }
         }
         int active = 0;
@@ -334,6 +495,7 @@ static void *engine_main(void *arg) {
     }
     free(dropped);
     free(admit);
+    free(admit_first);
     free(admit_slot);
     return NULL;
 }
@@ -369,6 +531,7 @@ void llm_engine_destroy(llm_engine *e) {
     free(e->slots);
     wk_job_queue_free(&e->q);
     rb_backend_host_free(rb_model_backend(e->m), e->logits);
+    free(e->scratch);
     free(e->step_kvs);
     free(e->step_tokens);
     free(e->step_slot);
@@ -381,6 +544,7 @@ rb_status llm_engine_submit(llm_engine *e, wk_job *j) {
     pthread_mutex_lock(&e->mu);
     rb_status s = RB_OK;
     if (!e->accepting || e->stop) s = RB_E_CANCELLED;
+    else if (job_slots(j) > e->o.parallel) s = RB_E_INVALID;
     else if ((s = wk_job_queue_push(&e->q, j, e->o.queue_depth, e->o.parallel - e->n_active)) == RB_OK)
         pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);

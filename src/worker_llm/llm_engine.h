@@ -3,8 +3,14 @@
  * sampler, detokenizer stream and stop-string matcher): queued jobs join
  * at the next step, finished or cancelled ones leave, and every step
  * advances all active sequences by one token through one llm_step_fn call.
- * Requests beyond the free slots wait in a bounded queue. Jobs carry an
- * llm_task payload (llm_job.h). */
+ * A job of n choices takes n slots at once: its prompt is prefilled once,
+ * the KV cache copied to the other slots (rb_kv_cache_copy) and every
+ * choice samples its first token from the same logits with its own seed
+ * (seed + choice). Requests beyond the free slots wait in a bounded queue,
+ * first come first served. Log probabilities are computed from a sequence's
+ * raw logits row only when its request asks for them. Embedding jobs run
+ * whole in one slot when admitted. Jobs carry an llm_task payload
+ * (llm_job.h). */
 #ifndef RBEE_LLM_ENGINE_H
 #define RBEE_LLM_ENGINE_H
 
@@ -33,7 +39,8 @@ void llm_engine_destroy(llm_engine *e);
 
 /* Queues a job (takes a new reference); a job that has to wait for a slot
  * gets a "queued" event {"position": 1..} first. RB_E_RANGE: the queue is full;
- * RB_E_CANCELLED: the engine no longer accepts work (draining). */
+ * RB_E_CANCELLED: the engine no longer accepts work (draining);
+ * RB_E_INVALID: more choices than the engine has slots. */
 rb_status llm_engine_submit(llm_engine *e, wk_job *j);
 /* Stops accepting new jobs (queued and running ones go on). */
 void llm_engine_stop_accepting(llm_engine *e);

@@ -29,7 +29,7 @@ static void chat_prompt(const llm_prompt_ctx *pc, json_t *body, llm_gen_request 
 void llm_prompt_build(const llm_prompt_ctx *pc, json_t *body, llm_api api, llm_gen_request *req, wk_errors *errs) {
     const char *prompt = NULL;
     if (api == LLM_API_RBEE) llm_request_read_rbee(body, &prompt, errs);
-    llm_request_read_params(body, api, req, errs);
+    llm_request_read_params(body, api, &pc->lim, req, errs);
     llm_request_refuse_unsupported(body, api, errs);
     if (errs->n > 0) return;
     if (api == LLM_API_CHAT) {
@@ -37,6 +37,8 @@ void llm_prompt_build(const llm_prompt_ctx *pc, json_t *body, llm_api api, llm_g
         return;
     }
     if (api == LLM_API_COMPLETION) llm_request_read_completion(body, &prompt, errs);
-    if (errs->n == 0)
-        llm_request_set_prompt(req, pc->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, NULL, 0, pc->ctx_size, 0, errs);
+    if (errs->n > 0) return;
+    const size_t len = strlen(prompt);
+    for (size_t i = 0; i < len; i++) req->prompt_chars += ((unsigned char)prompt[i] & 0xC0) != 0x80; /* valid UTF-8 */
+    llm_request_set_prompt(req, pc->tok, prompt, len, RB_TOK_ADD_SPECIAL, NULL, 0, pc->ctx_size, 0, errs);
 }

@@ -14,6 +14,7 @@ typedef struct llm_prompt_ctx {
     const rb_tokenizer *tok;
     llm_chat *chat; /* used for LLM_API_CHAT */
     int64_t ctx_size;
+    llm_limits lim; /* zero: unknown vocabulary size, one choice */
 } llm_prompt_ctx;
 
 /* Fills req from body; every problem found goes to errs (req must then be

@@ -1,9 +1,10 @@
 /* llm_request_refuse_unsupported: OpenAI request fields that ask for
  * behaviour this worker does not implement get a 400 naming the field
- * instead of being ignored (a client asking for logprobs or a JSON schema
+ * instead of being ignored (a client asking for tool calls or a JSON schema
  * must not get a plain answer it takes for the real thing). Fields that
  * change nothing (user, metadata, service_tier, parallel_tool_calls
- * without tools) pass. */
+ * without tools) pass. logprobs, top_logprobs, logit_bias and n are
+ * implemented and checked by llm_request_read_params. */
 #include "worker_llm/llm_request.h"
 
 #include <string.h>
@@ -27,9 +28,6 @@ static bool is_empty(json_t *v) {
 void llm_request_refuse_unsupported(json_t *o, llm_api api, wk_errors *errs) {
     json_t *v;
     if (api == LLM_API_RBEE) return;
-    v = json_object_get(o, "logprobs");
-    if (api == LLM_API_CHAT ? json_is_true(v) : present(v)) refuse(errs, "logprobs", "log probabilities");
-    if (!is_empty(json_object_get(o, "top_logprobs"))) refuse(errs, "top_logprobs", "log probabilities");
     if (!is_empty(json_object_get(o, "tools"))) refuse(errs, "tools", "tool calls");
     if (!is_empty(json_object_get(o, "functions"))) refuse(errs, "functions", "function calls");
     v = json_object_get(o, "tool_choice");
@@ -46,7 +44,6 @@ void llm_request_refuse_unsupported(json_t *o, llm_api api, wk_errors *errs) {
         if (!(json_is_string(t) && strcmp(json_string_value(t), "text") == 0))
             refuse(errs, "response_format", "structured output: only {\"type\": \"text\"}");
     }
-    if (!is_empty(json_object_get(o, "logit_bias"))) refuse(errs, "logit_bias", "logit bias");
     v = json_object_get(o, "best_of");
     if (present(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) refuse(errs, "best_of", "only best_of = 1");
     if (json_is_true(json_object_get(o, "echo"))) refuse(errs, "echo", "echoing the prompt");

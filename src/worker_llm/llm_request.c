@@ -25,7 +25,9 @@ static void read_stop(json_t *o, llm_gen_request *req, wk_errors *errs) {
     if (json_is_array(v)) {
         n = json_array_size(v);
         if (n > LLM_MAX_STOP) {
-            wk_errors_add(errs, "stop", "max_items:4", "at most %d stop strings are allowed, got %zu", LLM_MAX_STOP, n);
+            char c[32];
+            snprintf(c, sizeof c, "max_items:%d", LLM_MAX_STOP);
+            wk_errors_add(errs, "stop", c, "at most %d stop strings are allowed, got %zu", LLM_MAX_STOP, n);
             return;
         }
         items = NULL;
@@ -54,15 +56,137 @@ static void read_stop(json_t *o, llm_gen_request *req, wk_errors *errs) {
     }
 }
 
-void llm_request_read_params(json_t *o, llm_api api, llm_gen_request *req, wk_errors *errs) {
+/* logit_bias: {"<token id>": bias, ...}, ids in the model's vocabulary,
+ * biases in -100..100 (OpenAI's range). */
+static void read_logit_bias(json_t *o, const llm_limits *lim, llm_gen_request *req, wk_errors *errs) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return;
+    if (!json_is_object(v)) {
+        wk_errors_add(errs, "logit_bias", "type:object", "logit_bias must be an object of token ids to biases");
+        return;
+    }
+    const size_t n = json_object_size(v);
+    if (n == 0) return;
+    if (n > LLM_MAX_LOGIT_BIAS) {
+        wk_errors_add(errs, "logit_bias", "max_items:1024", "logit_bias may hold at most %d tokens, got %zu",
+                      LLM_MAX_LOGIT_BIAS, n);
+        return;
+    }
+    rb_logit_bias *b = malloc(sizeof *b * n);
+    if (!b) {
+        wk_errors_add(errs, "logit_bias", "memory", "out of memory");
+        return;
+    }
+    size_t k = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        char shown[40];
+        wk_utf8_sanitize(key, shown, sizeof shown);
+        size_t kl = strlen(key);
+        bool digits = kl > 0 && kl <= 10;
+        for (size_t i = 0; i < kl && digits; i++) digits = key[i] >= '0' && key[i] <= '9';
+        const long long id = digits ? strtoll(key, NULL, 10) : -1;
+        if (!digits || id > INT32_MAX) {
+            wk_errors_add(errs, "logit_bias", "key:token_id", "logit_bias key \"%s\" is not a token id (a decimal integer)",
+                          shown);
+            continue;
+        }
+        if (lim && lim->n_vocab > 0 && id >= lim->n_vocab) {
+            wk_errors_add(errs, "logit_bias", "key:token_id", "logit_bias token %lld is outside the vocabulary (0..%lld)",
+                          id, (long long)lim->n_vocab - 1);
+            continue;
+        }
+        if (!json_is_number(val) || !(json_number_value(val) >= -100.0 && json_number_value(val) <= 100.0)) {
+            wk_errors_add(errs, "logit_bias", "range:-100..100", "logit_bias[\"%s\"] must be a number from -100 to 100",
+                          shown);
+            continue;
+        }
+        b[k].token = (int32_t)id;
+        b[k].bias = (float)json_number_value(val);
+        k++;
+    }
+    if (k == 0) {
+        free(b);
+        return;
+    }
+    free(req->bias);
+    req->bias = b;
+    req->sampling.logit_bias = b;
+    req->sampling.n_logit_bias = k;
+}
+
+/* n, logprobs and top_logprobs (see llm_request_read_params). */
+static void read_choices(json_t *o, llm_api api, const llm_limits *lim, llm_gen_request *req, wk_errors *errs) {
+    const int max_n = api == LLM_API_RBEE || !lim || lim->max_choices < 1 ? 1 : lim->max_choices;
+    json_t *n = json_object_get(o, "n");
+    if (n && !json_is_null(n)) {
+        if (!json_is_integer(n) || json_integer_value(n) < 1 || json_integer_value(n) > max_n) {
+            char c[32];
+            snprintf(c, sizeof c, "range:1..%d", max_n);
+            if (api == LLM_API_RBEE)
+                wk_errors_add(errs, "n", c, "the rbee job API makes one choice (n = 1); use the OpenAI APIs for more");
+            else
+                wk_errors_add(errs, "n", c,
+                              "n must be an integer from 1 to %d (each choice takes one of the worker's sequence slots, "
+                              "--parallel, at most %d)", max_n, LLM_MAX_CHOICES);
+        } else {
+            req->n_choices = (int)json_integer_value(n);
+        }
+    }
+    json_t *lp = json_object_get(o, "logprobs"), *top = json_object_get(o, "top_logprobs");
+    const bool has_lp = lp && !json_is_null(lp), has_top = top && !json_is_null(top);
+    char range[32];
+    snprintf(range, sizeof range, "range:0..%d", LLM_MAX_TOP_LOGPROBS);
+    if (api == LLM_API_RBEE) {
+        if (has_lp && !json_is_false(lp))
+            wk_errors_add(errs, "logprobs", "unsupported_parameter",
+                          "the rbee job stream carries no log probabilities; use /v1/completions or /v1/chat/completions");
+        if (has_top)
+            wk_errors_add(errs, "top_logprobs", "unsupported_parameter",
+                          "the rbee job stream carries no log probabilities; use /v1/chat/completions");
+    } else if (api == LLM_API_CHAT) {
+        if (has_lp && !json_is_boolean(lp)) wk_errors_add(errs, "logprobs", "type:boolean", "logprobs must be true or false");
+        else req->logprobs = has_lp && json_is_true(lp);
+        if (has_top) {
+            if (!json_is_integer(top) || json_integer_value(top) < 0 || json_integer_value(top) > LLM_MAX_TOP_LOGPROBS)
+                wk_errors_add(errs, "top_logprobs", range, "top_logprobs must be an integer from 0 to %d",
+                              LLM_MAX_TOP_LOGPROBS);
+            else if (!req->logprobs)
+                wk_errors_add(errs, "top_logprobs", "requires:logprobs", "top_logprobs requires logprobs: true");
+            else
+                req->top_logprobs = (int)json_integer_value(top);
+        }
+    } else { /* completions: logprobs is the number of top tokens */
+        if (has_lp) {
+            if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > LLM_MAX_TOP_LOGPROBS) {
+                wk_errors_add(errs, "logprobs", range,
+                              "logprobs must be an integer from 0 to %d (the most likely tokens listed per position)",
+                              LLM_MAX_TOP_LOGPROBS);
+            } else {
+                req->logprobs = true;
+                req->top_logprobs = (int)json_integer_value(lp);
+            }
+        }
+        if (has_top)
+            wk_errors_add(errs, "top_logprobs", "unsupported_parameter",
+                          "top_logprobs is a chat completions field; /v1/completions takes logprobs: N");
+    }
+}
+
+void llm_request_read_params(json_t *o, llm_api api, const llm_limits *lim, llm_gen_request *req,
+                             wk_errors *errs) {
     req->sampling = rb_sampler_default_params();
     req->sampling.temperature = 1.0f;
     req->sampling.top_p = 1.0f;
+    req->max_tokens_field = "max_tokens";
     int64_t iv = 0;
     double dv = 0;
     if (wk_get_int(o, "max_tokens", 1, (int64_t)1 << 30, &iv, errs)) req->max_tokens = iv;
-    if (api == LLM_API_CHAT && wk_get_int(o, "max_completion_tokens", 1, (int64_t)1 << 30, &iv, errs))
-        req->max_tokens = iv;
+    if (api == LLM_API_CHAT && wk_get_int(o, "max_completion_tokens", 1, (int64_t)1 << 30, &iv, errs)) {
+        req->max_tokens = iv; /* the newer field wins, as with OpenAI */
+        req->max_tokens_field = "max_completion_tokens";
+    }
     if (wk_get_number(o, "temperature", 0, 2, &dv, errs)) req->sampling.temperature = (float)dv;
     if (wk_get_number(o, "top_p", 0, 1, &dv, errs)) req->sampling.top_p = (float)dv;
     if (wk_get_int(o, "top_k", 0, 1 << 20, &iv, errs)) req->sampling.top_k = (int)iv;
@@ -89,9 +213,8 @@ void llm_request_read_params(json_t *o, llm_api api, llm_gen_request *req, wk_er
     }
     json_t *so = json_object_get(o, "stream_options");
     if (so && json_is_object(so) && json_is_true(json_object_get(so, "include_usage"))) req->include_usage = true;
-    json_t *n = json_object_get(o, "n");
-    if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
-        wk_errors_add(errs, "n", "value:1", "only n = 1 is supported");
+    read_choices(o, api, lim, req, errs);
+    read_logit_bias(o, lim, req, errs);
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) wk_errors_add(errs, "model", "type:string", "model must be a string");
@@ -231,10 +354,10 @@ void llm_request_set_prompt(llm_gen_request *req, const rb_tokenizer *tok, const
     if (req->max_tokens == 0) req->max_tokens = default_max_tokens > 0 && default_max_tokens < room ? default_max_tokens : room;
     if (req->max_tokens > room) {
         char c[64];
+        const char *field = req->max_tokens_field ? req->max_tokens_field : "max_tokens";
         snprintf(c, sizeof c, "range:1..%lld", (long long)room);
-        wk_errors_add(errs, "max_tokens", c,
-                       "max_tokens is %lld but the prompt (%zu tokens) leaves room for %lld in the context of %lld",
-                       (long long)req->max_tokens, n, (long long)room, (long long)ctx_size);
+        wk_errors_add(errs, field, c, "%s is %lld but the prompt (%zu tokens) leaves room for %lld in the context of %lld",
+                      field, (long long)req->max_tokens, n, (long long)room, (long long)ctx_size);
         free(ids);
         return;
     }

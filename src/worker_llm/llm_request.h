@@ -13,19 +13,30 @@
 
 #include <jansson.h>
 
-/* Reads the sampling and length fields shared by every API into req:
- * max_tokens (and max_completion_tokens for chat), temperature, top_p,
- * top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty,
- * seed, stop, stream, stream_options, ignore_eos, n (only 1), model.
- * max_tokens is left at 0 when absent (filled by llm_request_set_prompt). */
-void llm_request_read_params(json_t *obj, llm_api api, llm_gen_request *req, wk_errors *errs);
+/* What the loaded model and the worker allow (0: unknown or 1). */
+typedef struct llm_limits {
+    int64_t n_vocab;  /* the model's: logit_bias ids must be below it (0: not checked here) */
+    int max_choices;  /* n at most this (min(LLM_MAX_CHOICES, --parallel)); 0: 1 */
+} llm_limits;
 
-/* OpenAI fields that ask for behaviour not implemented yet: logprobs,
- * top_logprobs, tools / tool_choice / functions / function_call,
- * response_format other than text, logit_bias, best_of, echo, suffix,
- * audio / modalities, prediction, web_search_options, reasoning_effort,
- * store. Each present one that asks for something is an error
- * {field, "unsupported_parameter"}. */
+/* Reads the sampling and length fields shared by every API into req:
+ * max_tokens (and max_completion_tokens for chat, which wins when both are
+ * given), temperature, top_p, top_k, min_p, repetition_penalty,
+ * frequency_penalty, presence_penalty, seed, logit_bias (token id strings
+ * to biases in -100..100), stop (at most LLM_MAX_STOP strings), stream,
+ * stream_options, ignore_eos, n (the OpenAI APIs: 1..lim->max_choices),
+ * logprobs (chat: a boolean with top_logprobs 0..20; completions: the
+ * number of top tokens 0..20; the rbee job API has none), model. lim may
+ * be NULL. max_tokens is left at 0 when absent (filled by
+ * llm_request_set_prompt). */
+void llm_request_read_params(json_t *obj, llm_api api, const llm_limits *lim, llm_gen_request *req,
+                             wk_errors *errs);
+
+/* OpenAI fields that ask for behaviour not implemented yet: tools /
+ * tool_choice / functions / function_call, response_format other than
+ * text, best_of, echo, suffix, audio / modalities, prediction,
+ * web_search_options, reasoning_effort, store. Each present one that asks
+ * for something is an error {field, "unsupported_parameter"}. */
 void llm_request_refuse_unsupported(json_t *obj, llm_api api, wk_errors *errs);
 
 /* rbee job body: {"operation":"infer",...} or the untagged form; the prompt

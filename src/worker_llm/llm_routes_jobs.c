@@ -19,7 +19,7 @@ static bool route_jobs_create(wk_req *r, void *ctx) {
     if (!body) return wk_reply_invalid(r, &errs);
     llm_gen_request req;
     memset(&req, 0, sizeof req);
-    const llm_prompt_ctx pc = {.tok = lw->tok, .chat = &lw->chat, .ctx_size = lw->ctx_size};
+    const llm_prompt_ctx pc = llm_worker_prompt_ctx(lw);
     llm_prompt_build(&pc, body, LLM_API_RBEE, &req, &errs);
     json_decref(body);
     if (errs.n > 0) {

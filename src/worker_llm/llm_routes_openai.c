@@ -1,8 +1,9 @@
 /* OpenAI-compatible generation: GET /v1/models, POST /v1/completions and
- * /v1/chat/completions, streaming (server-sent events) or not. A
- * non-streaming request waits in its connection thread for the job and
- * cancels it if the client disconnects meanwhile. Fields this worker does
- * not implement are refused, not ignored. */
+ * /v1/chat/completions (several choices, log probabilities), streaming
+ * (server-sent events) or not. A non-streaming request waits in its
+ * connection thread for the job and cancels it if the client disconnects
+ * meanwhile. Fields this worker does not implement are refused, not
+ * ignored. */
 #include "worker/wk_sse.h"
 #include "worker/wk_submit.h"
 #include "worker/wk_util.h"
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Waits for j to finish; false if the client went away first. */
+/* Answers a finished job in one piece. */
 static bool reply_full(wk_req *r, wk_job *j) {
     const llm_task *t = llm_job_task(j);
     pthread_mutex_lock(&j->mu);
@@ -26,22 +27,9 @@ static bool reply_full(wk_req *r, wk_job *j) {
         pthread_mutex_unlock(&j->mu);
         return wk_reply_json(r, 503, llm_openai_error("server_error", "cancelled", "the request was cancelled"));
     }
-    size_t total = 0;
-    for (size_t i = 0; i < j->n_events; i++) total += j->events[i].raw_len;
-    char *text = malloc(total + 1);
-    if (!text) {
-        pthread_mutex_unlock(&j->mu);
-        return wk_reply_json(r, 500, llm_openai_error("server_error", "out_of_memory", "out of memory"));
-    }
-    size_t w = 0;
-    for (size_t i = 0; i < j->n_events; i++) {
-        if (!j->events[i].raw) continue;
-        memcpy(text + w, j->events[i].raw, j->events[i].raw_len);
-        w += j->events[i].raw_len;
-    }
-    json_t *o = llm_openai_full(j, text, w);
+    json_t *o = llm_openai_full(j);
     pthread_mutex_unlock(&j->mu);
-    free(text);
+    if (!o) return wk_reply_json(r, 500, llm_openai_error("server_error", "out_of_memory", "out of memory"));
     return wk_reply_json(r, 200, o);
 }
 
@@ -56,7 +44,7 @@ static bool route_generate(wk_req *r, llm_worker *lw, bool chat) {
     const llm_api api = chat ? LLM_API_CHAT : LLM_API_COMPLETION;
     llm_gen_request req;
     memset(&req, 0, sizeof req);
-    const llm_prompt_ctx pc = {.tok = lw->tok, .chat = &lw->chat, .ctx_size = lw->ctx_size};
+    const llm_prompt_ctx pc = llm_worker_prompt_ctx(lw);
     llm_prompt_build(&pc, body, api, &req, &errs);
     json_decref(body);
     if (errs.n > 0) {
@@ -71,7 +59,13 @@ static bool route_generate(wk_req *r, llm_worker *lw, bool chat) {
     if (!wk_job_submit(w, r, j, false, &ret)) {
         /* answered */
     } else if (stream) {
-        ret = wk_sse_reply(r, j, &llm_openai_sse, NULL);
+        void *sc = llm_openai_sse_ctx(j);
+        if (sc) {
+            ret = wk_sse_reply(r, j, &llm_openai_sse, sc);
+        } else {
+            wk_job_cancel(j);
+            ret = wk_reply_json(r, 500, llm_openai_error("server_error", "out_of_memory", "out of memory"));
+        }
     } else if (wk_job_wait_finished(r, j)) {
         ret = reply_full(r, j);
     } else {

@@ -95,9 +95,22 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     wk_metrics_gauge_fn(m, "llorch_parallel_slots", "Sequence slots (--parallel).", g_parallel, lw);
     wk_metrics_gauge_fn(m, "llorch_kv_cache_bytes", "Bytes of KV cache slots.", g_kv_bytes, lw);
     rb_status s;
+    if (!lw->pooling_name || !strcmp(lw->pooling_name, "mean")) lw->pooling = LLM_POOL_MEAN;
+    else if (!strcmp(lw->pooling_name, "last")) lw->pooling = LLM_POOL_LAST;
+    else return rb_error_set(err, RB_E_INVALID, "--pooling must be mean or last, not '%s'", lw->pooling_name);
     if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
     if (!w->cfg.no_webui && (s = wk_web_add(&w->router, llm_web_files, llm_web_n_files, err)) != RB_OK) return s;
+    if ((s = llm_routes_embed_add(lw, err)) != RB_OK || (s = llm_routes_tokens_add(lw, err)) != RB_OK ||
+        (s = llm_routes_props_add(lw, err)) != RB_OK)
+        return s;
     return llm_routes_openai_add(lw, err);
+}
+
+llm_prompt_ctx llm_worker_prompt_ctx(llm_worker *lw) {
+    int max_n = lw->parallel < LLM_MAX_CHOICES ? (int)lw->parallel : LLM_MAX_CHOICES;
+    llm_prompt_ctx pc = {.tok = lw->tok, .chat = &lw->chat, .ctx_size = lw->ctx_size,
+                         .lim = {.n_vocab = rb_model_get_config(lw->model)->n_vocab, .max_choices = max_n}};
+    return pc;
 }
 
 static rb_status load_tokenizer(llm_worker *lw, rb_error *err) {
@@ -214,6 +227,7 @@ static void info(void *user, json_t *j, bool loaded) {
     json_object_set_new(j, "n_vocab", json_integer((json_int_t)mc->n_vocab));
     json_object_set_new(j, "device_name", json_string(di.name));
     json_object_set_new(j, "chat_template", json_string(lw->chat.is_fallback ? "fallback" : "model"));
+    json_object_set_new(j, "embedding", json_boolean(lw->embedding));
 }
 
 static void destroy(void *user) {
@@ -231,6 +245,10 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
     const wk_opt opts[] = {
         {"parallel", WK_OPT_INT, &lw->parallel, 1, 256, "N", "concurrent sequences (default 4)"},
         {"ctx-size", WK_OPT_INT, &lw->ctx_size, 8, 1 << 20, "N", "context per sequence (default min(model, 4096))"},
+        {"embedding", WK_OPT_FLAG, &lw->embedding, 0, 0, NULL,
+         "answer POST /v1/embeddings (unit-length pooled final hidden states; default off: 501)"},
+        {"pooling", WK_OPT_STRING, &lw->pooling_name, 0, 0, "mean|last",
+         "how --embedding pools a text's tokens (default mean)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;
@@ -243,8 +261,8 @@ int llm_worker_main(int argc, char **argv) {
     memset(&lw, 0, sizeof lw);
     lw.parallel = 4;
     pthread_rwlock_init(&lw.engine_lock, NULL);
-    wk_opt opts[4];
-    const int n_opts = llm_worker_options(&lw, opts, 4);
+    wk_opt opts[8];
+    const int n_opts = llm_worker_options(&lw, opts, 8);
     const wk_worker_def def = {
         .name = "llm-worker-rbee",
         .version = RBEE_VERSION,

@@ -1,8 +1,9 @@
 /* llm-worker-rbee on the shared worker layer: its options (--parallel,
- * --ctx-size), the loaded model, tokenizer and chat template, the inference
- * engine behind a read-write lock (handlers use it, shutdown takes it away),
- * the metrics, and the routes it adds (rbee job creation, the OpenAI API).
- * llm_worker_main is the whole process. */
+ * --ctx-size, --embedding, --pooling), the loaded model, tokenizer and chat
+ * template, the inference engine behind a read-write lock (handlers use it,
+ * shutdown takes it away), the metrics, and the routes it adds (rbee job
+ * creation, the OpenAI API with embeddings, llama-server's /tokenize,
+ * /detokenize and /props). llm_worker_main is the whole process. */
 #ifndef RBEE_LLM_WORKER_H
 #define RBEE_LLM_WORKER_H
 
@@ -13,6 +14,7 @@
 #include "worker_llm/llm_chat.h"
 #include "worker_llm/llm_engine.h"
 #include "worker_llm/llm_metrics.h"
+#include "worker_llm/llm_prompt.h"
 
 #include <pthread.h>
 
@@ -20,6 +22,9 @@ typedef struct llm_worker {
     wk_worker *w;
     int64_t parallel; /* --parallel: concurrent sequences */
     int64_t ctx_size; /* --ctx-size (0: min(model, 4096)); the size in use once loaded */
+    bool embedding;   /* --embedding: POST /v1/embeddings answers */
+    const char *pooling_name; /* --pooling mean|last */
+    llm_pooling pooling;
     llm_metrics metrics;
     bool metrics_ok;
 
@@ -41,8 +46,14 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max);
 /* Runs llm-worker-rbee; returns the process exit code. */
 int llm_worker_main(int argc, char **argv);
 
+/* What request validation needs of the loaded worker. */
+llm_prompt_ctx llm_worker_prompt_ctx(llm_worker *lw);
+
 /* Route registration (llm_routes_*.c). */
 rb_status llm_routes_jobs_add(llm_worker *lw, rb_error *err);
 rb_status llm_routes_openai_add(llm_worker *lw, rb_error *err);
+rb_status llm_routes_embed_add(llm_worker *lw, rb_error *err);
+rb_status llm_routes_tokens_add(llm_worker *lw, rb_error *err);
+rb_status llm_routes_props_add(llm_worker *lw, rb_error *err);
 
 #endif

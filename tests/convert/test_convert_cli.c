@@ -2,7 +2,9 @@
  * (fetched by the convert_fetch fixture): tokenize / detokenize / chat-render
  * against HF `tokenizers` and transformers' apply_chat_template output
  * (tests/data/tokenizer, tests/data/chat), both from the tokenizer folder and
- * from a GGUF written by `rbee convert` (tiny model + that tokenizer), then
+ * from a GGUF written by `rbee convert` (tiny model + that tokenizer), the
+ * --no-add-special / --no-parse-special switches against HF's two
+ * behaviours (add_special_tokens=False, encode_special_tokens), then
  * `rbee quantize`, and bad input: missing model, garbage stdin, unknown
  * --type, unknown model_type, missing tensor. */
 #include "convert_testutil.h"
@@ -129,7 +131,8 @@ static char *ids_text(const json_t *ids, int style) {
     return s;
 }
 
-/* tokenize (default and --no-special) and detokenize on a few corpus cases */
+/* tokenize (default, --no-add-special and --no-special) and detokenize on a
+ * few corpus cases */
 static void check_tokenizer(const cli_env *env, const char *model, const char *name, int stride) {
     char path[2048];
     snprintf(path, sizeof path, "%s/tokenizer/%s.json", RBEE_TEST_DATA_DIR, name);
@@ -145,6 +148,11 @@ static void check_tokenizer(const cli_env *env, const char *model, const char *n
         run_out r = run(env, ARGS("tokenize", "-m", model), text, tlen);
         if (r.rc != 0) fail_msg("%s: rc %d: %s", what, r.rc, r.err);
         check_ids(what, r.out, json_object_get(c, "ids_special"));
+        run_free(&r);
+        /* add_special_tokens=False: no BOS/EOS, special-token text still matched */
+        r = run(env, ARGS("tokenize", "-m", model, "--no-add-special"), text, tlen);
+        if (r.rc != 0) fail_msg("%s --no-add-special: rc %d: %s", what, r.rc, r.err);
+        check_ids(what, r.out, json_object_get(c, "ids_plain"));
         run_free(&r);
         if (!memchr(text, '<', tlen)) { /* no special-token text: add_special_tokens=False ids */
             r = run(env, ARGS("tokenize", "-m", model, "--no-special"), text, tlen);
@@ -162,6 +170,71 @@ static void check_tokenizer(const cli_env *env, const char *model, const char *n
         checked++;
     }
     print_message("%-9s %zu corpus cases: tokenize/detokenize via %s identical to HF\n", name, checked, model);
+    json_decref(ref);
+}
+
+/* --no-parse-special against HF tokenizers with encode_special_tokens: a
+ * Llama 3 user message holding special-token text
+ * (tests/data/chat_tokens/llama3.json, an injected case) is encoded there
+ * between the template's <|end_header_id|> and its closing <|eot_id|> with
+ * special-token text as plain text, so "\n\n" + content gives exactly those
+ * ids; with special-token text matched (the default) it gives the case's
+ * all-special ids for the same span. */
+static void check_parse_special(const cli_env *env, const char *model) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/chat_tokens/llama3.json", RBEE_TEST_DATA_DIR);
+    json_t *ref = load_json(path);
+    json_t *cases = json_object_get(ref, "cases");
+    size_t checked = 0, i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        json_t *msgs = json_object_get(c, "messages");
+        json_t *m0 = json_array_get(msgs, 0);
+        const char *role = json_string_value(json_object_get(m0, "role"));
+        const char *content = json_string_value(json_object_get(m0, "content"));
+        /* one message whose role is plain (the template's <|end_header_id|> at index 3) */
+        if (!json_is_true(json_object_get(c, "injected")) || json_array_size(msgs) != 1 || !role || !content ||
+            strcmp(role, "user") != 0 || json_integer_value(json_array_get(json_object_get(c, "ids"), 3)) != 128007)
+            continue;
+        /* the template writes the content trimmed */
+        size_t b = 0, e = strlen(content);
+        while (b < e && strchr(" \t\n\r", content[b])) b++;
+        while (e > b && strchr(" \t\n\r", content[e - 1])) e--;
+        char text[4096];
+        snprintf(text, sizeof text, "\n\n%.*s", (int)(e - b), content + b);
+        /* ids: [BOS, <|start_header_id|>, user, <|end_header_id|>, the span..., <|eot_id|>, ...] */
+        json_t *plain = json_object_get(c, "ids"), *all = json_object_get(c, "ids_all_special");
+        json_t *want = json_array();
+        for (size_t k = 4; k < json_array_size(plain) && json_integer_value(json_array_get(plain, k)) != 128009; k++)
+            json_array_append(want, json_array_get(plain, k));
+        run_out r = run(env, ARGS("tokenize", "-m", model, "--no-add-special", "--no-parse-special"), text, strlen(text));
+        if (r.rc != 0) fail_msg("parse-special case %zu: rc %d: %s", i, r.rc, r.err);
+        check_ids("--no-add-special --no-parse-special on an injected llama3 message", r.out, want);
+        run_free(&r);
+        r = run(env, ARGS("tokenize", "-m", model, "--no-special"), text, strlen(text)); /* the alias of both */
+        check_ids("--no-special on an injected llama3 message", r.out, want);
+        run_free(&r);
+        json_decref(want);
+        /* matched (the default): the all-special ids from index 4, up to the template's <|eot_id|> */
+        r = run(env, ARGS("tokenize", "-m", model, "--no-add-special"), text, strlen(text));
+        json_error_t je;
+        json_t *got = json_loads(r.out, 0, &je);
+        assert_non_null(got);
+        const size_t ng = json_array_size(got);
+        assert_true(4 + ng < json_array_size(all));
+        for (size_t k = 0; k < ng; k++)
+            if (!json_equal(json_array_get(got, k), json_array_get(all, 4 + k)))
+                fail_msg("special text matched: id %zu differs from HF's all-special ids", k);
+        assert_int_equal(json_integer_value(json_array_get(all, 4 + ng)), 128009);
+        bool has_special = false;
+        for (size_t k = 0; k < ng; k++) has_special = has_special || json_integer_value(json_array_get(got, k)) >= 128000;
+        assert_true(has_special);
+        json_decref(got);
+        run_free(&r);
+        checked++;
+    }
+    assert_true(checked > 0);
+    print_message("llama3    %zu injected messages: --no-parse-special identical to HF encode_special_tokens\n", checked);
     json_decref(ref);
 }
 
@@ -223,6 +296,7 @@ static void test_tokenize_from_folders(void **state) {
         char dir[1024];
         tok_dir(dir, sizeof dir, names[i]);
         check_tokenizer(env, dir, names[i], strcmp(names[i], "gemma3") == 0 ? 40 : 13);
+        if (!strcmp(names[i], "llama3")) check_parse_special(env, dir);
     }
     static const char *const chats[] = {"llama3", "llama3_1", "qwen3", "gemma3"};
     for (size_t i = 0; i < 4; i++) {

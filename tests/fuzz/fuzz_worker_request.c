@@ -6,9 +6,10 @@
  * the body cap) twice: with a token and an origin list, and in local mode
  * with CORS "*". A POST that reaches a generation route has its body
  * parsed and validated as the route does (fields, refused OpenAI fields,
- * the chat template over its messages, tokenization into a small context)
- * with a small ChatML tokenizer, and the errors are written in both
- * shapes. */
+ * the chat template over its messages, tokenization into a small context,
+ * n / logprobs / logit_bias / stop within their bounds; an embeddings body
+ * into token lists that fit) with a small ChatML tokenizer, and the errors
+ * are written in both shapes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <strings.h>
 
 #include "worker/wk_dispatch.h"
+#include "worker_llm/llm_embed.h"
 #include "worker_llm/llm_prompt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -108,6 +110,7 @@ static bool add_routes(wk_router *rt) {
         {"GET", "/v1/models", NULL, WK_ROUTE_OPENAI},
         {"POST", "/v1/completions", NULL, WK_ROUTE_OPENAI},
         {"POST", "/v1/chat/completions", NULL, WK_ROUTE_OPENAI},
+        {"POST", "/v1/embeddings", NULL, WK_ROUTE_OPENAI},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (wk_router_add(rt, routes[i].m, routes[i].p, stub, NULL, routes[i].label, routes[i].flags, NULL) != RB_OK)
@@ -136,25 +139,58 @@ static rb_tokenizer *small_tokenizer(void) {
     return t;
 }
 
+/* An embeddings body that passes has 1..ctx tokens per input, all in the vocabulary. */
+static void validate_embed(json_t *body, rb_tokenizer *tok, wk_errors *errs) {
+    const llm_embed_ctx c = {.tok = tok, .ctx_size = 64, .n_vocab = rb_tokenizer_n_vocab(tok), .n_embd = 8,
+                             .pooling = LLM_POOL_MEAN};
+    llm_embed_request er;
+    const char *model = NULL;
+    llm_embed_read(&c, body, &er, &model, errs);
+    if (errs->n == 0) {
+        if (er.n_inputs == 0) abort();
+        for (size_t i = 0; i < er.n_inputs; i++) {
+            const size_t n = er.offs[i + 1] - er.offs[i];
+            if (n < 1 || n > 64) abort();
+            for (size_t k = er.offs[i]; k < er.offs[i + 1]; k++)
+                if (er.tokens[k] < 0 || er.tokens[k] >= c.n_vocab) abort();
+        }
+    }
+    llm_embed_request_free(&er);
+}
+
 static void validate(const fz_req *q, const wk_route *route) {
     llm_api api;
     if (strcmp(route->pattern, "/v1/chat/completions") == 0) api = LLM_API_CHAT;
+    else if (strcmp(route->pattern, "/v1/embeddings") == 0) api = LLM_API_EMBED;
     else if (strcmp(route->pattern, "/v1/completions") == 0) api = LLM_API_COMPLETION;
     else if (strcmp(route->pattern, "/v1/jobs") == 0 || strcmp(route->pattern, "/v1/inference") == 0) api = LLM_API_RBEE;
     else return;
     wk_errors errs = {.n = 0};
     json_t *body = wk_parse_body(q->body, q->body_len, &errs);
-    if (body) {
+    if (body && api == LLM_API_EMBED) {
+        rb_tokenizer *tok = small_tokenizer();
+        validate_embed(body, tok, &errs);
+        rb_tokenizer_free(tok);
+        json_decref(body);
+    } else if (body) {
         rb_tokenizer *tok = small_tokenizer();
         llm_chat chat;
         if (llm_chat_init(&chat, tok, NULL) != RB_OK) abort();
         llm_gen_request req;
         memset(&req, 0, sizeof req);
-        const llm_prompt_ctx pc = {.tok = tok, .chat = &chat, .ctx_size = 64};
+        const llm_prompt_ctx pc = {.tok = tok, .chat = &chat, .ctx_size = 64,
+                                   .lim = {.n_vocab = rb_tokenizer_n_vocab(tok), .max_choices = 4}};
         llm_prompt_build(&pc, body, api, &req, &errs);
         if (errs.n == 0 && (!req.prompt || req.n_prompt == 0 || req.max_tokens < 1 ||
                             (int64_t)req.n_prompt + req.max_tokens > 64))
             abort(); /* a request that passes fits the context */
+        if (errs.n == 0 && (llm_gen_choices(&req) > 4 || req.top_logprobs < 0 || req.top_logprobs > 20 ||
+                            req.n_stop > LLM_MAX_STOP || req.sampling.n_logit_bias > LLM_MAX_LOGIT_BIAS))
+            abort(); /* and keeps the bounds */
+        for (size_t i = 0; errs.n == 0 && i < req.sampling.n_logit_bias; i++)
+            if (req.bias[i].token < 0 || req.bias[i].token >= pc.lim.n_vocab || !(req.bias[i].bias >= -100.0f) ||
+                !(req.bias[i].bias <= 100.0f))
+                abort();
         llm_gen_request_free(&req);
         llm_chat_destroy(&chat);
         rb_tokenizer_free(tok);

@@ -158,6 +158,11 @@ static const char *const k_requests[] = {
     "POST /v1/completions\nAuthorization: Bearer secret-token\nContent-Length: 60\n\n"
     "{\"prompt\":[\"the cat\"],\"max_tokens\":3,\"logprobs\":2,\"seed\":7,\"stream\":true}",
     "POST /v1/jobs\nAuthorization: Bearer secret-token\n\n{\"operation\":\"infer\",\"prompt\":\"the\",\"top_k\":3}",
+    "POST /v1/chat/completions\nAuthorization: Bearer secret-token\n\n"
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3,\"logprobs\":true,\"top_logprobs\":5,"
+    "\"logit_bias\":{\"12\":-100,\"3\":2.5},\"max_completion_tokens\":4}",
+    "POST /v1/embeddings\nAuthorization: Bearer secret-token\n\n"
+    "{\"input\":[\"the cat\",[5,6,7]],\"encoding_format\":\"base64\",\"dimensions\":8}",
     "OPTIONS /v1/chat/completions\nOrigin: https://b.example\nAccess-Control-Request-Method: POST\n"
     "Access-Control-Request-Headers: authorization, content-type\n\n",
     "GET /v1/jobs/job-1/stream\nAuthorization: bearer  secret-token \n\n",

@@ -1,6 +1,8 @@
 /* Sampler: greedy choice, seeded reproducibility, the empirical distribution
  * of temperature sampling against the exact softmax, top-k / top-p / min-p
- * support sets computed by hand, the penalty formulas, and bad parameters. */
+ * support sets computed by hand, the penalty formulas, logit biases (the
+ * empirical distribution against the softmax of the biased logits), and bad
+ * parameters. */
 #include "testutil.h"
 
 #include "rbee/sampler.h"
@@ -160,6 +162,67 @@ static void test_bad_params(void **state) {
     assert_int_equal(rb_sampler_create(&p, 0, &s, &e), RB_E_RANGE);
 }
 
+/* Logit biases are added before everything else: greedy follows them, a
+ * repeated token's biases add up, sampling draws from the softmax of the
+ * biased logits, and the sampler keeps its own copy of the list. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    rb_logit_bias b[3] = {{6, 100.0f}, {1, -100.0f}, {6, 0.5f}};
+    rb_sampler_params p = rb_sampler_default_params();
+    p.logit_bias = b;
+    p.n_logit_bias = 1;
+    rb_sampler *s = make(p);
+    float l[V];
+    memcpy(l, k_logits, sizeof l);
+    assert_int_equal(rb_sampler_sample(s, l, NULL, 0), 6); /* -3 + 100 */
+    assert_true(fabsf(l[6] - 97.0f) < 1e-5f);              /* applied to the caller's logits */
+    rb_sampler_free(s);
+    p.logit_bias = b + 1; /* the greedy token banned: the runner-up (2.9 at 5) wins */
+    p.n_logit_bias = 1;
+    s = make(p);
+    assert_int_equal(draw(s, NULL, 0), 5);
+    rb_sampler_free(s);
+
+    /* sampled: +3.4 on token 7 and -1.9 and +0.5 (summed) on 2; the list is copied */
+    rb_logit_bias sb[3] = {{7, 3.4f}, {2, -1.9f}, {2, 0.5f}};
+    p = rb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.seed = 11;
+    p.logit_bias = sb;
+    p.n_logit_bias = 3;
+    s = make(p);
+    memset(sb, 0, sizeof sb);
+    const int N = 100000;
+    int counts[V] = {0};
+    for (int i = 0; i < N; i++) counts[draw(s, NULL, 0)]++;
+    double biased[V], z = 0;
+    for (int i = 0; i < V; i++) biased[i] = k_logits[i] + (i == 7 ? 3.4 : i == 2 ? -1.4 : 0.0);
+    for (int i = 0; i < V; i++) z += exp(biased[i]);
+    for (int i = 0; i < V; i++) {
+        double pr = exp(biased[i]) / z, sd = sqrt(N * pr * (1 - pr));
+        assert_true(fabs(counts[i] - N * pr) < 5 * sd + 1);
+    }
+    assert_true(counts[7] > counts[1]); /* 3.4 made token 7 (0.0) the most likely */
+    rb_sampler_free(s);
+
+    /* bad biases */
+    rb_error e;
+    rb_sampler *bad = NULL;
+    rb_logit_bias out_of_vocab = {V, 1.0f}, negative = {-1, 1.0f}, nan_bias = {0, NAN};
+    p = rb_sampler_default_params();
+    p.n_logit_bias = 1;
+    p.logit_bias = &out_of_vocab;
+    assert_int_equal(rb_sampler_create(&p, V, &bad, &e), RB_E_RANGE);
+    assert_non_null(strstr(e.msg, "vocabulary"));
+    p.logit_bias = &negative;
+    assert_int_equal(rb_sampler_create(&p, V, &bad, &e), RB_E_RANGE);
+    p.logit_bias = &nan_bias;
+    assert_int_equal(rb_sampler_create(&p, V, &bad, &e), RB_E_RANGE);
+    p.logit_bias = NULL;
+    assert_int_equal(rb_sampler_create(&p, V, &bad, &e), RB_E_INVALID);
+    assert_null(bad);
+}
+
 /* Non-finite logits: NaN never wins, all -inf or all NaN gives token 0, +inf
  * logits take all the probability, and a tiny temperature (where logit / T
  * overflows) behaves like greedy instead of drawing at random. */
@@ -203,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_non_finite_logits),
+        cmocka_unit_test(test_logit_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

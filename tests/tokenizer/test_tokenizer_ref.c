@@ -1,7 +1,8 @@
 /* Exactness against HF `tokenizers`: for every hard string of the corpus and
  * each real tokenizer (Llama 2, Llama 3, Llama 3.1, Qwen3, Gemma 3, gpt-oss), the ids
  * with and without special tokens, the decoded text of both, and the
- * streamed decode must equal what HF produced (tests/data/tokenizer). */
+ * streamed decode must equal what HF produced (tests/data/tokenizer); the
+ * tokens' pieces concatenated must give HF's decode. */
 #include "tokref.h"
 
 #include <stdio.h>
@@ -43,16 +44,67 @@ static char *stream_decode(const rb_tokenizer *t, const int32_t *ids, size_t n) 
     return acc;
 }
 
+/* The pieces of ids (rb_tokenizer_token_piece) concatenated must give HF's
+ * decode of them: exactly for byte-level tokenizers; SentencePiece decoders
+ * may also drop the first piece's leading space (Strip, Metaspace's
+ * prepend). Cases whose pieces are not complete UTF-8 (HF decodes them to
+ * U+FFFD) are left out. Returns 1 on a mismatch. */
+static int check_pieces(const char *name, const rb_tokenizer *t, const tokref_case *c, int *skipped) {
+    size_t cap = 256, len = 0;
+    char *acc = malloc(cap);
+    assert_non_null(acc);
+    rb_error e;
+    for (size_t i = 0; i < c->n_plain; i++) {
+        char *p = NULL;
+        size_t pl = 0;
+        TU_OK(rb_tokenizer_token_piece(t, c->ids_plain[i], &p, &pl, &e));
+        assert_int_equal(p[pl], 0); /* NUL-terminated */
+        while (len + pl + 1 > cap) {
+            cap *= 2;
+            acc = realloc(acc, cap);
+            assert_non_null(acc);
+        }
+        memcpy(acc + len, p, pl);
+        len += pl;
+        free(p);
+    }
+    acc[len] = 0;
+    int bad = 0;
+    const size_t dl = strlen(c->decoded_plain);
+    bool valid = true;
+    for (size_t i = 0; i < len && valid;) { /* plain UTF-8 check (no overlongs in tokenizer output) */
+        unsigned char b = (unsigned char)acc[i];
+        size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+        if (n == 0 || i + n > len) valid = false;
+        for (size_t k = 1; k < n && valid; k++) valid = ((unsigned char)acc[i + k] & 0xC0) == 0x80;
+        i += n ? n : 1;
+    }
+    if (!valid) {
+        (*skipped)++;
+    } else {
+        bool same = len == dl && memcmp(acc, c->decoded_plain, len) == 0;
+        bool strip = rb_tokenizer_get_kind(t) == RB_TOKENIZER_SPM && len == dl + 1 && acc[0] == ' ' &&
+                     memcmp(acc + 1, c->decoded_plain, dl) == 0;
+        if (!same && !strip) {
+            fprintf(stderr, "[%s] pieces \"%s\" != HF decode \"%s\"\n", name, acc, c->decoded_plain);
+            bad = 1;
+        }
+    }
+    free(acc);
+    return bad;
+}
+
 static void check_tokenizer(const char *name) {
     double t0 = tokref_now();
     rb_tokenizer *t = tokref_tokenizer(name);
     double t1 = tokref_now();
     tokref r;
     tokref_load(&r, name);
-    int bad = 0;
+    int bad = 0, piece_skips = 0;
     rb_error e;
     for (size_t i = 0; i < r.n; i++) {
         const tokref_case *c = &r.cases[i];
+        bad += check_pieces(name, t, c, &piece_skips);
         int32_t *ids;
         size_t n;
         TU_OK(rb_tokenizer_encode(t, c->text, c->text_len, RB_TOK_ADD_SPECIAL | RB_TOK_PARSE_SPECIAL, &ids, &n, &e));
@@ -83,7 +135,21 @@ static void check_tokenizer(const char *name) {
         }
         free(st);
     }
-    fprintf(stderr, "[%s] %zu cases, load %.3f s, %d mismatches\n", name, r.n, t1 - t0, bad);
+    fprintf(stderr, "[%s] %zu cases (%d without complete UTF-8 pieces), load %.3f s, %d mismatches\n", name, r.n,
+            piece_skips, t1 - t0, bad);
+    /* a byte token's piece is its byte; an id outside the vocabulary is refused */
+    int32_t bt = rb_tokenizer_token_id(t, "<0x0A>", 6);
+    if (bt >= 0) {
+        char *p = NULL;
+        size_t pl = 0;
+        TU_OK(rb_tokenizer_token_piece(t, bt, &p, &pl, &e));
+        assert_int_equal(pl, 1);
+        assert_int_equal(p[0], '\n');
+        free(p);
+    }
+    char *none = NULL;
+    assert_int_equal(rb_tokenizer_token_piece(t, rb_tokenizer_n_vocab(t), &none, NULL, &e), RB_E_RANGE);
+    assert_null(none);
     tokref_free(&r);
     rb_tokenizer_free(t);
     assert_int_equal(bad, 0);

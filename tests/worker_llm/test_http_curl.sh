@@ -134,7 +134,10 @@ expect400 "max_tokens 0" '{"prompt": "x", "max_tokens": 0}' max_tokens range
 expect400 "max_tokens beyond the context" '{"prompt": "x", "max_tokens": 600}' max_tokens range
 expect400 "temperature out of range" '{"prompt": "x", "temperature": 2.5}' temperature range:0..2
 expect400 "top_p out of range" '{"prompt": "x", "top_p": 1.5}' top_p range:0..1
-expect400 "five stop strings" '{"prompt": "x", "stop": ["a","b","c","d","e"]}' stop max_items:4
+expect400 "seventeen stop strings" '{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}' stop max_items:16
+expect400 "logprobs on the rbee job API" '{"prompt": "x", "logprobs": true}' logprobs unsupported_parameter
+expect400 "n 2 on the rbee job API" '{"prompt": "x", "n": 2}' n range:1..1
+expect400 "logit_bias key not a token id" '{"prompt": "x", "logit_bias": {"the": 5}}' logit_bias key:token_id
 LONG=$(printf 'y%.0s' $(seq 1 101))
 expect400 "stop string over 100 bytes" "{\"prompt\": \"x\", \"stop\": [\"$LONG\"]}" stop length
 expect400 "invalid UTF-8" $'{"prompt": "\xc3\x28 bad"}' body utf8
@@ -244,27 +247,40 @@ refused() { # refused NAME ROUTE BODY FIELD
         $(jget error.type <"$TMP/b") == invalid_request_error ]]; then ok "refused: $1"; else bad "refused: $1 (got $code $(head -c 300 "$TMP/b"))"; fi
 }
 M='"messages":[{"role":"user","content":"hi"}],"max_tokens":2'
-refused "chat logprobs:true" /v1/chat/completions "{$M,\"logprobs\":true}" logprobs
-refused "chat top_logprobs" /v1/chat/completions "{$M,\"top_logprobs\":3}" top_logprobs
 refused "chat tools" /v1/chat/completions "{$M,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}" tools
 refused "chat tool_choice required" /v1/chat/completions "{$M,\"tool_choice\":\"required\"}" tool_choice
 refused "chat functions" /v1/chat/completions "{$M,\"functions\":[{\"name\":\"f\"}]}" functions
 refused "chat function_call by name" /v1/chat/completions "{$M,\"function_call\":{\"name\":\"f\"}}" function_call
 refused "chat response_format json_object" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_object\"}}" response_format
 refused "chat response_format json_schema" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}" response_format
-refused "chat logit_bias" /v1/chat/completions "{$M,\"logit_bias\":{\"50\":-100}}" logit_bias
 refused "chat audio" /v1/chat/completions "{$M,\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}}" audio
 refused "chat modalities with audio" /v1/chat/completions "{$M,\"modalities\":[\"text\",\"audio\"]}" modalities
 refused "chat prediction" /v1/chat/completions "{$M,\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}" prediction
 refused "chat web_search_options" /v1/chat/completions "{$M,\"web_search_options\":{}}" web_search_options
 refused "chat reasoning_effort" /v1/chat/completions "{$M,\"reasoning_effort\":\"low\"}" reasoning_effort
 refused "chat store:true" /v1/chat/completions "{$M,\"store\":true}" store
-refused "completions logprobs" /v1/completions '{"prompt":"And","max_tokens":2,"logprobs":1}' logprobs
 refused "completions echo" /v1/completions '{"prompt":"And","max_tokens":2,"echo":true}' echo
 refused "completions suffix" /v1/completions '{"prompt":"And","max_tokens":2,"suffix":"amen"}' suffix
 refused "completions best_of" /v1/completions '{"prompt":"And","max_tokens":2,"best_of":3}' best_of
-code=$(curl -s -o "$TMP/b" -w '%{http_code}' "${AUTH[@]}" "$U/v1/chat/completions" -d "{$M,\"n\":2}")
-check "chat n:2 refused with the field named" test "$code" = 400 -a "$(jget error.param <"$TMP/b")" = n
+# ---- implemented fields with bad values: 400 naming the field ----
+invalid() { # invalid NAME ROUTE BODY FIELD
+  local code
+  code=$(curl -s -o "$TMP/b" -w '%{http_code}' "${AUTH[@]}" "$U$2" -d "$3")
+  if [[ $code == 400 && $(jget error.param <"$TMP/b") == "$4" && $(jget error.type <"$TMP/b") == invalid_request_error ]]
+  then ok "invalid: $1"; else bad "invalid: $1 (got $code $(head -c 300 "$TMP/b"))"; fi
+}
+invalid "chat top_logprobs 21" /v1/chat/completions "{$M,\"logprobs\":true,\"top_logprobs\":21}" top_logprobs
+invalid "chat top_logprobs without logprobs" /v1/chat/completions "{$M,\"top_logprobs\":3}" top_logprobs
+invalid "chat logprobs not a boolean" /v1/chat/completions "{$M,\"logprobs\":3}" logprobs
+invalid "completions logprobs 21" /v1/completions '{"prompt":"And","max_tokens":2,"logprobs":21}' logprobs
+invalid "completions top_logprobs" /v1/completions '{"prompt":"And","max_tokens":2,"logprobs":1,"top_logprobs":1}' top_logprobs
+invalid "chat logit_bias key not an integer" /v1/chat/completions "{$M,\"logit_bias\":{\"x1\":-100}}" logit_bias
+invalid "chat logit_bias value 101" /v1/chat/completions "{$M,\"logit_bias\":{\"50\":101}}" logit_bias
+invalid "chat logit_bias id outside the vocabulary" /v1/chat/completions "{$M,\"logit_bias\":{\"4096\":1}}" logit_bias
+invalid "chat n 0" /v1/chat/completions "{$M,\"n\":0}" n
+invalid "chat n beyond the slots" /v1/chat/completions "{$M,\"n\":17}" n
+invalid "completions 17 stop strings" /v1/completions '{"prompt":"And","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}' stop
+invalid "chat max_completion_tokens beyond the context" /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"max_completion_tokens\":100000}" max_completion_tokens
 code=$(curl -s -o "$TMP/b" -w '%{http_code}' "${AUTH[@]}" "$U/v1/chat/completions" -d "{$M,\"logprobs\":false,\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"n\":1,\"user\":\"u1\",\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\",\"store\":false,\"parallel_tool_calls\":true,\"modalities\":[\"text\"]}")
 check "fields that ask for nothing pass" test "$code" = 200 -a "$(jget object <"$TMP/b")" = chat.completion
 code=$(curl -s -o "$TMP/b" -w '%{http_code}' "${AUTH[@]}" "$U/v1/completions" -d '{"prompt":"And","max_tokens":2,"logprobs":null,"echo":false,"suffix":"","best_of":1}')

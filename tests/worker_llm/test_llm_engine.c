@@ -2,9 +2,14 @@
  * reference: every job run concurrently through llm_engine (jobs joining
  * and leaving mid-flight, batched forward passes) must produce exactly the
  * text, token count and stop reason that rb_generate gives for the same
- * request alone, greedy and seeded sampling alike. Also: stop strings,
- * cancellation latency, the bounded queue, and bad arguments. Uses the
- * bundled default model (KJV, byte-level BPE). */
+ * request alone, greedy and seeded sampling alike. Several choices of one
+ * prompt (one prefill, KV copies) must each equal rb_generate alone with the
+ * choice's seed (seed + i); log probabilities must equal the log-softmax of
+ * rb_model_forward's logits of the prompt and the chosen tokens, whatever
+ * sampling transforms and logit biases chose them; logit biases steer the
+ * choice; embedding jobs equal their hidden states pooled and normalized
+ * here. Also: stop strings, cancellation latency, the bounded queue, and bad
+ * arguments. Uses the bundled default model (KJV, byte-level BPE). */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -12,6 +17,7 @@
 #include "worker_llm/llm_engine.h"
 #include "worker_llm/llm_job.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,12 +311,361 @@ static void test_bad_args(void **state) {
     llm_engine_destroy(e);
 }
 
+/* ---- choices, log probabilities, logit bias, embeddings ---- */
+
+static wk_job *make_openai_job(fixture *f, const char *prompt, int64_t max_tokens, float temp, uint64_t seed, int n,
+                               int top_logprobs, const rb_logit_bias *bias, size_t n_bias) {
+    llm_gen_request req;
+    memset(&req, 0, sizeof req);
+    TU_OK(rb_tokenizer_encode(f->tok, prompt, strlen(prompt), RB_TOK_ADD_SPECIAL, &req.prompt, &req.n_prompt, NULL));
+    req.sampling = rb_sampler_default_params();
+    req.sampling.temperature = temp;
+    req.sampling.seed = seed;
+    req.max_tokens = max_tokens;
+    req.n_choices = n;
+    req.logprobs = top_logprobs >= 0;
+    req.top_logprobs = top_logprobs > 0 ? top_logprobs : 0;
+    if (n_bias) {
+        req.bias = malloc(sizeof *bias * n_bias);
+        assert_non_null(req.bias);
+        memcpy(req.bias, bias, sizeof *bias * n_bias);
+        req.sampling.logit_bias = req.bias;
+        req.sampling.n_logit_bias = n_bias;
+    }
+    wk_job *j = llm_job_new(LLM_API_COMPLETION, &req, "test", NULL);
+    assert_non_null(j);
+    return j;
+}
+
+static int event_choice(const wk_event *e) {
+    json_t *c = json_object_get(e->data, "choice");
+    return json_is_integer(c) ? (int)json_integer_value(c) : 0;
+}
+
+/* Text of one choice. */
+static size_t choice_text(wk_job *j, int choice, char *buf, size_t cap) {
+    size_t len = 0;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n_events; i++) {
+        const wk_event *e = &j->events[i];
+        if (strcmp(e->type, "token") != 0 || event_choice(e) != choice) continue;
+        assert_true(len + e->raw_len < cap);
+        memcpy(buf + len, e->raw, e->raw_len);
+        len += e->raw_len;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return len;
+}
+
+/* The log-probability entries of one choice, in order (a new array). */
+static json_t *choice_entries(wk_job *j, int choice) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n_events; i++) {
+        const wk_event *e = &j->events[i];
+        if (!strcmp(e->type, "logprobs") && event_choice(e) == choice)
+            json_array_append(a, json_object_get(e->data, "entry"));
+    }
+    pthread_mutex_unlock(&j->mu);
+    return a;
+}
+
+static void test_choices_match_alone(void **state) {
+    fixture *f = *state;
+    const int64_t ctx = 96;
+    llm_engine_opts o = {.parallel = 4, .ctx_size = ctx, .queue_depth = 4, .step = NULL};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *other = make_job(f, "In the beginning", 30, 0.0f, 1, NULL); /* shares the batch */
+    wk_job *sampled = make_openai_job(f, "And the LORD spake", 24, 0.9f, 77, 3, -1, NULL, 0);
+    wk_job *greedy = make_openai_job(f, "And God said", 16, 0.0f, 5, 3, -1, NULL, 0);
+    wk_job *too_many = make_openai_job(f, "x", 2, 0.0f, 5, 5, -1, NULL, 0);
+    assert_int_equal(llm_engine_submit(e, too_many), RB_E_INVALID); /* 5 choices, 4 slots */
+    TU_OK(llm_engine_submit(e, other));
+    TU_OK(llm_engine_submit(e, sampled));
+    TU_OK(llm_engine_submit(e, greedy)); /* waits for three free slots */
+    wait_done(other, 60000);
+    wait_done(sampled, 60000);
+    wait_done(greedy, 60000);
+    llm_engine_destroy(e);
+    char got[4][4096];
+    size_t glen[4];
+    int differ = 0;
+    int64_t sum = 0;
+    for (int c = 0; c < 3; c++) {
+        glen[c] = choice_text(sampled, c, got[c], sizeof got[c]);
+        /* alone, with the choice's own seed */
+        wk_job *alone = make_openai_job(f, "And the LORD spake", 24, 0.9f, 77 + (uint64_t)c, 1, -1, NULL, 0);
+        ref_out ref;
+        reference(f, alone, ctx, &ref);
+        if (glen[c] != ref.len || memcmp(got[c], ref.text, ref.len) != 0)
+            fail_msg("choice %d: '%.*s' != alone with seed %d: '%.*s'", c, (int)glen[c], got[c], 77 + c, (int)ref.len,
+                     ref.text);
+        const llm_choice_out *co = &llm_job_task(sampled)->choices[c];
+        assert_int_equal(co->stop_reason, ref.res.stop_reason);
+        assert_int_equal(co->tokens_out, ref.res.n_generated - (ref.res.stop_reason == RB_STOP_EOS ? 1 : 0));
+        sum += co->tokens_out;
+        if (c > 0) differ += glen[c] != glen[0] || memcmp(got[c], got[0], glen[0]) != 0;
+        wk_job_unref(alone);
+    }
+    assert_true(differ > 0); /* three seeds, three texts */
+    assert_int_equal(llm_job_task(sampled)->tokens_out, sum);
+    for (int c = 0; c < 3; c++) glen[c] = choice_text(greedy, c, got[c], sizeof got[c]);
+    assert_true(glen[0] > 0);
+    for (int c = 1; c < 3; c++) {
+        assert_int_equal(glen[c], glen[0]);
+        assert_memory_equal(got[c], got[0], glen[0]);
+    }
+    ref_out ref;
+    reference(f, greedy, ctx, &ref);
+    assert_int_equal(glen[0], ref.len);
+    assert_memory_equal(got[0], ref.text, ref.len);
+    /* the OpenAI jobs tell each choice's end */
+    size_t ends = 0;
+    for (size_t i = 0; i < sampled->n_events; i++) ends += !strcmp(sampled->events[i].type, "choice_end");
+    assert_int_equal(ends, 3);
+    wk_job_unref(other);
+    wk_job_unref(sampled);
+    wk_job_unref(greedy);
+    wk_job_unref(too_many);
+}
+
+/* log-softmax of one row in double */
+static void log_softmax(const float *x, int64_t n, double *out) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int64_t i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    for (int64_t i = 0; i < n; i++) out[i] = (double)x[i] - mx - log(s);
+}
+
+/* Checks a job's entries against rb_model_forward's logits of the prompt and
+ * the chosen tokens (an f16 cache, as the engine's). Returns the chosen ids. */
+static void check_entries(fixture *f, wk_job *j, int choice, int top_k, int32_t *chosen, size_t *n_chosen) {
+    const llm_gen_request *r = &llm_job_task(j)->req;
+    json_t *ents = choice_entries(j, choice);
+    const size_t n = json_array_size(ents);
+    assert_true(n > 0);
+    const int64_t V = rb_model_get_config(f->m)->n_vocab;
+    int32_t *seq = malloc(sizeof(int32_t) * (r->n_prompt + n));
+    float *lg = malloc(sizeof(float) * (size_t)V * (r->n_prompt + n));
+    double *ls = malloc(sizeof(double) * (size_t)V);
+    assert_true(seq && lg && ls);
+    memcpy(seq, r->prompt, sizeof(int32_t) * r->n_prompt);
+    for (size_t i = 0; i < n; i++) seq[r->n_prompt + i] = (int32_t)json_integer_value(json_object_get(json_array_get(ents, i), "id"));
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(f->m, 128, RB_F16, &kv, NULL));
+    TU_OK(rb_model_forward(f->m, kv, seq, (int64_t)(r->n_prompt + n), true, lg, NULL));
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *en = json_array_get(ents, i);
+        log_softmax(lg + (r->n_prompt - 1 + i) * (size_t)V, V, ls);
+        const int32_t id = seq[r->n_prompt + i];
+        const double d = fabs(json_real_value(json_object_get(en, "logprob")) - ls[id]);
+        worst = d > worst ? d : worst;
+        /* the k largest, in order */
+        json_t *top = json_object_get(en, "top_logprobs");
+        assert_int_equal((int)json_array_size(top), top_k);
+        double prev = INFINITY;
+        for (int k = 0; k < top_k; k++) {
+            json_t *t = json_array_get(top, (size_t)k);
+            const int32_t tid = (int32_t)json_integer_value(json_object_get(t, "id"));
+            const double lp = json_real_value(json_object_get(t, "logprob"));
+            assert_true(fabs(lp - ls[tid]) < 1e-4);
+            assert_true(ls[tid] <= prev + 1e-9);
+            prev = ls[tid];
+            int above = 0; /* no other token is more likely than the k-th listed */
+            for (int64_t v = 0; v < V; v++) above += ls[v] > ls[tid] + 1e-6;
+            assert_true(above <= k);
+        }
+        /* token and bytes: the token's piece */
+        char *piece = NULL;
+        size_t pl = 0;
+        TU_OK(rb_tokenizer_token_piece(f->tok, id, &piece, &pl, NULL));
+        json_t *bytes = json_object_get(en, "bytes");
+        assert_int_equal(json_array_size(bytes), pl);
+        for (size_t b = 0; b < pl; b++) assert_int_equal(json_integer_value(json_array_get(bytes, b)), (unsigned char)piece[b]);
+        free(piece);
+        if (chosen) chosen[i] = id;
+    }
+    print_message("choice %d: %zu tokens, |logprob - log-softmax(logits)| <= %.2e\n", choice, n, worst);
+    assert_true(worst < 1e-4);
+    if (n_chosen) *n_chosen = n;
+    rb_kv_cache_free(kv);
+    free(seq);
+    free(lg);
+    free(ls);
+    json_decref(ents);
+}
+
+static int32_t argmax_row(const float *x, int64_t n) {
+    int64_t a = 0;
+    for (int64_t i = 1; i < n; i++) a = x[i] > x[a] ? i : a;
+    return (int32_t)a;
+}
+
+static void test_logprobs_match_logits(void **state) {
+    fixture *f = *state;
+    const int64_t V = rb_model_get_config(f->m)->n_vocab;
+    /* the greedy first token, to bias against */
+    float *row = malloc(sizeof(float) * (size_t)V);
+    assert_non_null(row);
+    llm_gen_request tmp;
+    memset(&tmp, 0, sizeof tmp);
+    TU_OK(rb_tokenizer_encode(f->tok, "And God said", 12, RB_TOK_ADD_SPECIAL, &tmp.prompt, &tmp.n_prompt, NULL));
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(f->m, 32, RB_F16, &kv, NULL));
+    TU_OK(rb_model_forward(f->m, kv, tmp.prompt, (int64_t)tmp.n_prompt, false, row, NULL));
+    const int32_t first = argmax_row(row, V);
+    rb_kv_cache_free(kv);
+    llm_gen_request_free(&tmp);
+    free(row);
+
+    llm_engine_opts o = {.parallel = 4, .ctx_size = 96, .queue_depth = 4, .step = NULL};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    const rb_logit_bias ban = {first, -100.0f};
+    wk_job *greedy = make_openai_job(f, "And God said", 10, 0.0f, 1, 1, 5, NULL, 0);
+    wk_job *sampled = make_openai_job(f, "In the beginning God", 10, 1.2f, 42, 2, 3, NULL, 0);
+    wk_job *banned = make_openai_job(f, "And God said", 6, 0.0f, 1, 1, 2, &ban, 1);
+    llm_job_task(sampled)->req.sampling.repetition_penalty = 1.3f; /* transforms that do not show in logprobs */
+    llm_job_task(sampled)->req.sampling.top_k = 40;
+    TU_OK(llm_engine_submit(e, greedy));
+    TU_OK(llm_engine_submit(e, sampled));
+    TU_OK(llm_engine_submit(e, banned));
+    wait_done(greedy, 60000);
+    wait_done(sampled, 60000);
+    wait_done(banned, 60000);
+    llm_engine_destroy(e);
+    int32_t ids[64];
+    size_t n = 0;
+    check_entries(f, greedy, 0, 5, ids, &n);
+    assert_int_equal(ids[0], first);
+    assert_int_equal((int64_t)n, llm_job_task(greedy)->tokens_out);
+    check_entries(f, sampled, 0, 3, NULL, NULL);
+    check_entries(f, sampled, 1, 3, NULL, NULL);
+    check_entries(f, banned, 0, 2, ids, &n);
+    assert_true(ids[0] != first); /* -100 moved the pick; the values are the raw model's (checked above) */
+    json_t *ents = choice_entries(banned, 0);
+    json_t *top0 = json_array_get(json_object_get(json_array_get(ents, 0), "top_logprobs"), 0);
+    assert_int_equal(json_integer_value(json_object_get(top0, "id")), first); /* still the likeliest */
+    json_decref(ents);
+    wk_job_unref(greedy);
+    wk_job_unref(sampled);
+    wk_job_unref(banned);
+}
+
+static void test_logit_bias_steers(void **state) {
+    fixture *f = *state;
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 64, .queue_depth = 4, .step = NULL};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    const int32_t forced = rb_tokenizer_token_id(f->tok, "\xC4\xA0" "Egypt", 7); /* " Egypt" (byte-level) */
+    assert_true(forced > 0);
+    const rb_logit_bias up = {forced, 100.0f};
+    wk_job *j = make_openai_job(f, "And God said", 3, 0.0f, 1, 1, 0, &up, 1);
+    TU_OK(llm_engine_submit(e, j));
+    wait_done(j, 60000);
+    llm_engine_destroy(e);
+    json_t *ents = choice_entries(j, 0);
+    assert_int_equal(json_array_size(ents), 3);
+    for (size_t i = 0; i < 3; i++) /* +100 wins every greedy step */
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(ents, i), "id")), forced);
+    char text[256];
+    size_t len = choice_text(j, 0, text, sizeof text);
+    assert_int_equal(len, 18);
+    assert_memory_equal(text, " Egypt Egypt Egypt", 18);
+    json_decref(ents);
+    wk_job_unref(j);
+}
+
+static wk_job *make_embed_job(fixture *f, const char *const *texts, size_t n, llm_pooling pool) {
+    llm_embed_request er;
+    memset(&er, 0, sizeof er);
+    er.offs = calloc(n + 1, sizeof *er.offs);
+    er.tokens = malloc(sizeof(int32_t) * 512);
+    assert_true(er.offs && er.tokens);
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        TU_OK(rb_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), RB_TOK_ADD_SPECIAL, &ids, &k, NULL));
+        assert_true(er.offs[i] + k <= 512);
+        memcpy(er.tokens + er.offs[i], ids, sizeof(int32_t) * k);
+        er.offs[i + 1] = er.offs[i] + k;
+        free(ids);
+    }
+    er.n_inputs = n;
+    er.pooling = pool;
+    wk_job *j = llm_job_new_embed(&er, "test", NULL);
+    assert_non_null(j);
+    return j;
+}
+
+static void test_embeddings(void **state) {
+    fixture *f = *state;
+    const char *const texts[] = {"And God said, Let there be light", "In the beginning", "Egypt"};
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 64, .queue_depth = 4, .step = NULL};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *gen = make_job(f, "And the LORD", 20, 0.0f, 1, NULL); /* decoding meanwhile */
+    wk_job *mean = make_embed_job(f, texts, 3, LLM_POOL_MEAN), *last = make_embed_job(f, texts, 3, LLM_POOL_LAST);
+    TU_OK(llm_engine_submit(e, gen));
+    TU_OK(llm_engine_submit(e, mean));
+    TU_OK(llm_engine_submit(e, last));
+    wait_done(gen, 60000);
+    wait_done(mean, 60000);
+    wait_done(last, 60000);
+    llm_engine_destroy(e);
+    assert_int_equal(mean->state, WK_JOB_DONE);
+    const int64_t E = rb_model_get_config(f->m)->n_embd;
+    const llm_embed_request *em = &llm_job_task(mean)->emb, *el = &llm_job_task(last)->emb;
+    assert_int_equal(em->n_embd, E);
+    float *h = malloc(sizeof(float) * 64 * (size_t)E);
+    assert_non_null(h);
+    for (size_t i = 0; i < 3; i++) {
+        const size_t n = em->offs[i + 1] - em->offs[i];
+        rb_kv_cache *kv = NULL;
+        TU_OK(rb_kv_cache_create(f->m, 64, RB_F16, &kv, NULL));
+        TU_OK(rb_model_forward_hidden(f->m, kv, em->tokens + em->offs[i], (int64_t)n, h, NULL));
+        rb_kv_cache_free(kv);
+        double pm[512], pl[512], nm = 0, nl = 0, cos = 0;
+        for (int64_t d = 0; d < E; d++) {
+            pm[d] = 0;
+            for (size_t t = 0; t < n; t++) pm[d] += h[t * (size_t)E + (size_t)d];
+            pm[d] /= (double)n;
+            pl[d] = h[(n - 1) * (size_t)E + (size_t)d];
+            nm += pm[d] * pm[d];
+            nl += pl[d] * pl[d];
+        }
+        double um = 0, ul = 0;
+        for (int64_t d = 0; d < E; d++) {
+            const float vm = em->vectors[i * (size_t)E + (size_t)d], vl = el->vectors[i * (size_t)E + (size_t)d];
+            assert_true(fabs(vm - pm[d] / sqrt(nm)) < 1e-6);
+            assert_true(fabs(vl - pl[d] / sqrt(nl)) < 1e-6);
+            um += (double)vm * vm;
+            ul += (double)vl * vl;
+            cos += (double)vm * vl;
+        }
+        assert_true(fabs(um - 1) < 1e-5 && fabs(ul - 1) < 1e-5);
+        if (n > 1) assert_true(cos < 0.999); /* mean and last pooling differ */
+    }
+    free(h);
+    wk_job_unref(gen);
+    wk_job_unref(mean);
+    wk_job_unref(last);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_matches_alone), cmocka_unit_test(test_sequential_step_matches_alone),
         cmocka_unit_test(test_single_slot),           cmocka_unit_test(test_stop_string),
         cmocka_unit_test(test_cancel_fast),           cmocka_unit_test(test_queue_bound),
-        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_bad_args),              cmocka_unit_test(test_choices_match_alone),
+        cmocka_unit_test(test_logprobs_match_logits), cmocka_unit_test(test_logit_bias_steers),
+        cmocka_unit_test(test_embeddings),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

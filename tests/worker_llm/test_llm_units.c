@@ -118,7 +118,7 @@ static void test_params_valid(void **state) {
     memset(&r, 0, sizeof r);
     const char *prompt = NULL;
     llm_request_read_rbee(o, &prompt, &e);
-    llm_request_read_params(o, LLM_API_RBEE, &r, &e);
+    llm_request_read_params(o, LLM_API_RBEE, NULL, &r, &e);
     assert_int_equal(e.n, 0);
     assert_string_equal(prompt, "And God");
     assert_int_equal(r.max_tokens, 17);
@@ -138,7 +138,7 @@ static void test_params_valid(void **state) {
     o = parse("{\"prompt\":\"x\",\"max_tokens\":1,\"temperature\":2,\"stop\":\"END\"}", &e);
     memset(&r, 0, sizeof r);
     llm_request_read_rbee(o, &prompt, &e);
-    llm_request_read_params(o, LLM_API_RBEE, &r, &e);
+    llm_request_read_params(o, LLM_API_RBEE, NULL, &r, &e);
     assert_int_equal(e.n, 0);
     assert_float_equal(r.sampling.temperature, 2.0f, 0);
     assert_int_equal(r.n_stop, 1);
@@ -151,7 +151,8 @@ static void test_params_invalid(void **state) {
     wk_errors e = {.n = 0};
     json_t *o = parse("{\"operation\":\"train\",\"prompt\":7,\"max_tokens\":0,\"temperature\":2.5,\"top_p\":-0.1,"
                       "\"top_k\":\"5\",\"min_p\":1.5,\"repetition_penalty\":0,\"seed\":1.5,"
-                      "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"stream\":\"yes\",\"n\":2,"
+                      "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\","
+                      "\"o\",\"p\",\"q\"],\"stream\":\"yes\",\"n\":2,"
                       "\"frequency_penalty\":3}",
                       &e);
     assert_non_null(o);
@@ -159,7 +160,7 @@ static void test_params_invalid(void **state) {
     memset(&r, 0, sizeof r);
     const char *prompt = NULL;
     llm_request_read_rbee(o, &prompt, &e);
-    llm_request_read_params(o, LLM_API_RBEE, &r, &e);
+    llm_request_read_params(o, LLM_API_RBEE, NULL, &r, &e);
     assert_null(prompt);
     assert_true(has_error(&e, "operation", "value"));
     assert_true(has_error(&e, "prompt", "type:string"));
@@ -170,9 +171,9 @@ static void test_params_invalid(void **state) {
     assert_true(has_error(&e, "min_p", "range"));
     assert_true(has_error(&e, "repetition_penalty", "range"));
     assert_true(has_error(&e, "seed", "type:integer"));
-    assert_true(has_error(&e, "stop", "max_items:4"));
+    assert_true(has_error(&e, "stop", "max_items:16")); /* 17 */
     assert_true(has_error(&e, "stream", "type:boolean"));
-    assert_true(has_error(&e, "n", "value:1"));
+    assert_true(has_error(&e, "n", "range:1..1")); /* the rbee job API makes one choice */
     assert_true(has_error(&e, "frequency_penalty", "range"));
     llm_gen_request_free(&r);
     json_decref(o);
@@ -185,7 +186,7 @@ static void test_params_invalid(void **state) {
     e.n = 0;
     o = parse(body, &e);
     memset(&r, 0, sizeof r);
-    llm_request_read_params(o, LLM_API_RBEE, &r, &e);
+    llm_request_read_params(o, LLM_API_RBEE, NULL, &r, &e);
     assert_int_equal(e.n, 3);
     assert_true(has_error(&e, "stop", "length:1..100"));
     assert_true(has_error(&e, "stop", "type:string"));
