@@ -85,11 +85,12 @@ struct dnn_fns {
 #undef DNN_MEMBER
 };
 
-/* a convolution's shape: dtype, x [N, C, H, W] and its element strides,
- * the kernel [K, C / groups, R, S], dst's strides, stride, padding,
- * dilation (y then x) and groups */
+/* a convolution's shape: v[0] the cuDNN dtype, 1..4 x's N C H W, 5..8 its
+ * element strides, 9..12 the kernel's K, C / groups, R, S, 13..16 dst's N K
+ * P Q, 17..20 its strides, 21 groups, 22..27 stride, padding and dilation
+ * (y then x each) */
 struct dnn_key {
-    int v[24];
+    int v[28];
 };
 
 struct dnn_entry {
@@ -250,11 +251,8 @@ static bool dnn_plain(rb_dtype t) { return t == RB_F32 || t == RB_F16 || t == RB
  * math type to run). false: cuDNN refuses the shape. */
 static bool dnn_describe(gpu_cudnn *d, const dnn_key &k, cudnnMathType_t math) {
     const int *v = k.v;
-    /* v: 0 dtype, 1..4 N C H W, 5..8 x strides, 9..12 K, C/g, R, S, 13..16 N K P Q, 17..20 dst strides,
-     * 21 groups, then stride and dilation packed in 22 (y, x: 8 bits each), padding in 23 (y, x: 16 bits) */
     const cudnnDataType_t dt = (cudnnDataType_t)v[0];
-    const int sy = v[22] >> 24 & 0xff, sx = v[22] >> 16 & 0xff, dy = v[22] >> 8 & 0xff, dx = v[22] & 0xff;
-    const int py = v[23] >> 16 & 0xffff, px = v[23] & 0xffff;
+    const int sy = v[22], sx = v[23], py = v[24], px = v[25], dy = v[26], dx = v[27];
     if (d->f.cudnnSetTensor4dDescriptorEx(d->xd, dt, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]) !=
             CUDNN_STATUS_SUCCESS ||
         d->f.cudnnSetTensor4dDescriptorEx(d->yd, dt, v[13], v[14], v[15], v[16], v[17], v[18], v[19], v[20]) !=
@@ -333,9 +331,7 @@ rb_status gpu_cudnn_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, c
     for (int i = 0; i < 4; i++)
         if (w->ne[i] > INT_MAX || w->nb[i] != (i ? w->nb[i - 1] * (size_t)w->ne[i - 1] : es)) return RB_OK;
     for (int i = 0; i < 2; i++)
-        if (stride[i] < 1 || stride[i] > 255 || dilation[i] < 1 || dilation[i] > 255 || pad[i] < 0 ||
-            pad[i] > 0x7fff)
-            return RB_OK;
+        if (stride[i] < 1 || dilation[i] < 1 || pad[i] < 0) return RB_OK;
     if (groups < 1) return RB_OK;
     const cudnnDataType_t ct = t == RB_F16 ? CUDNN_DATA_HALF : t == RB_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     int *v = k.v;
@@ -345,8 +341,7 @@ rb_status gpu_cudnn_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, c
     v[9] = (int)w->ne[3], v[10] = (int)w->ne[2], v[11] = (int)w->ne[1], v[12] = (int)w->ne[0];
     v[13] = (int)dst->ne[3], v[14] = (int)dst->ne[2], v[15] = (int)dst->ne[1], v[16] = (int)dst->ne[0];
     v[21] = groups;
-    v[22] = stride[1] << 24 | stride[0] << 16 | dilation[1] << 8 | dilation[0];
-    v[23] = pad[1] << 16 | pad[0];
+    v[22] = stride[1], v[23] = stride[0], v[24] = pad[1], v[25] = pad[0], v[26] = dilation[1], v[27] = dilation[0];
 
     /* the cached shape, or its heuristics now (eagerly) */
     dnn_entry *e = NULL;
