@@ -2,7 +2,8 @@
  * on the GPU (skipped without one), on seeded random inputs of odd shapes:
  *  - rb_conv2d (3x3, 1x1, 3x1; stride 1 and 2; symmetric padding and none on
  *    a zero-padded input as the VAE's downsampler does it; dilation; groups;
- *    f32, f16 and bf16 x / w / dst, mixed; strided x and dst; tiles that
+ *    f32, f16 and bf16 x / w / dst, mixed; strided x and dst (also padded at
+ *    aligned addresses, which cuDNN may take); tiles that
  *    cross the GPU kernels' 64 / 128 borders; few pixels with a long k that
  *    the GPU splits) against a naive double-precision convolution of the
  *    stored values: |got - ref| <= 1e-5 S + r |ref| + 1e-7 with S = |bias| +
@@ -253,6 +254,10 @@ static void test_conv2d(void **state) {
          RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_CONTIG, true, false},
         {12, 10, 21, 2, 40, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, false},
         {12, 10, 6, 2, 8, 3, 3, {2, 2}, {0, 0}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, false, false},
+        /* padded rows and planes at aligned addresses (cuDNN's strided descriptors, where it takes them) */
+        {20, 12, 16, 2, 24, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_PAD, GP_PAD, true, false},
+        {13, 9, 8, 2, 40, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_PAD, true, false},
+        {14, 10, 8, 2, 12, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_PAD, GP_CONTIG, true, false},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_conv(e, &cs[i]);
 }
