@@ -1,17 +1,17 @@
 /* The GPU backend object, shared by the CUDA and ROCm builds: device
  * enumeration (name, arch, multiprocessors, cudaMemGetInfo / hipMemGetInfo),
  * creation on one device with its own non-blocking stream (and a cuBLAS
- * handle on CUDA, and cuDNN loaded at run time where present: its version
- * or absence shows in the device info's features), device buffers (uploads through two pinned staging
- * buffers, so a large model copy overlaps memcpy into pinned memory with the
- * DMA), device scratch, error recording, the vtable that wires the op
- * launchers of ops_*.cu, and graph capture/replay of the stream (CUDA/HIP
- * graphs). Page-locked host blocks (rb_backend_host_alloc) are read and
- * written by kernels through their device view where that beats the copy
- * engine: queued uploads a graph replays (a decode step's token and
- * position) and read-backs of whole 16-byte units (its logits). An
- * out-of-memory allocation fails with RB_E_NOMEM and a message naming the
- * free memory; the backend stays usable. */
+ * handle on CUDA, and cuDNN loaded at run time where present: its version or
+ * absence shows in the device info's features), device buffers (uploads
+ * through two pinned staging buffers, so a large model copy overlaps memcpy
+ * into pinned memory with the DMA), device scratch, error recording, the
+ * vtable that wires the op launchers of ops_*.cu, and graph capture/replay
+ * of the stream (CUDA/HIP graphs). Page-locked host blocks
+ * (rb_backend_host_alloc) are read and written by kernels through their
+ * device view where that beats the copy engine: queued uploads a graph
+ * replays (a decode step's token and position) and read-backs of whole
+ * 16-byte units (its logits). An out-of-memory allocation fails with
+ * RB_E_NOMEM and a message naming the free memory; the backend stays usable. */
 #include "backends/gpu/gpu_internal.h"
 #include "backends/gpu/gpu_trace.h"
 
