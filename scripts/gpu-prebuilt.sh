@@ -21,8 +21,9 @@
 #   hipnv      the same on rocm:0 (ROCm backend's HIP host path, HIP_NVIDIA)
 #   sdops      the SD op and network tests alone (label sd), on cuda:0 and rocm:0
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
-#              breakdown, and the SDXL step (128x128, f16); SD_BENCH="ARGS;ARGS..."
-#              replaces the list
+#              breakdown, the same with rbee's own convolution kernels instead of
+#              cuDNN (--own-conv), and the SDXL step (128x128, f16);
+#              SD_BENCH="ARGS;ARGS..." replaces the list
 #   sdworker   sd-worker-rbee's images per minute at 512x512, 20 steps, f16 on cuda:0
 #              through its HTTP API (rbee jobs one by one and queued, A1111 txt2img)
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
@@ -136,6 +137,17 @@ export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBR
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $d ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
+# cuDNN (the pip package nvidia-cudnn-cu13 there): the CUDA backend loads
+# libcudnn.so.9 at run time for rb_conv2d, and runs its own kernels without it
+CUDNN_LIB=$(python3 -c 'import nvidia.cudnn as m, os
+print(os.path.join(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0], "lib"))' 2>/dev/null) ||
+  CUDNN_LIB=
+if [[ -n $CUDNN_LIB && -e $CUDNN_LIB/libcudnn.so.9 ]]; then
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$CUDNN_LIB
+  echo "cuDNN: $CUDNN_LIB"
+else
+  echo "cuDNN: not found (python's nvidia.cudnn): convolutions run rbee's own kernels"
+fi
 BIN=/tmp/rbee-bin
 mkdir -p $BIN $BIN/share
 # the programs find their data (the CLIP vocabulary, the bundled models) in
@@ -186,7 +198,7 @@ for s in "$@"; do
   hipnv) mapfile -t GT <$BIN/hipnv/gpu-tests.txt; for t in "${GT[@]}"; do run_prog hipnv "$t" rocm:0; done ;;
   sdops) mapfile -t GT <$BIN/cuda/sd-tests.txt
          for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; run_prog hipnv "$t" rocm:0; done ;;
-  sd) IFS=';' read -ra sdargs <<<"${SD_BENCH:---preset sd15 --dtype f16 --ops;--preset sdxl --dtype f16}"
+  sd) IFS=';' read -ra sdargs <<<"${SD_BENCH:---preset sd15 --dtype f16 --ops;--preset sd15 --dtype f16 --own-conv;--preset sdxl --dtype f16}"
       for a in "${sdargs[@]}"; do
         step "bench_sd $a"
         timeout 280 $BIN/cuda/bench_sd cuda:0 $a --reps 10 2>&1 | tee -a "$OUT/bench_sd.log" | grep -v '^{'

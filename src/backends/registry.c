@@ -1,8 +1,9 @@
 /* Backend registry: turns a spec string ("cpu", "cuda:1", "rocm") into a
  * backend of a kind compiled into this binary, lists the compiled kinds, and
  * enumerates devices of every compiled kind, and passes a test's GPU
- * tuning (backends/gpu/gpu_tuning.h) to the kind it is for. RBEE_HAVE_CUDA /
- * RBEE_HAVE_HIP mark the optional GPU kinds. */
+ * tuning (backends/gpu/gpu_tuning.h) to the kind it is for (and reads its
+ * convolution counters back). RBEE_HAVE_CUDA / RBEE_HAVE_HIP mark the
+ * optional GPU kinds. */
 #include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 
@@ -123,6 +124,17 @@ rb_status rb_gpu_backend_tune(rb_backend *be, const rb_gpu_tuning *t) {
 #endif
 #if defined(RBEE_HAVE_HIP)
     if (be->kind == RB_DEVICE_ROCM) return rb_rocm_backend_tune(be, t);
+#endif
+    return RB_E_UNSUPPORTED;
+}
+
+rb_status rb_gpu_backend_conv_stats(rb_backend *be, rb_gpu_conv_stats *out) {
+    if (!be || !out) return RB_E_UNSUPPORTED;
+#if defined(RBEE_HAVE_CUDA)
+    if (be->kind == RB_DEVICE_CUDA) return rb_cuda_backend_conv_stats(be, out);
+#endif
+#if defined(RBEE_HAVE_HIP)
+    if (be->kind == RB_DEVICE_ROCM) return rb_rocm_backend_conv_stats(be, out);
 #endif
     return RB_E_UNSUPPORTED;
 }

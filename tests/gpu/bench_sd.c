@@ -1,6 +1,6 @@
 /* UNet step benchmark (not a ctest; run on the device machine by
  * scripts/gpu-prebuilt.sh `sd`): `bench_sd [SPEC] [--preset sd15|sd21|sdxl]
- * [--dtype f16|bf16|f32] [--batch B] [--latent N] [--reps R] [--ops]`
+ * [--dtype f16|bf16|f32] [--batch B] [--latent N] [--reps R] [--ops] [--own-conv]`
  * builds the preset's UNet at its published shapes with random weights
  * (rb_sd_model_create_random), weights and activations in dtype, and times
  * rb_unet_forward at batch B (the CFG pair: 2) on N x N latents (64 for
@@ -16,7 +16,12 @@
  * removes the overlap of launches, so the instrumented step is longer than a
  * plain one (each op's time includes its launch, ~5 us on an H100). This wraps the backend's operation table in place (a copy with
  * timing entries, core/backend_impl.h), which only a benchmark may do.
+ * --own-conv runs every convolution by the GPU backend's own kernels where
+ * it would use cuDNN (rb_gpu_tuning.own_conv), for an A/B of the two; the
+ * device line printed first says whether cuDNN is loaded ("cudnn-9.x.y" in
+ * its features) and the last line how many convolutions each path ran.
  * Prints a table and one JSON line per measurement. */
+#include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 #include "rbee/backend.h"
 #include "rbee/ops.h"
@@ -194,7 +199,7 @@ static rb_tensor host_tensor(rb_backend *be, int64_t a, int64_t b, int64_t c, in
 int main(int argc, char **argv) {
     const char *spec = "cuda:0", *preset = "sd15", *dts = "f16";
     int batch = 2, latent = 0, reps = 10;
-    bool ops = false;
+    bool ops = false, own_conv = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dts = argv[++i];
@@ -202,9 +207,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--latent") && i + 1 < argc) latent = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) ops = true;
+        else if (!strcmp(argv[i], "--own-conv")) own_conv = true;
         else if (argv[i][0] != '-') spec = argv[i];
         else DIE("usage: bench_sd [SPEC] [--preset sd15|sd21|sdxl] [--dtype f16|bf16|f32] [--batch B] "
-                 "[--latent N] [--reps R] [--ops]");
+                 "[--latent N] [--reps R] [--ops] [--own-conv]");
     }
     const rb_dtype dt = !strcmp(dts, "f32") ? RB_F32 : !strcmp(dts, "bf16") ? RB_BF16 : RB_F16;
     if (batch < 1 || batch > 16 || reps < 1 || reps > 1000) DIE("bad --batch or --reps");
@@ -213,6 +219,11 @@ int main(int argc, char **argv) {
     rb_error err;
     rb_error_clear(&err);
     if (rb_backend_create(spec, NULL, &be, &err) != RB_OK) DIE("backend %s: %s", spec, err.msg);
+    const rb_gpu_tuning tune = {.own_conv = own_conv};
+    if (own_conv && rb_gpu_backend_tune(be, &tune) != RB_OK) DIE("--own-conv: %s is not a GPU backend", spec);
+    rb_device_info di;
+    if (rb_backend_device_info(be, &di) == RB_OK)
+        fprintf(stderr, "%s: %s, %s%s\n", spec, di.name, di.features, own_conv ? " (--own-conv)" : "");
     rb_sd_model_opts mo;
     rb_sd_model_opts_init(&mo);
     mo.weight_dtype = dt;
@@ -315,6 +326,10 @@ int main(int argc, char **argv) {
     rb_tensor_free(&out);
     if (te.buf) rb_tensor_free(&te);
     rb_sd_model_free(m);
+    rb_gpu_conv_stats cst;
+    if (rb_gpu_backend_conv_stats(be, &cst) == RB_OK)
+        fprintf(stderr, "convolutions: %llu through cuDNN (%s), %llu by our kernels\n", cst.cudnn_convs,
+                cst.cudnn_loaded ? "loaded" : "not loaded", cst.own_convs);
     rb_backend_destroy(be);
     return 0;
 }

@@ -65,7 +65,8 @@ static void init_view(rb_tensor *t, rb_dtype dt, const int64_t ne[4], gp_layout 
         *parent = t->nb[3] * (size_t)ne[3];
         return;
     }
-    const int64_t p0 = lay == GP_SLICE ? ne[0] + 3 * bs : ne[0], p1 = lay == GP_SLICE ? ne[1] + 2 : ne[1];
+    const bool pad = lay == GP_SLICE || lay == GP_PAD;
+    const int64_t p0 = pad ? ne[0] + 3 * bs : ne[0], p1 = pad ? ne[1] + 2 : ne[1];
     t->nb[0] = es;
     t->nb[1] = es * (size_t)(p0 / bs);
     t->nb[2] = t->nb[1] * (size_t)p1;

@@ -18,6 +18,7 @@ typedef enum gp_layout {
     GP_CONTIG, /* contiguous */
     GP_PERM,   /* dims 0 and 1 swapped in memory (strided rows) */
     GP_SLICE,  /* view inside a padded parent at a non-zero offset */
+    GP_PAD,    /* padded rows and planes as GP_SLICE, at offset 0 (as aligned as the buffer) */
 } gp_layout;
 
 typedef struct gp {

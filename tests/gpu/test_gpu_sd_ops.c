@@ -2,12 +2,22 @@
  * on the GPU (skipped without one), on seeded random inputs of odd shapes:
  *  - rb_conv2d (3x3, 1x1, 3x1; stride 1 and 2; symmetric padding and none on
  *    a zero-padded input as the VAE's downsampler does it; dilation; groups;
- *    f32, f16 and bf16 x / w / dst, mixed; strided x and dst; tiles that
+ *    f32, f16 and bf16 x / w / dst, mixed; strided x and dst (also padded at
+ *    aligned addresses, which cuDNN may take); tiles that
  *    cross the GPU kernels' 64 / 128 borders; few pixels with a long k that
  *    the GPU splits) against a naive double-precision convolution of the
  *    stored values: |got - ref| <= 1e-5 S + r |ref| + 1e-7 with S = |bias| +
  *    sum |x w| over the window (the f32 sums' rounding) and r the half ulp
- *    of a 16-bit dst (2^-11 f16, 2^-8 bf16).
+ *    of a 16-bit dst (2^-11 f16, 2^-8 bf16). On the GPU every case runs twice:
+ *    by default (through cuDNN where the CUDA backend loaded it and cuDNN
+ *    takes the case) and with rb_gpu_tuning.own_conv (our kernels); the
+ *    backend's counters say which path ran (exactly one). cuDNN adds the
+ *    bias after rounding its sum into a 16-bit dst: its bound has half an
+ *    ulp of |ref - bias| more.
+ *  - the dispatch: where this process can load libcudnn.so.9, the CUDA
+ *    backend must report cuDNN loaded (device info and counters), run the
+ *    SD-like cases through it, and a graph captured of a cuDNN convolution
+ *    must replay the eager result exactly.
  *  - rb_group_norm and rb_group_norm_act (silu, gelu, relu) against a double
  *    reference: |got - ref| <= 4e-6 (|x k| + |mean k| + |b|) + 4e-6 + r |ref|
  *    with k = w / std, including a group mean of 1000 over a spread of 1
@@ -27,6 +37,11 @@
  * Every case prints its worst |diff| / bound; GPU outputs start as NaN. */
 #include "gpu_pair.h"
 
+#include "backends/gpu/gpu_tuning.h"
+
+#if defined(RBEE_TEST_CUDNN)
+#include <dlfcn.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +119,7 @@ typedef struct ccase {
     rb_dtype xt, wt, dt;
     gp_layout xl, dl;
     bool bias;
+    bool dnn; /* with cuDNN loaded, the default path must be cuDNN (an SD shape it takes) */
 } ccase;
 
 /* naive conv in double over the decoded views; S = |bias| + sum |x w| */
@@ -157,15 +173,40 @@ static void run_conv(env *e, const ccase *k) {
     double *got = gp_read(&d, 0);
     check_bounds(what, "cpu", got, ref, bound, n);
     free(got);
-    if (e->g) {
+    /* cuDNN writes the sum and then adds the bias in f32: with a 16-bit dst
+     * the sum without bias is rounded first, half an ulp of |ref - bias| more */
+    double *bound_dnn = malloc(sizeof(double) * (size_t)n);
+    assert_non_null(bound_dnn);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t co = i / (Wo * Ho) % k->Cout;
+        bound_dnn[i] = bound[i] + (k->bias ? half_ulp(k->dt) * fabs(ref[i] - bd[co]) : 0.0);
+    }
+    /* pass 0: the default (cuDNN where loaded and it takes the case), pass 1: our kernels */
+    for (int pass = 0; e->g && pass < 2; pass++) {
+        const rb_gpu_tuning tune = {.own_conv = pass == 1};
+        TU_OK(rb_gpu_backend_tune(e->g, &tune));
+        rb_gpu_conv_stats s0, s1;
+        TU_OK(rb_gpu_backend_conv_stats(e->g, &s0));
         poison_gpu(&d);
         TU_OK(rb_conv2d(e->g, &d.g, &x.g, &w.g, k->bias ? &b.g : NULL, k->s, k->p, k->d, k->groups));
         TU_OK(rb_backend_sync(e->g));
+        TU_OK(rb_gpu_backend_conv_stats(e->g, &s1));
+        const bool dnn = s1.cudnn_convs == s0.cudnn_convs + 1;
+        /* exactly one of the two paths ran it */
+        assert_true(dnn != (s1.own_convs == s0.own_convs + 1));
+        assert_true(s1.cudnn_convs + s1.own_convs == s0.cudnn_convs + s0.own_convs + 1);
+        if (pass == 1 && dnn) fail_msg("%s: own_conv is set but cuDNN ran it", what);
+        if (pass == 0 && k->dnn && s1.cudnn_loaded && !dnn) fail_msg("%s: cuDNN is loaded but did not run it", what);
         got = gp_read(&d, 1);
-        check_bounds(what, "gpu", got, ref, bound, n);
+        check_bounds(what, dnn ? "dnn" : "gpu", got, ref, dnn ? bound_dnn : bound, n);
         free(got);
         gp_expect_close(&d, 1e300, 1e300, what); /* nothing written around the view */
     }
+    if (e->g) {
+        const rb_gpu_tuning dflt = {0};
+        TU_OK(rb_gpu_backend_tune(e->g, &dflt));
+    }
+    free(bound_dnn);
     free(xd);
     free(wd);
     free(bd);
@@ -182,29 +223,117 @@ static void test_conv2d(void **state) {
     tu_rng_seed(&e->rng, 6001);
     const ccase cs[] = {
         /* the SIMT kernel: f32 (strided x and dst), stride 2, the VAE downsampler's unpadded form */
-        {13, 9, 7, 2, 11, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_SLICE, GP_PERM, true},
-        {13, 9, 7, 2, 11, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_SLICE, true},
-        {12, 10, 6, 2, 8, 3, 3, {2, 2}, {0, 0}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, true},
+        {13, 9, 7, 2, 11, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_SLICE, GP_PERM, true, false},
+        {13, 9, 7, 2, 11, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_SLICE, true, false},
+        {12, 10, 6, 2, 8, 3, 3, {2, 2}, {0, 0}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, true, false},
         /* groups, a 3x1 kernel with dilation and per-axis stride / padding, f16 w */
-        {11, 8, 12, 2, 9, 3, 1, {1, 2}, {1, 0}, {2, 1}, 3, RB_F32, RB_F16, RB_F32, GP_SLICE, GP_CONTIG, true},
+        {11, 8, 12, 2, 9, 3, 1, {1, 2}, {1, 0}, {2, 1}, 3, RB_F32, RB_F16, RB_F32, GP_SLICE, GP_CONTIG, true, false},
         /* mixed dtypes (SIMT): f32 image into f16 weights (conv_in), bf16 x with f32 w */
-        {8, 8, 4, 2, 40, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true},
-        {10, 7, 9, 1, 13, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_BF16, RB_F32, RB_F32, GP_PERM, GP_CONTIG, false},
+        {8, 8, 4, 2, 40, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, false},
+        {10, 7, 9, 1, 13, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_BF16, RB_F32, RB_F32, GP_PERM, GP_CONTIG, false, false},
         /* 16-bit x and w of one type (tensor cores on CUDA): K = 63 (unaligned weight rows), stride 2 */
-        {13, 9, 7, 2, 11, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_SLICE, GP_CONTIG, true},
+        {13, 9, 7, 2, 11, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_SLICE, GP_CONTIG, true, false},
         /* 150 channels cross the 128-channel tile, f32 dst */
-        {16, 16, 32, 2, 150, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F32, GP_CONTIG, GP_SLICE, true},
+        {16, 16, 32, 2, 150, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F32, GP_CONTIG, GP_SLICE, true, false},
         /* 1x1 (shortcut / proj), bf16 */
-        {17, 12, 40, 1, 24, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_CONTIG, true},
+        {17, 12, 40, 1, 24, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1,
+         RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_CONTIG, true, true},
         /* few pixels, long k: split over blocks on the GPU */
-        {9, 7, 320, 2, 200, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true},
-        {5, 4, 256, 2, 130, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_BF16, RB_BF16, RB_F32, GP_SLICE, GP_CONTIG, true},
+        {9, 7, 320, 2, 200, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, true},
+        {5, 4, 256, 2, 130, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1,
+         RB_BF16, RB_BF16, RB_F32, GP_SLICE, GP_CONTIG, true, false},
         /* a UNet-like level: 2048 pixels, 64 -> 96 channels */
-        {32, 32, 64, 2, 96, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true},
+        {32, 32, 64, 2, 96, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, true},
         /* the same in f32 (exact f32 products, no TF32) */
-        {32, 32, 64, 2, 96, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, true},
+        {32, 32, 64, 2, 96, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, true, false},
+        /* one dtype throughout, contiguous (what cuDNN takes): groups with dilation and per-axis stride /
+         * padding, no bias with stride 2, bf16 across the 128-channel tile, f16 1x1 with an odd K */
+        {11, 8, 12, 2, 9, 3, 1, {1, 2}, {1, 0}, {2, 1}, 3, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, false},
+        {13, 9, 8, 2, 16, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, false, false},
+        {16, 16, 32, 2, 150, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1,
+         RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_CONTIG, true, false},
+        {12, 10, 21, 2, 40, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_CONTIG, GP_CONTIG, true, false},
+        {12, 10, 6, 2, 8, 3, 3, {2, 2}, {0, 0}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_CONTIG, GP_CONTIG, false, false},
+        /* padded rows and planes at aligned addresses (cuDNN's strided descriptors, where it takes them) */
+        {20, 12, 16, 2, 24, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, RB_F16, RB_F16, RB_F16, GP_PAD, GP_PAD, true, false},
+        {13, 9, 8, 2, 40, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, RB_BF16, RB_BF16, RB_BF16, GP_CONTIG, GP_PAD, true, false},
+        {14, 10, 8, 2, 12, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, RB_F32, RB_F32, RB_F32, GP_PAD, GP_CONTIG, true, false},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_conv(e, &cs[i]);
+}
+
+/* cuDNN is used where it can be: the process loads libcudnn.so.9, so the
+ * CUDA backend must have loaded it (and say so in its device info), run an
+ * SD-like convolution through it, and capture that call into a graph whose
+ * replay equals the eager result bit for bit (same algorithm, deterministic). */
+static void test_conv_cudnn(void **state) {
+    env *e = *state;
+    GP_NEED_GPU(e->g);
+    rb_gpu_conv_stats st;
+    TU_OK(rb_gpu_backend_conv_stats(e->g, &st));
+    rb_device_info info;
+    TU_OK(rb_backend_device_info(e->g, &info));
+    print_message("%s features: %s\n", rb_backend_name(e->g), info.features);
+    bool expect = false;
+#if defined(RBEE_TEST_CUDNN)
+    if (rb_backend_kind(e->g) == RB_DEVICE_CUDA) {
+        void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            expect = true;
+            dlclose(lib);
+        } else {
+            const char *why = dlerror();
+            print_message("libcudnn.so.9 cannot be loaded here (%s): the CUDA backend runs its own kernels\n",
+                          why ? why : "?");
+        }
+    }
+#endif
+    if (expect && !st.cudnn_loaded) fail_msg("libcudnn.so.9 loads in this process but the backend does not use it");
+    if (rb_backend_kind(e->g) != RB_DEVICE_CUDA) assert_false(st.cudnn_loaded); /* HIP never loads it */
+    assert_true((strstr(info.features, " cudnn-") != NULL) == st.cudnn_loaded);
+    if (!st.cudnn_loaded) {
+        print_message("cuDNN not in use on %s: nothing more to check\n", rb_backend_name(e->g));
+        return;
+    }
+    tu_rng_seed(&e->rng, 6005);
+    const int64_t xne[4] = {24, 20, 64, 2}, wne[4] = {3, 3, 64, 96}, bne[4] = {96, 1, 1, 1}, dne[4] = {24, 20, 96, 2};
+    const int one[2] = {1, 1};
+    gp x = gp_make(e->c, e->g, &e->rng, RB_F16, xne, GP_CONTIG, -1, 1);
+    gp w = gp_make(e->c, e->g, &e->rng, RB_F16, wne, GP_CONTIG, -1, 1);
+    gp b = gp_make(e->c, e->g, &e->rng, RB_F32, bne, GP_CONTIG, -1, 1);
+    gp d = gp_make(e->c, e->g, &e->rng, RB_F16, dne, GP_CONTIG, -1, 1);
+    rb_gpu_conv_stats s0, s1;
+    TU_OK(rb_gpu_backend_conv_stats(e->g, &s0));
+    TU_OK(rb_conv2d(e->g, &d.g, &x.g, &w.g, &b.g, one, one, one, 1));
+    TU_OK(rb_backend_sync(e->g));
+    TU_OK(rb_gpu_backend_conv_stats(e->g, &s1));
+    assert_int_equal(s1.cudnn_convs, s0.cudnn_convs + 1);
+    assert_int_equal(s1.own_convs, s0.own_convs);
+    double *eager = gp_read(&d, 1);
+    poison_gpu(&d);
+    TU_OK(rb_backend_capture_begin(e->g));
+    const rb_status cs = rb_conv2d(e->g, &d.g, &x.g, &w.g, &b.g, one, one, one, 1);
+    rb_graph *gr = NULL;
+    const rb_status ce = rb_backend_capture_end(e->g, &gr);
+    TU_OK(cs);
+    TU_OK(ce);
+    TU_OK(rb_gpu_backend_conv_stats(e->g, &s0));
+    assert_int_equal(s0.cudnn_convs, s1.cudnn_convs + 1); /* captured through cuDNN */
+    TU_OK(rb_graph_launch(gr));
+    TU_OK(rb_backend_sync(e->g));
+    double *replay = gp_read(&d, 1);
+    const int64_t n = rb_tensor_nelements(&d.c);
+    for (int64_t i = 0; i < n; i++)
+        if (!(replay[i] == eager[i]))
+            fail_msg("graph replay element %lld: %.9g, eager %.9g", (long long)i, replay[i], eager[i]);
+    print_message("cuDNN convolution captured and replayed: %lld elements equal to the eager run\n", (long long)n);
+    rb_graph_free(gr);
+    free(eager);
+    free(replay);
+    gp_free(&x);
+    gp_free(&w);
+    gp_free(&b);
+    gp_free(&d);
 }
 
 /* ---- group norm ---- */
@@ -589,6 +718,7 @@ static void test_attention_sd(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_cudnn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_norm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upsample_glu_matmul, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attention_sd, setup, teardown),

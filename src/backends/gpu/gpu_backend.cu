@@ -1,16 +1,17 @@
 /* The GPU backend object, shared by the CUDA and ROCm builds: device
  * enumeration (name, arch, multiprocessors, cudaMemGetInfo / hipMemGetInfo),
  * creation on one device with its own non-blocking stream (and a cuBLAS
- * handle on CUDA), device buffers (uploads through two pinned staging
- * buffers, so a large model copy overlaps memcpy into pinned memory with the
- * DMA), device scratch, error recording, the vtable that wires the op
- * launchers of ops_*.cu, and graph capture/replay of the stream (CUDA/HIP
- * graphs). Page-locked host blocks (rb_backend_host_alloc) are read and
- * written by kernels through their device view where that beats the copy
- * engine: queued uploads a graph replays (a decode step's token and
- * position) and read-backs of whole 16-byte units (its logits). An
- * out-of-memory allocation fails with RB_E_NOMEM and a message naming the
- * free memory; the backend stays usable. */
+ * handle on CUDA, and cuDNN loaded at run time where present: its version or
+ * absence shows in the device info's features), device buffers (uploads
+ * through two pinned staging buffers, so a large model copy overlaps memcpy
+ * into pinned memory with the DMA), device scratch, error recording, the
+ * vtable that wires the op launchers of ops_*.cu, and graph capture/replay
+ * of the stream (CUDA/HIP graphs). Page-locked host blocks
+ * (rb_backend_host_alloc) are read and written by kernels through their
+ * device view where that beats the copy engine: queued uploads a graph
+ * replays (a decode step's token and position) and read-backs of whole
+ * 16-byte units (its logits). An out-of-memory allocation fails with
+ * RB_E_NOMEM and a message naming the free memory; the backend stays usable. */
 #include "backends/gpu/gpu_internal.h"
 #include "backends/gpu/gpu_trace.h"
 
@@ -22,11 +23,13 @@
 #define RB_GPU_CREATE rb_rocm_backend_create
 #define RB_GPU_LIST rb_rocm_devices_list
 #define RB_GPU_TUNE rb_rocm_backend_tune
+#define RB_GPU_CONV_STATS rb_rocm_backend_conv_stats
 #define RB_GPU_DEVICE_KIND RB_DEVICE_ROCM
 #else
 #define RB_GPU_CREATE rb_cuda_backend_create
 #define RB_GPU_LIST rb_cuda_devices_list
 #define RB_GPU_TUNE rb_cuda_backend_tune
+#define RB_GPU_CONV_STATS rb_cuda_backend_conv_stats
 #define RB_GPU_DEVICE_KIND RB_DEVICE_CUDA
 #endif
 
@@ -174,6 +177,9 @@ static void g_destroy(rb_backend *be) {
 #if !defined(RBEE_GPU_HIP)
     if (g->blas) cublasDestroy(g->blas);
 #endif
+#if defined(RBEE_CUDNN)
+    gpu_cudnn_close(g);
+#endif
     for (int i = 0; i < 2; i++) {
         if (g->staging_ev[i]) (void)cudaEventDestroy(g->staging_ev[i]);
         if (g->staging[i]) (void)cudaFreeHost(g->staging[i]);
@@ -192,6 +198,12 @@ static rb_status g_device_info(rb_backend *be, rb_device_info *info) {
     cudaError_t e = cudaGetDeviceProperties(&prop, g->device);
     if (e != cudaSuccess) return gpu_fail(be, e, "device properties");
     fill_info(g->device, &prop, info);
+#if defined(RBEE_CUDNN)
+    char dnn[96]; /* whether rb_conv2d can use cuDNN, said once here */
+    (void)gpu_cudnn_describe(g, dnn, sizeof dnn);
+    const size_t used = strlen(info->features);
+    snprintf(info->features + used, sizeof info->features - used, " %s", dnn);
+#endif
     return RB_OK;
 }
 
@@ -639,6 +651,9 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
         return s;
     }
     gpu_trace_init(g);
+#if defined(RBEE_CUDNN)
+    gpu_cudnn_open(g); /* absent or unusable: our convolution kernels */
+#endif
     *out = &g->base;
     return RB_OK;
 }
@@ -673,6 +688,19 @@ extern "C" rb_status RB_GPU_CREATE(int index, const rb_backend_config *cfg, rb_b
 extern "C" rb_status RB_GPU_TUNE(rb_backend *be, const rb_gpu_tuning *t) {
     if (!be || !t || be->kind != RB_GPU_DEVICE_KIND) return RB_E_UNSUPPORTED;
     RB_GPU_NS::gb(be)->tune = *t;
+    return RB_OK;
+}
+
+extern "C" rb_status RB_GPU_CONV_STATS(rb_backend *be, rb_gpu_conv_stats *out) {
+    if (!be || !out || be->kind != RB_GPU_DEVICE_KIND) return RB_E_UNSUPPORTED;
+    const RB_GPU_NS::gpu_backend *g = RB_GPU_NS::gb(be);
+#if defined(RBEE_CUDNN)
+    out->cudnn_loaded = RB_GPU_NS::gpu_cudnn_describe(g, NULL, 0);
+#else
+    out->cudnn_loaded = false;
+#endif
+    out->cudnn_convs = g->conv_dnn;
+    out->own_convs = g->conv_own;
     return RB_OK;
 }
 

@@ -60,6 +60,10 @@ struct gpu_backend {
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
 #endif
+#if defined(RBEE_CUDNN)
+    struct gpu_cudnn *dnn; /* cuDNN loaded at run time (conv_cudnn.cu); NULL only out of host memory */
+#endif
+    unsigned long long conv_dnn, conv_own; /* rb_conv2d calls run by cuDNN / by our kernels */
     char arch[32];
 };
 
@@ -143,6 +147,22 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
 /* The image ops of the diffusion networks: ops_conv.cu, ops_group_norm.cu, ops_upsample.cu. */
 rb_status gpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w, const rb_tensor *bias,
                      const int stride[2], const int pad[2], const int dilation[2], int groups);
+#if defined(RBEE_CUDNN)
+/* cuDNN (conv_cudnn.cu, CUDA builds with cudnn.h): loads libcudnn.so.9 when
+ * the backend is created (where it is absent g->dnn records why and every
+ * convolution runs our kernels), frees it with the backend, and runs a
+ * convolution where it takes the case (*done true; false: the caller runs
+ * its own kernel). */
+void gpu_cudnn_open(gpu_backend *g);
+void gpu_cudnn_close(gpu_backend *g);
+rb_status gpu_cudnn_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const rb_tensor *w,
+                           const rb_tensor *bias, const int stride[2], const int pad[2], const int dilation[2],
+                           int groups, bool *done);
+/* Whether cuDNN is usable (loaded, and its handle created or not yet
+ * needed); out (may be NULL) gets "cudnn-9.19.0" or "no-cudnn (why)" for
+ * the device info's features. */
+bool gpu_cudnn_describe(const gpu_backend *g, char *out, size_t size);
+#endif
 rb_status gpu_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                          const rb_tensor *b, float eps);
 rb_status gpu_group_norm_act(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,

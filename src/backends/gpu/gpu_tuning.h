@@ -21,7 +21,17 @@ typedef struct rb_gpu_tuning {
     bool upload_dma;        /* queued uploads from page-locked memory by the copy engine, not a copy kernel */
     bool narrow_decode_att; /* decode attention of head dims 64 and 128 by att_decode.cuh, not the wide kernel */
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
+    bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
 } rb_gpu_tuning;
+
+/* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is
+ * usable (the CUDA backend loaded libcudnn.so.9 at run time and, once a
+ * convolution needed it, created its handle) and how many convolutions went
+ * through cuDNN and through our kernels since the backend was created. */
+typedef struct rb_gpu_conv_stats {
+    bool cudnn_loaded;
+    unsigned long long cudnn_convs, own_convs;
+} rb_gpu_conv_stats;
 
 /* Sets the tuning of a CUDA or ROCm backend (RB_E_UNSUPPORTED for other
  * kinds or NULL arguments); ops queued after the call use it. Defined in
@@ -29,6 +39,11 @@ typedef struct rb_gpu_tuning {
 rb_status rb_gpu_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
 rb_status rb_cuda_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
 rb_status rb_rocm_backend_tune(rb_backend *be, const rb_gpu_tuning *t);
+/* The convolution counters above (RB_E_UNSUPPORTED for other kinds or NULL
+ * arguments); the ROCm backend never loads cuDNN. */
+rb_status rb_gpu_backend_conv_stats(rb_backend *be, rb_gpu_conv_stats *out);
+rb_status rb_cuda_backend_conv_stats(rb_backend *be, rb_gpu_conv_stats *out);
+rb_status rb_rocm_backend_conv_stats(rb_backend *be, rb_gpu_conv_stats *out);
 
 #ifdef __cplusplus
 }

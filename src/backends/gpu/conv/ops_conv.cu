@@ -16,7 +16,9 @@
  * few pixels, K up to 11520) the k range is split over blockIdx.z; the
  * splits write f32 partial sums to scratch and k_conv_reduce adds them in
  * split order (deterministic) with the bias. x and dst take any strides and
- * f32/f16/bf16; the accumulation is f32 and dst is rounded once. */
+ * f32/f16/bf16; the accumulation is f32 and dst is rounded once. On CUDA
+ * with cuDNN loaded at run time, the cases cuDNN takes go there instead
+ * (conv_cudnn.cu; rb_gpu_tuning.own_conv keeps them here). */
 #include "backends/gpu/mma_tile.cuh"
 
 #include <limits.h>
@@ -404,6 +406,11 @@ rb_status gpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const r
                      const int stride[2], const int pad[2], const int dilation[2], int groups) {
     gpu_backend *g = gb(be);
     if (rb_tensor_nelements(dst) == 0) return RB_OK;
+#if defined(RBEE_CUDNN)
+    bool done = false; /* cuDNN where loaded and it takes the case (conv_cudnn.cu) */
+    rb_status ds = gpu_cudnn_conv2d(be, dst, x, w, bias, stride, pad, dilation, groups, &done);
+    if (ds != RB_OK || done) return ds;
+#endif
     const int64_t K = w->ne[0] * w->ne[1] * w->ne[2], npix = dst->ne[0] * dst->ne[1] * dst->ne[3];
     if (K > INT_MAX / 2 || x->ne[0] > INT_MAX / 2 || x->ne[1] > INT_MAX / 2 || dst->ne[2] > INT_MAX / 2 ||
         x->ne[2] > INT_MAX / 2 || npix > ((int64_t)1 << 40))
@@ -454,6 +461,7 @@ rb_status gpu_conv2d(rb_backend *be, rb_tensor *dst, const rb_tensor *x, const r
     else if (a.KW == 1 && a.KH == 1) conv_launch<1>(g, tc, bf, grid, dv, xv, wv, bv, a);
     else conv_launch<0>(g, tc, bf, grid, dv, xv, wv, bv, a);
     rb_status s = gpu_check_launch(be, tc ? "conv2d (tensor cores)" : "conv2d");
+    if (s == RB_OK) g->conv_own++;
     if (s != RB_OK || a.nsplit == 1) return s;
     k_conv_reduce<<<gpu_blocks((int64_t)a.Cout * npix, 256), 256, 0, g->stream>>>(dv, bv, a);
     return gpu_check_launch(be, "conv2d (split reduce)");
