@@ -80,6 +80,18 @@ struct mv_x {
     const float *xf;
 };
 
+/* The largest of v over a 32-lane group (every lane gets it): one
+ * instruction on sm_80+ (CUDA), five shuffles elsewhere. */
+__device__ __forceinline__ uint32_t mv_max32u(uint32_t v) {
+#if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, (uint32_t)MV_XOR32(v, o));
+    return v;
+#endif
+}
+
 __device__ __forceinline__ float mv_xd(int2 r) { return __int_as_float(r.x); }
 __device__ __forceinline__ int mv_xs_lo(int2 r) { return (int)(int16_t)(r.y & 0xffff); }
 __device__ __forceinline__ int mv_xs_hi(int2 r) { return r.y >> 16; }
@@ -114,41 +126,28 @@ __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *q
         for (int i = 0; i < 8; i++) q[i] = __float_as_int(__fadd_rn(__fmul_rn(v[i], id), 12582912.0f)) - 0x4B400000;
         if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else kept in f32 (fused norm) */
     } else {
-        /* CPU q8_K: the first element of largest magnitude sets the scale */
-        float am = 0.0f, mx = 0.0f;
-        int ix = 0;
+        /* CPU q8_K: the first element of largest magnitude sets the scale.
+         * The largest magnitude over the group (as unsigned bits: the same
+         * order for non-negative floats; fmaxf passes NaNs over as the CPU's
+         * comparison does), then the first element of that magnitude as the
+         * largest key (255 - index) << 1 | its sign */
+        float am = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float a = fabsf(v[i]);
-            if (a > am) {
-                am = a;
-                mx = v[i];
-                ix = i;
-            }
+        for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        am = __uint_as_float(mv_max32u(__float_as_uint(am)));
+        uint32_t kl = 0;
+#pragma unroll
+        for (int i = 7; i >= 0; i--)
+            if (fabsf(v[i]) == am) kl = ((uint32_t)(255 - (lane * 8 + i)) << 1) | (v[i] < 0.0f ? 1u : 0u);
+        kl = mv_max32u(kl);
+        /* an all-zero block: scale 0, values 0 */
+        const float is = am != 0.0f ? -127.0f / ((kl & 1u) ? -am : am) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) { /* nearest-even as rintf (|is v| <= 127), as the q8_0 mode rounds */
+            const int t = __float_as_int(__fadd_rn(__fmul_rn(is, v[i]), 12582912.0f)) - 0x4B400000;
+            q[i] = t < 127 ? t : 127;
         }
-        uint32_t kh = __float_as_uint(am), kl = ((uint32_t)(255 - (lane * 8 + ix)) << 1) | (mx < 0.0f ? 1u : 0u);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const uint32_t oh = MV_XOR32(kh, o), ol = MV_XOR32(kl, o);
-            if (oh > kh || (oh == kh && ol > kl)) {
-                kh = oh;
-                kl = ol;
-            }
-        }
-        am = __uint_as_float(kh);
-        if (am == 0.0f) {
-            d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) q[i] = 0;
-        } else {
-            const float is = -127.0f / ((kl & 1u) ? -am : am);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int t = (int)rintf(is * v[i]);
-                q[i] = t < 127 ? t : 127;
-            }
-            d = 1.0f / is;
-        }
+        d = am != 0.0f ? 1.0f / is : 0.0f;
     }
     int s = 0;
 #pragma unroll
