@@ -29,7 +29,7 @@
  * in-kernel activation quantization takes at most MV_FUSED_MAX bytes (an
  * H200 had the separate kernel ahead from M = 8 at K = 4096).
  * Decode itself (M <= 4, 16-byte aligned rows or q6_K's 2-byte aligned ones,
- * q4_0/q8_0/q4_K/q6_K/f32/f16/bf16) takes the direct kernels of
+ * q4_0/q8_0/q4_K/q5_K/q6_K/f32/f16/bf16) takes the direct kernels of
  * matvec_direct.cuh first (quantized weights: where the activations are
  * contiguous f32 rows that fit a block's shared memory). */
 #ifndef RBEE_GPU_MATVEC_CUH
@@ -578,7 +578,7 @@ static mvd_args mvd_base(const gt &dv, const gt &av, int64_t r2, int64_t r3, int
     return p;
 }
 
-/* Quantized weights (F: q4_0, q8_0, q4_K, q6_K) through k_mvd: K % 256 ==
+/* Quantized weights (F: q4_0, q8_0, q4_K, q5_K, q6_K) through k_mvd: K % 256 ==
  * 0, rows as mvd_rows_ok says, M <= MVD_MAX_M, contiguous aligned f32
  * activations (bf) that fit beside the slots in shared memory (each block
  * quantizes them there); *done = false otherwise (the staged kernel takes
@@ -624,7 +624,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
 
 /* rb_matmul_fused through the direct kernels: one slice, M <= MVD_MAX_M,
  * contiguous 16-byte aligned f32 activations (bf), weight rows as
- * mvd_rows_ok says (pieces); quantized weights (q4_0, q8_0, q4_K, q6_K: K % 256 == 0, the only
+ * mvd_rows_ok says (pieces); quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K: K % 256 == 0, the only
  * ones a fused norm, p.pre, applies to) need their activations to fit the
  * block's shared memory. p holds pre, acc,
  * gluo, act, the rope fields, nw, eps. *done = false where this does not apply (nothing was
@@ -665,6 +665,7 @@ static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, co
     case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
     case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
     case RB_Q4_K: return mvd_run_fused<mvd_q4_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_Q5_K: return mvd_run_fused<mvd_q5_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
     case RB_Q6_K: return mvd_run_fused<mvd_q6_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
     case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, c, q, done);
     case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, c, q, done);
@@ -727,6 +728,7 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
     case RB_Q4_0: s = mvd_run_q<mvd_quant<mvd_q4_0_fmt>>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
     case RB_Q8_0: s = mvd_run_q<mvd_quant<mvd_q8_0_fmt>>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
     case RB_Q4_K: s = mvd_run_q<mvd_q4_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
+    case RB_Q5_K: s = mvd_run_q<mvd_q5_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
     case RB_Q6_K: s = mvd_run_q<mvd_q6_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
     case RB_F32: s = mvd_run_f<RB_F32>(be, dv, av, bf, r2, r3, a_const, done); break;
     case RB_F16: s = mvd_run_f<RB_F16>(be, dv, av, bf, r2, r3, a_const, done); break;
@@ -738,6 +740,7 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
     case RB_Q4_0: return mv_run<mvf_q4_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q8_0: return mv_run<mvf_q8_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q4_K: return mv_run<mvf_q4_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q5_K: return mv_run<mvf_q5_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q6_K: return mv_run<mvf_q6_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_F32: return mv_run<mvf_float<RB_F32>>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_F16: return mv_run<mvf_float<RB_F16>>(be, dv, av, bv, bf, r2, r3, a_const, done);

@@ -1,7 +1,7 @@
 /* Direct matrix-vector kernels for decode (k_mvd: 1-4 activation rows),
  * included by matvec.cuh. Decode is bound by how fast weights stream, so each
  * 32-lane group owns a balanced range of rows and walks them in spans (2 KiB
- * float, 32 block pairs q4_0/q8_0, 8 super-blocks q4_K, 16 q6_K) with
+ * float, 32 block pairs q4_0/q8_0, 8 super-blocks q4_K/q5_K, 16 q6_K) with
  * coalesced 16-byte loads, the next span always in flight; the first span
  * (quantized: and an L2 prefetch of the next) goes out before the dependency
  * wait (programmatic dependent launch, gpu_pdl.h). Float spans are used from
@@ -154,9 +154,9 @@ struct mvd_q8_0_fmt : mvd_pair<fmt_q8_0> { /* 17 words, 8 quant words a block */
     static constexpr bool OFFSET8 = false;
 };
 
-/* Every quantized format of k_mvd (mvd_quant here, mvd_q4_K / mvd_q6_K
- * below) walks a row in spans of SPAN_PAIRS "pairs" of 64 elements (32:
- * lane l of the group takes pair l of the span; q6_K's 64: pairs l and
+/* Every quantized format of k_mvd (mvd_quant here; mvd_q4_K, mvd_q5_K,
+ * mvd_q6_K below) walks a row in spans of SPAN_PAIRS "pairs" of 64 elements
+ * (32: lane l of the group takes pair l of the span; q6_K's 64: pairs l and
  * 32 + l) and gives the kernel: SPAN_BYTES, row_bytes / span_bytes, MINB1
  * (blocks a multiprocessor at M = 1), M34 (the format k_mvd takes at
  * M = 3-4), PHASED (rows need only be 2-byte aligned: the kernel loads the
@@ -243,13 +243,13 @@ template <class Q> struct mvd_quant {
     }
 };
 
-/* ---- k-quants (q4_K, q6_K): span = 8 super-blocks of 256 ----
+/* ---- k-quants (q4_K, q5_K, q6_K): spans of 8 or 16 super-blocks of 256 ----
  * Lane l takes elements 64 p .. 64 p + 63 (p = l % 4) of super-block l / 4
  * of the span, i.e. pair l of the span in the activations' pair-major order
  * (mvd_quant_x), which are quantized to q8_K: each 256 has one f32 scale,
  * the records keep the 16-element sums (mv_quant8), and the integer sums are
- * the CPU's (sub-block scale x dot product, the q4_K min x the q8_K block
- * sums, q6_K's - 32 as - 32 x those sums). */
+ * the CPU's (sub-block scale x dot product, the q4_K / q5_K min x the q8_K
+ * block sums, q6_K's - 32 as - 32 x those sums). */
 
 /* q4_K: 144-byte super-blocks, nine 16-byte pieces, so a lane reads its
  * block's header (d, dmin and the 12 bytes of scales) and its 32 bytes of
@@ -316,12 +316,68 @@ struct mvd_q4_K {
     }
 };
 
+/* q5_K: 176-byte super-blocks, eleven 16-byte pieces: q4_K's header and
+ * quants (at 48) with qh's 32 bytes between them, every lane of a block
+ * reading them (its fifth bits: bit 2p of qh byte l for sub-block 2p, 2p + 1
+ * for 2p + 1). The quants' pieces of a quarter warp fall on distinct banks
+ * as q4_K's do. */
+struct mvd_q5_K {
+    typedef fmt_q5_K B;
+    static_assert(B::BYTES == 176 && B::D == 0 && B::DMIN == 2 && B::SCALES == 4 && B::QH == 16 && B::QS == 48,
+                  "q5_K: header in the first 16 bytes, qh and quants in 16-byte pieces");
+    static constexpr int SPAN_PAIRS = 32, SPAN_BYTES = 8 * B::BYTES, SLOT_BYTES = SPAN_BYTES, MINB1 = 2;
+    static constexpr bool QUANT = true, KQ = true, PHASED = false;
+    typedef mvd_q5_K M34;
+    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / B::EL * B::BYTES; }
+    __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
+        const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
+        return rest < SPAN_BYTES ? rest : SPAN_BYTES;
+    }
+    __device__ static __forceinline__ int rec_y(int2 r) { return mv_xs_lo(r) + mv_xs_hi(r); }
+    __device__ static __forceinline__ int lane_words(int lane) { return (lane >> 2) * (B::BYTES / 4); }
+    template <int MT>
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, int ph, int rest,
+                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
+        if ((lane >> 2) * B::BYTES >= rest) return; /* past the row's end */
+        const int p = lane & 3;
+        const uint4 h = ((const uint4 *)W)[0];
+        const float d = f16_bits_to_f32((uint16_t)(h.x & 0xffffu)), dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+        const uint32_t sc = p < 2 ? h.y & 0x3f3f3f3fu : (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+        const uint32_t mn = p < 2 ? h.z & 0x3f3f3f3fu : ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+        const int sh = (p & 1) * 16;
+        const int sca = (int)((sc >> sh) & 0xffu), scb = (int)((sc >> (sh + 8)) & 0xffu);
+        const int mna = (int)((mn >> sh) & 0xffu), mnb = (int)((mn >> (sh + 8)) & 0xffu);
+        const uint4 *qp = (const uint4 *)W + 3 + 2 * p, *hp = (const uint4 *)W + 1;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int4 *xp = X.q[m] + pair0 * 4 + lane;
+            const int4 r = X.r[m][pair0 + lane];
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int k = 0; k < 2; k++) { /* elements 16k .. 16k + 15 of both sub-blocks */
+                const uint4 u = qp[k], hv = hp[k];
+                const int4 a = xp[32 * k], b = xp[64 + 32 * k];
+                const uint32_t q[4] = {u.x, u.y, u.z, u.w}, hb[4] = {hv.x >> (2 * p), hv.y >> (2 * p),
+                                                                     hv.z >> (2 * p), hv.w >> (2 * p)};
+                const int ax[4] = {a.x, a.y, a.z, a.w}, bx[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    s0 = mv_dp4a((int)((q[t] & 0x0F0F0F0Fu) | ((hb[t] << 4) & 0x10101010u)), ax[t], s0);
+                    s1 = mv_dp4a((int)(((q[t] >> 4) & 0x0F0F0F0Fu) | ((hb[t] << 3) & 0x10101010u)), bx[t], s1);
+                }
+            }
+            const int is = sca * s0 + scb * s1, im = mna * r.y + mnb * r.w; /* r.y, r.w: the sub-blocks' sums */
+            acc[m] = fmaf(__int_as_float(r.x), d * (float)is - dmin * (float)im, acc[m]);
+        }
+    }
+};
+
 /* q6_K: 210-byte super-blocks. A span is SB of them (SB x 210 bytes, a
  * multiple of 16), lane l taking pair l of each 8 blocks of it, at one
  * 512-thread block a multiprocessor: at two (64 registers) its quantization
  * and epilogues spilled 60-130 bytes. SB = 16 for M <= 2 (with 8 one block
  * would keep only 27 KB a multiprocessor in flight; q4_0: 2 x 18 KB), 8 for
- * M = 3-4 (16 spilled 404 bytes at 128 registers there: mvd_q6_K8). Rows need
+ * M = 3-4 (16 spilled 404 bytes at 128 registers there) and on HIP. Rows need
  * only be 2-byte aligned (PHASED; K = 11008 rows are 9030 bytes). A span's
  * odd blocks start 2 bytes off word alignment: a lane reads the words
  * around its bytes and shifts them by 16 bits where its block is odd (the
@@ -393,8 +449,11 @@ template <int SB> struct mvd_q6_K_span {
     }
 };
 
+#if defined(RBEE_GPU_HIP)
+typedef mvd_q6_K_span<8> mvd_q6_K; /* 16 x 3376 bytes of slots exceed HIP's 48 KiB a block */
+#else
 typedef mvd_q6_K_span<16> mvd_q6_K;
-typedef mvd_q6_K_span<8> mvd_q6_K8;
+#endif
 
 /* cos and sin (times attn_factor) of position pos at frequency i, as the
  * rope kernel computes them (rope_math.cuh) */

@@ -2,7 +2,7 @@
  * a's dims 2/3 broadcast over b's). Two paths:
  *  - M <= MV_MAX_M = 32 (decode, small batches): the staged matrix-vector
  *    kernels of matvec.cuh, which read each weight byte once for all M rows
- *    (ggml blocks q4_0, q8_0, q4_K, q6_K with int8 activations quantized the
+ *    (ggml blocks q4_0, q8_0, q4_K, q5_K, q6_K with int8 activations quantized the
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
@@ -15,7 +15,7 @@
  * (matvec_direct.cuh): the residual add as a block stores the product, the
  * gated output (glu_out) and the rope (normal mode) from pairs of rows a
  * group computes together, the store (KV-cache write) as rows are stored, and
- * for quantized weights (q4_0, q8_0, q4_K, q6_K) the norm as it quantizes the
+ * for quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K) the norm as it quantizes the
  * activations; a gate, or a norm before float weights, runs as its own kernel
  * first (folding them in made every block read the activations twice:
  * measured slower). Where the direct kernels do not apply it answers
@@ -153,7 +153,8 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     /* the norm inside the product: quantized weights quantize the
      * activations in each block anyway (f32 contiguous norm weight) */
     const bool norm_in = f->norm &&
-                         (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0 || a->dtype == RB_Q4_K || a->dtype == RB_Q6_K) &&
+                         (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0 || a->dtype == RB_Q4_K || a->dtype == RB_Q5_K ||
+                          a->dtype == RB_Q6_K) &&
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
@@ -249,7 +250,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     const bool quant = at->is_quant;
     if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
-                               "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q6_K, "
+                               "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q5_K, q6_K, "
                                "f32, f16, bf16 are)",
                                rb_dtype_name(a->dtype), be->name);
     const int64_t K = a->ne[0], N = a->ne[1], M = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
