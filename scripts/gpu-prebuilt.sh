@@ -28,7 +28,8 @@
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
 #              tools/bench/sd_worker_bench.py; SD_WORKER_BENCH="ARGS" adds to its flags
 #   memcheck   compute-sanitizer memcheck of the test programs labelled
-#              memcheck (ops, attention, MoE, graph) and the matrix-vector sweep
+#              memcheck (ops, attention, MoE, graph), the matrix-vector sweep and
+#              the k-quant decode products (q6_K's reads around 2-byte aligned rows)
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
@@ -207,10 +208,10 @@ for s in "$@"; do
     [[ ${PIPESTATUS[0]} -eq 0 ]] && result "sd-worker-rbee bench" ok || result "sd-worker-rbee bench" FAIL ;;
   memcheck)
     mapfile -t MC <$BIN/cuda/memcheck-tests.txt
-    for t in "${MC[@]}" "test_gpu_matmul test_matvec_sweep"; do
+    for t in "${MC[@]}" "test_gpu_matmul test_matvec_sweep" "test_gpu_matmul test_matvec_kquant"; do
       step "memcheck $t"
-      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t%% *}.log" 2>&1
-      rc=$?; tail -3 "$OUT/memcheck_${t%% *}.log"
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t// /_}.log" 2>&1
+      rc=$?; tail -3 "$OUT/memcheck_${t// /_}.log"
       [[ $rc -eq 0 ]] && result "memcheck $t" PASS || result "memcheck $t" "FAIL (exit $rc)"
     done ;;
   bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
