@@ -29,10 +29,16 @@
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
 #              tools/bench/sd_worker_bench.py; SD_WORKER_BENCH="ARGS" adds to its flags
 #   memcheck   compute-sanitizer memcheck of the test programs labelled
-#              memcheck (ops, attention, MoE, graph) and the matrix-vector sweep
+#              memcheck (ops, attention, MoE, graph), the matrix-vector sweep and
+#              the k-quant decode products (q6_K's reads around 2-byte aligned rows)
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
+#   kquant     rbee bench of the k-quant files people download, Llama-3.2-1B
+#              and Llama-2-7B shapes: q4_k_m and q5_k_m (llama-quantize's
+#              default mixes: q6_K output, attn_v and ffn_down in an eighth
+#              of the layers at each end and every third between) and q6_k,
+#              beside q4_0, pp512 tg128
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
@@ -45,7 +51,8 @@
 #              gpt-oss-20b shapes, decode to prefill)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
-#   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape)
+#   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape;
+#              also q4_k_m_7b q5_k_m_7b q4_k_7b q5_k_7b q6_k_7b and their _1b)
 #   t:PROG     one GPU test program on cuda:0 (h:PROG: on rocm:0, the HIP flavour);
 #              PROG_TIMEOUT=S limits each test program (default 300 s)
 #   tgd:SHAPE:TYPE:D  tg128 of a random model after D tokens in the cache
@@ -213,16 +220,17 @@ for s in "$@"; do
     [[ ${PIPESTATUS[0]} -eq 0 ]] && result "sd-worker-rbee bench" ok || result "sd-worker-rbee bench" FAIL ;;
   memcheck)
     mapfile -t MC <$BIN/cuda/memcheck-tests.txt
-    for t in "${MC[@]}" "test_gpu_matmul test_matvec_sweep"; do
+    for t in "${MC[@]}" "test_gpu_matmul test_matvec_sweep" "test_gpu_matmul test_matvec_kquant"; do
       step "memcheck $t"
-      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t%% *}.log" 2>&1
-      rc=$?; tail -3 "$OUT/memcheck_${t%% *}.log"
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda/$t >"$OUT/memcheck_${t// /_}.log" 2>&1
+      rc=$?; tail -3 "$OUT/memcheck_${t// /_}.log"
       [[ $rc -eq 0 ]] && result "memcheck $t" PASS || result "memcheck $t" "FAIL (exit $rc)"
     done ;;
   bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
   bench7b) for ty in bf16 q8_0 q4_0; do bench llama-2-7b $ty 2; done ;;
-  bf16_7b|q8_0_7b|q4_0_7b) bench llama-2-7b "${s%_7b}" 2 ;;
-  bf16_1b|q8_0_1b|q4_0_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
+  kquant) for sh in llama-3.2-1b llama-2-7b; do for ty in q4_0 q4_k_m q5_k_m q6_k; do bench $sh $ty 2; done; done ;;
+  bf16_7b|q8_0_7b|q4_0_7b|q4_k_m_7b|q5_k_m_7b|q4_k_7b|q5_k_7b|q6_k_7b) bench llama-2-7b "${s%_7b}" 2 ;;
+  bf16_1b|q8_0_1b|q4_0_1b|q4_k_m_1b|q5_k_m_1b|q4_k_1b|q5_k_1b|q6_k_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;
   t:*) run_prog cuda "${s#t:}" cuda:0 ;;
   h:*) run_prog hipnv "${s#h:}" rocm:0 ;;
   tgd:*:*:*) IFS=: read -r _ dsh dty dd <<<"$s"; TAG=${TAG:+$TAG-}d$dd bench "$dsh" "$dty" 2 -d "$dd" -p 0 ;;

@@ -2,7 +2,12 @@
  * GGUF output. To keep k-quant encoding (a slow reference search) cheap on
  * multi-gigabyte models, each matrix quantizes a pool of distinct random rows
  * once and fills its rows from the pool in a scrambled order; every row still
- * has its own address, so caches gain nothing from the repetition. */
+ * has its own address, so caches gain nothing from the repetition. Besides
+ * one type for every matrix, the k-quant mixes llama-quantize writes by
+ * default for a llama model: q4_k_m / q5_k_m are q4_K / q5_K with q6_K for
+ * the output matrix and for attn_v and ffn_down in the layers its
+ * use-more-bits rule picks (the first and last eighth, and every third one
+ * between). */
 #include "bench_model.h"
 
 #include "rbee/gguf.h"
@@ -11,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 typedef struct bench_shape {
@@ -27,12 +33,24 @@ static const bench_shape k_shapes[] = {
     {"llama-2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, false},
 };
 
-static const rb_dtype k_types[] = {RB_F32, RB_F16, RB_BF16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q6_K};
+static const rb_dtype k_types[] = {RB_F32, RB_F16, RB_BF16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+
+/* The weight types of a model: base for every matrix, or (mix) the k-quant
+ * mix of base. */
+typedef struct bench_types {
+    rb_dtype base;
+    bool mix;
+} bench_types;
+
+static const struct {
+    const char *name;
+    rb_dtype base;
+} k_mixes[] = {{"q4_k_m", RB_Q4_K}, {"q5_k_m", RB_Q5_K}};
 
 #define POOL_ROWS 64
 
 const char *rb_bench_shape_names(void) { return "tiny, tinyllama-1.1b, llama-3.2-1b, llama-2-7b"; }
-const char *rb_bench_type_names(void) { return "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"; }
+const char *rb_bench_type_names(void) { return "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m"; }
 
 static const bench_shape *find_shape(const char *name) {
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
@@ -40,7 +58,12 @@ static const bench_shape *find_shape(const char *name) {
     return NULL;
 }
 
-static bool find_type(const char *name, rb_dtype *out) {
+static bool find_type(const char *name, bench_types *out) {
+    for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
+        if (strcasecmp(name, k_mixes[i].name) == 0) {
+            *out = (bench_types){k_mixes[i].base, true};
+            return true;
+        }
     rb_dtype t;
     if (!rb_dtype_from_name(name, &t)) {
         /* accept upper-case spellings such as Q4_K */
@@ -57,10 +80,21 @@ static bool find_type(const char *name, rb_dtype *out) {
     }
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         if (k_types[i] == t) {
-            *out = t;
+            *out = (bench_types){t, false};
             return true;
         }
     return false;
+}
+
+/* llama-quantize's rule for the layers of a mix that get more bits */
+static bool more_bits(int64_t il, int64_t n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
+
+/* The type of attn_v / ffn_down of layer il (more: those two) and of the
+ * output matrix (il < 0). */
+static rb_dtype type_of(const bench_types *t, int64_t il, int64_t n_layer, bool more) {
+    if (!t->mix) return t->base;
+    if (il < 0 || (more && more_bits(il, n_layer))) return RB_Q6_K;
+    return t->base;
 }
 
 int64_t rb_bench_count_params(const rb_model_config *c) {
@@ -120,9 +154,9 @@ static rb_status add_norm(rb_gguf_writer *w, const char *name, int64_t n, uint64
     return s;
 }
 
-static rb_status set_metadata(rb_gguf_writer *w, const bench_shape *sh, rb_dtype t) {
+static rb_status set_metadata(rb_gguf_writer *w, const bench_shape *sh, const char *type_name) {
     char name[96];
-    snprintf(name, sizeof name, "random %s %s", sh->name, rb_dtype_name(t));
+    snprintf(name, sizeof name, "random %s %s", sh->name, type_name);
     rb_status s = RB_OK;
 #define SET(call) \
     if (s == RB_OK) s = (call)
@@ -141,25 +175,31 @@ static rb_status set_metadata(rb_gguf_writer *w, const bench_shape *sh, rb_dtype
     return s;
 }
 
-static rb_status add_tensors(rb_gguf_writer *w, const bench_shape *sh, rb_dtype t, uint64_t *seed, rb_error *err) {
+static rb_status add_tensors(rb_gguf_writer *w, const bench_shape *sh, const bench_types *ty, uint64_t *seed,
+                             rb_error *err) {
     const int64_t E = sh->n_embd, D = E / sh->n_head, Q = sh->n_head * D, KV = sh->n_head_kv * D, F = sh->n_ff;
+    const int64_t NL = sh->n_layer;
     const float amp = 0.05f;
+    const rb_dtype t = ty->base, t_out = type_of(ty, -1, NL, false);
     rb_status s;
-    if ((s = add_matrix(w, "token_embd.weight", t, E, sh->n_vocab, 1.0f, seed, err)) != RB_OK) return s;
+    /* a tied embedding is the output matrix too, and takes its type */
+    if ((s = add_matrix(w, "token_embd.weight", sh->tied ? t_out : t, E, sh->n_vocab, 1.0f, seed, err)) != RB_OK)
+        return s;
     if ((s = add_norm(w, "output_norm.weight", E, seed, err)) != RB_OK) return s;
-    if (!sh->tied && (s = add_matrix(w, "output.weight", t, E, sh->n_vocab, amp, seed, err)) != RB_OK) return s;
-    for (int64_t il = 0; il < sh->n_layer; il++) {
+    if (!sh->tied && (s = add_matrix(w, "output.weight", t_out, E, sh->n_vocab, amp, seed, err)) != RB_OK) return s;
+    for (int64_t il = 0; il < NL; il++) {
+        const rb_dtype t_more = type_of(ty, il, NL, true);
         char nm[96];
 #define NM(sfx) (snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)il, (sfx)), nm)
         if ((s = add_norm(w, NM("attn_norm.weight"), E, seed, err)) != RB_OK) return s;
         if ((s = add_matrix(w, NM("attn_q.weight"), t, E, Q, amp, seed, err)) != RB_OK) return s;
         if ((s = add_matrix(w, NM("attn_k.weight"), t, E, KV, amp, seed, err)) != RB_OK) return s;
-        if ((s = add_matrix(w, NM("attn_v.weight"), t, E, KV, amp, seed, err)) != RB_OK) return s;
+        if ((s = add_matrix(w, NM("attn_v.weight"), t_more, E, KV, amp, seed, err)) != RB_OK) return s;
         if ((s = add_matrix(w, NM("attn_output.weight"), t, Q, E, amp, seed, err)) != RB_OK) return s;
         if ((s = add_norm(w, NM("ffn_norm.weight"), E, seed, err)) != RB_OK) return s;
         if ((s = add_matrix(w, NM("ffn_gate.weight"), t, E, F, amp, seed, err)) != RB_OK) return s;
         if ((s = add_matrix(w, NM("ffn_up.weight"), t, E, F, amp, seed, err)) != RB_OK) return s;
-        if ((s = add_matrix(w, NM("ffn_down.weight"), t, F, E, amp, seed, err)) != RB_OK) return s;
+        if ((s = add_matrix(w, NM("ffn_down.weight"), t_more, F, E, amp, seed, err)) != RB_OK) return s;
 #undef NM
     }
     return RB_OK;
@@ -169,7 +209,7 @@ rb_status rb_bench_write_random_model(const char *shape, const char *type_name, 
                                       size_t path_cap, int64_t *n_params, rb_error *err) {
     const bench_shape *sh = find_shape(shape);
     if (!sh) return rb_error_set(err, RB_E_INVALID, "unknown shape '%s' (one of: %s)", shape, rb_bench_shape_names());
-    rb_dtype t;
+    bench_types t;
     if (!find_type(type_name, &t))
         return rb_error_set(err, RB_E_INVALID, "unknown weight type '%s' (one of: %s)", type_name,
                             rb_bench_type_names());
@@ -185,8 +225,8 @@ rb_status rb_bench_write_random_model(const char *shape, const char *type_name, 
     rb_status s = rb_gguf_writer_create(&w, err);
     uint64_t st = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
     if (st == 0) st = 1;
-    if (s == RB_OK && (s = set_metadata(w, sh, t)) != RB_OK) rb_error_set(err, s, "cannot write metadata");
-    if (s == RB_OK) s = add_tensors(w, sh, t, &st, err);
+    if (s == RB_OK && (s = set_metadata(w, sh, type_name)) != RB_OK) rb_error_set(err, s, "cannot write metadata");
+    if (s == RB_OK) s = add_tensors(w, sh, &t, &st, err);
     if (s == RB_OK) s = rb_gguf_writer_write(w, path_out, 0, err);
     rb_gguf_writer_free(w);
     if (s != RB_OK) {

@@ -15,8 +15,10 @@ const char *rb_bench_shape_names(void);
 const char *rb_bench_type_names(void);
 
 /* Writes a random model of shape (a name from rb_bench_shape_names) with
- * every matrix in weight type type_name (norms stay f32) to a new file in
- * $TMPDIR (or /tmp) and returns its path in path_out; the caller deletes it.
+ * every matrix in weight type type_name, or in the k-quant mix it names
+ * (q4_k_m, q5_k_m: llama-quantize's default mixes), norms f32, to a new
+ * file in $TMPDIR (or /tmp) and returns its path in path_out; the caller
+ * deletes it.
  * *n_params receives the parameter count. RB_E_INVALID names the accepted
  * values for an unknown shape or type. */
 rb_status rb_bench_write_random_model(const char *shape, const char *type_name, uint64_t seed, char *path_out,

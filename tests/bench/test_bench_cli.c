@@ -95,9 +95,12 @@ static void test_random_tiny_json(void **state) {
     (void)state;
     char dir[] = "/tmp/rb-bench-test-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    const char *types[] = {"q4_0", "q8_0", "q4_k", "f16"};
-    const char *names[] = {"q4_0", "q8_0", "q4_K", "f16"};
-    for (int t = 0; t < 4; t++) {
+    /* q4_k_m: llama-quantize's mix, q4_K with q6_K for the output and, in
+     * the last of the 2 layers, attn_v and ffn_down */
+    const char *types[] = {"q4_0", "q8_0", "q4_k", "f16", "q4_k_m"};
+    const char *names[] = {"q4_0", "q8_0", "q4_K", "f16", "q4_K"};
+    double q4k_bytes = 0;
+    for (int t = 0; t < 5; t++) {
         char args[256];
         snprintf(args, sizeof args, "bench --random tiny --type %s -p 24 -n 5 -r 3 --threads 2 --json", types[t]);
         json_t *root = run_json(dir, args);
@@ -116,6 +119,10 @@ static void test_random_tiny_json(void **state) {
         /* 2 x (256 x 512) embeddings/output + 2 layers x (2x256x256 + 2x256x128 + 3x256x768 + 2x256) + 256 */
         assert_int_equal((int64_t)num(root, "n_params"), 2 * 256 * 512 + 2 * (2 * 65536 + 2 * 32768 + 3 * 196608 + 512) + 256);
         assert_true(num(root, "weight_bytes") > 0);
+        if (t == 2) q4k_bytes = num(root, "weight_bytes");
+        if (t == 4) /* q6_K's 210 bytes a block for q4_K's 144: the output's 512 rows of one block, attn_v's
+                     * 128, ffn_down's 256 of three */
+            assert_int_equal((int64_t)(num(root, "weight_bytes") - q4k_bytes), (int64_t)(512 + 128 + 256 * 3) * 66);
         json_t *res = json_object_get(root, "results");
         assert_true(json_is_array(res));
         assert_int_equal(json_array_size(res), 2);

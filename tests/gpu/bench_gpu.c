@@ -127,7 +127,7 @@ static double mvb_time(rb_backend *be, rb_tensor *d, rb_tensor *w, int nrot, rb_
 }
 
 static int bench_matvec(rb_backend *be, double copy_bw) {
-    const rb_dtype dts[] = {RB_F32, RB_BF16, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q6_K};
+    const rb_dtype dts[] = {RB_F32, RB_BF16, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t shapes[3][2] = {{4096, 11008}, {4096, 4096}, {11008, 4096}};
     const int64_t Ms[] = {1, 2, 4, 8, 16, 32, 512};
     const bool graphs = rb_backend_graphs_supported(be);

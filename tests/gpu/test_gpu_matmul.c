@@ -1,7 +1,7 @@
 /* rb_matmul on the GPU against a double-precision reference computed from
  * the dequantized weights and the stored activations, and (quantized weights)
- * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K
- * and q6_K.
+ * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K,
+ * q5_K and q6_K.
  *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels) and 70 (GEMM path); odd
  *    N and K; a's dims 2/3 broadcast over b's; permuted/sliced activations of
  *    f32/f16/bf16; f32 and f16 destinations in strided views. Run twice: with
@@ -12,17 +12,18 @@
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
  *    plus f16 activations in a permuted view (the strided quantizer and the
  *    f32 conversion). Covers the direct kernels (aligned rows, M <= 4; for
- *    q4_0/q8_0 with the activations quantized in each block from contiguous
- *    f32 rows, or by the separate quantizer from the permuted f16 view at
- *    N = 257), the staged ones (M > 4, unaligned rows, K % 256 != 0) and the
- *    direct kernels launched ahead of their inputs (weights in a constant
- *    buffer).
+ *    quantized weights with the activations quantized in each block from
+ *    contiguous f32 rows, or by the separate quantizer from the permuted f16
+ *    view at N = 257; q6_K also with rows only 2-byte aligned in a padded
+ *    view, N = 33), the staged ones (M > 4, unaligned rows, K % 256 != 0,
+ *    q6_K rows whose 16-byte pieces pass the buffer's end) and the direct
+ *    kernels launched ahead of their inputs (weights in a constant buffer).
  * Bounds (relative L2 error; in the sweep the denominator is floored at a
  * quarter of the expected output norm, sqrt(sum_i sum_k (w_ik x_k)^2), so a
  * lone output that happens to be near zero cannot fail on rounding alone):
  *  - float weights, M <= 32: 1e-5 per product (f32 activations and sums);
  *  - quantized weights, M <= 32: the activations are quantized to int8 the
- *    way the CPU backend does (q8_0 for q4_0/q8_0, q8_K for q4_K/q6_K), so
+ *    way the CPU backend does (q8_0 for q4_0/q8_0, q8_K for the k-quants), so
  *    against the f32-activation reference the error is the activation
  *    rounding, rms(d/sqrt(12))/rms(x) ~ 4.5e-3 for uniform data: bound 1e-2
  *    (sweep: over all M of one N, K, >= 100 outputs; one product alone is
@@ -37,19 +38,27 @@
  *    against the double reference of both products, rope of a product's
  *    first heads at device positions, whole and partial, after a norm, with
  *    the rows past them stored into f16 cache slots) for every weight type
- *    of the direct kernels (and q4_K, which
- *    runs the separate ops), M = 1, 3, 4, 5, K = 256 and 4096, against the
- *    double reference (bounds as above) and the CPU backend (float 1e-5;
- *    quantized 1e-3: the norm's scale is computed in another order, which can
- *    move an int8 activation by one), with the scratch poisoned: where the
- *    direct kernels surely apply (q4_0, q8_0, f32, f16, bf16 at M = 1, or
- *    M <= 4 at K = 256) the add must not go through tmp_out, nor the norm
- *    before q4_0/q8_0 weights through tmp_in, so a silent fall back to the
+ *    of the direct kernels, M = 1, 3, 4, 5, K = 256 and 4096, against the
+ *    double reference (bounds as above; k-quants 2e-2) and the CPU backend
+ *    (float 1e-5; quantized 1e-3: the norm's scale is computed in another
+ *    order, which can move an int8 activation by one), with the scratch
+ *    poisoned: where the direct kernels surely apply (every type at M = 1,
+ *    or M <= 4 at K = 256; not q6_K's K = 256 products over the whole
+ *    257-row buffer) the add must not go through tmp_out, nor the norm
+ *    before quantized weights through tmp_in, so a silent fall back to the
  *    separate ops fails.
  *  - test_matvec_rows: the q4_0/q8_0 direct kernels with several rows a
  *    group (N = 9002; K = 4096 and 2304, the latter ending each row in a
  *    partial span), plain and fused norm + glu_out, M = 1 and 3: against the
  *    CPU backend as above.
+ *  - test_matvec_kquant: q4_K, q5_K and q6_K at M = 1-4 at model shapes, K =
+ *    2048, 4096 and 11008 with N = 4501 (several rows a group) and 1031,
+ *    rows 4 bytes off alignment (K = 2304) and K = 256, in buffers with a
+ *    row to spare or ending with the last row (q6_K at K = 11008 then takes
+ *    the staged kernel, at the other shapes the direct one from 2-byte
+ *    aligned rows; q4_K/q5_K off alignment the staged one): plain (outputs
+ *    poisoned), norm + glu_out and accumulate, against the CPU backend with
+ *    the bounds of test_matvec_rows.
  *  - test_matvec_rope_split: a 7B-like qkv product (norm, rope of 64 heads of
  *    128 = 8192 rows, the 4096 rows after them one at a time, the k and v
  *    rows stored in a cache), so large that the direct kernel's groups get
@@ -98,7 +107,7 @@ static void run_all(bool tiled) {
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, tiled ? 501 : 500);
-    const rb_dtype ws[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    const rb_dtype ws[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t Ms[] = {1, 3, 8, 19, 70};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -286,12 +295,12 @@ static void test_matvec_sweep(void **state) {
     const double cpu_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5;
     tu_rng rng;
     tu_rng_seed(&rng, 700);
-    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K, RB_F32, RB_F16, RB_BF16};
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_F32, RB_F16, RB_BF16};
     const int64_t Ms[] = {1, 2, 3, 7, 8, 9, 16, 31, 32}, Ns[] = {1, 33, 257};
     int failures = 0;
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
         const rb_dtype wt = ws[wi];
-        const bool quant = rb_dtype_info((int)wt)->is_quant, kq = wt == RB_Q4_K || wt == RB_Q6_K;
+        const bool quant = rb_dtype_info((int)wt)->is_quant, kq = wt == RB_Q4_K || wt == RB_Q5_K || wt == RB_Q6_K;
         /* odd K: q4_0/q8_0 a multiple of 32, f16/bf16 of 8, f32 of 4 (the
          * staged kernels' granularity); k-quants a multiple of 256 */
         const int64_t Kodd = kq ? 2304 : quant ? 1056 : wt == RB_F32 ? 1036 : 1000;
@@ -360,7 +369,7 @@ static void test_matmul_fused(void **state) {
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, 710);
-    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_F32, RB_F16, RB_BF16, RB_Q4_K};
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_F32, RB_F16, RB_BF16, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t Ks[] = {256, 4096}, Ms[] = {1, 3, 4, 5}, N = 257, NG = 256; /* NG: glu_out's gate | up rows */
     int failures = 0, fused = 0;
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
@@ -430,14 +439,18 @@ static void test_matmul_fused(void **state) {
                     TU_OK(rb_matmul_fused(g, &d.g, &wa_g, &bg, &fg));
                     TU_OK(rb_matmul_fused(c, &d.c, &wa_c, &bc, &fc));
                     double *got = gp_read(&d, 1), *cpu = gp_read(&d, 0);
-                    /* the direct kernels apply (q4_0/q8_0 hold M rows of
-                     * activations in shared memory: one row always fits,
-                     * more at K = 256; on HIP the budget is 48 KiB); there
-                     * the add never goes through tmp_out, and the norm
-                     * before q4_0/q8_0 weights never through tmp_in */
-                    const bool direct = wt != RB_Q4_K && (M == 1 || (M <= 4 && K == 256));
-                    const bool in_kept =
-                        direct && (mode == 4 || mode == 6 || mode == 7 || (norm && (wt == RB_Q4_0 || wt == RB_Q8_0)));
+                    /* the direct kernels apply (quantized weights hold M
+                     * rows of activations in shared memory: one row always
+                     * fits, more at K = 256; on HIP the budget is 48 KiB);
+                     * there the add never goes through tmp_out, and the norm
+                     * before quantized weights never through tmp_in. q6_K
+                     * rows of K = 256 (210 bytes) end the 257-row buffer off
+                     * 16-byte alignment, so the products over all of it
+                     * take the staged kernel and the separate ops; the
+                     * first 256 rows (glu_out, rope) stay direct */
+                    const bool rows_ok = wt != RB_Q6_K || K % 2048 == 0 || gluo || rope;
+                    const bool direct = rows_ok && (M == 1 || (M <= 4 && K == 256));
+                    const bool in_kept = direct && (mode == 4 || mode == 6 || mode == 7 || (norm && quant));
                     if ((in_kept && !gp_gpu_unchanged(&ti)) || (direct && !gp_gpu_unchanged(&to))) {
                         print_error("fused %s K=%lld M=%lld mode %d: the separate ops ran (scratch written)\n",
                                     rb_dtype_name(wt), (long long)K, (long long)M, mode);
@@ -520,10 +533,12 @@ static void test_matmul_fused(void **state) {
                     err_add(&er, got, ref, var, (size_t)(NO * M));
                     err_add(&ec, got, cpu, var, (size_t)(NO * M));
                     const double e_ref = err_rel(&er), e_cpu = err_rel(&ec);
-                    /* q4_K quantizes the activations to q8_K, one scale per 256 (q8_0: per
-                     * 32): a gated input's outliers coarsen the rest of its block, 1.03e-2
-                     * measured at K = 256 (the CPU agrees to 1e-7, the tight check here) */
-                    const double b_ref = wt == RB_Q4_K ? 2e-2 : quant ? 1e-2 : 1e-5, b_cpu = quant ? 1e-3 : 1e-5;
+                    /* k-quants quantize the activations to q8_K, one scale per 256 (q8_0:
+                     * per 32): a gated input's outliers coarsen the rest of its block,
+                     * 1.03e-2 measured at K = 256 with q4_K (the CPU agrees to 1e-7, the
+                     * tight check here) */
+                    const bool kq = wt == RB_Q4_K || wt == RB_Q5_K || wt == RB_Q6_K;
+                    const double b_ref = kq ? 2e-2 : quant ? 1e-2 : 1e-5, b_cpu = quant ? 1e-3 : 1e-5;
                     if (!(e_ref <= b_ref) || !(e_cpu <= b_cpu)) {
                         print_error("fused %s K=%lld M=%lld mode %d: rel L2 vs reference %.3g (bound %.0e), "
                                     "vs CPU %.3g (bound %.0e)\n",
@@ -632,6 +647,146 @@ static void test_matvec_rows(void **state) {
     rb_backend_destroy(c);
     rb_backend_destroy(g);
     if (failures) fail_msg("matvec rows: %d comparisons failed", failures);
+}
+
+/* Quantized weights [K, N] at byte offset offs of a buffer that holds slack
+ * more rows after them; the rows repeat a pool of 256 quantized random rows
+ * in a scrambled order (k-quant encoding of whole 7B-sized matrices is
+ * slow), the offs bytes before them are random. */
+static gp pool_weights(rb_backend *c, rb_backend *g, tu_rng *rng, rb_dtype dt, int64_t K, int64_t N, size_t offs,
+                       int64_t slack) {
+    const int64_t P = 256;
+    const size_t rs = rb_dtype_row_size(dt, K);
+    float *f = malloc(sizeof(float) * (size_t)(K * P));
+    unsigned char *pool = malloc(rs * (size_t)P);
+    assert_non_null(f);
+    assert_non_null(pool);
+    tu_fill_uniform(rng, f, (size_t)(K * P), -1.0f, 1.0f);
+    TU_OK(rb_quantize_rows(dt, f, pool, P, K));
+    gp x;
+    memset(&x, 0, sizeof x);
+    x.size = offs + rs * (size_t)(N + slack);
+    x.orig = malloc(x.size);
+    assert_non_null(x.orig);
+    for (size_t i = 0; i < offs; i++) x.orig[i] = (unsigned char)tu_rng_range(rng, 0.0f, 256.0f);
+    for (int64_t r = 0; r < N + slack; r++)
+        memcpy(x.orig + offs + (size_t)r * rs, pool + (size_t)((r * 37 + r / P) % P) * rs, rs);
+    const int64_t ne[2] = {K, N};
+    rb_tensor t;
+    TU_OK(rb_tensor_init(&t, dt, 2, ne, NULL, offs));
+    TU_OK(rb_buffer_alloc(c, x.size, &x.cb));
+    TU_OK(rb_buffer_set(x.cb, 0, x.orig, x.size));
+    TU_OK(rb_buffer_alloc(g, x.size, &x.gb));
+    TU_OK(rb_buffer_set(x.gb, 0, x.orig, x.size));
+    x.c = t;
+    x.c.buf = x.cb;
+    x.g = t;
+    x.g.buf = x.gb;
+    free(f);
+    free(pool);
+    return x;
+}
+
+/* rel L2 of the GPU's [n] outputs against the CPU's */
+static double rel_cpu(const gp *d) {
+    double *got = gp_read(d, 1), *cpu = gp_read(d, 0), num = 0, den = 0;
+    const int64_t n = rb_tensor_nelements(&d->c);
+    for (int64_t i = 0; i < n; i++) {
+        num += (got[i] - cpu[i]) * (got[i] - cpu[i]);
+        den += cpu[i] * cpu[i];
+    }
+    free(got);
+    free(cpu);
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* The k-quant decode products (q4_K, q5_K, q6_K; the file comment has the
+ * shapes) at M = 1-4 against the CPU backend, plain and fused. */
+static void test_matvec_kquant(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 740);
+    rb_device_info ci;
+    TU_OK(rb_backend_device_info(c, &ci));
+    const double plain_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5; /* as test_matvec_sweep */
+    const rb_dtype ws[] = {RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    const struct {
+        int64_t K, N;
+        size_t offs;
+        int64_t slack;
+    } cs[] = {
+        {2048, 4501, 0, 1},  /* more rows than the device's groups: several rows a group */
+        {4096, 1031, 0, 0},  /* the buffer ends with the last row */
+        {11008, 4501, 0, 1}, /* q6_K rows of 9030 bytes, every 2-byte phase */
+        {11008, 1031, 0, 0}, /* q6_K: the last row's last 16-byte piece would pass the buffer's end */
+        {2304, 257, 4, 1},   /* rows 4 bytes off 16-byte alignment (q6_K: direct, the others staged) */
+        {256, 257, 4, 0},    /* one super-block a row, at the buffer's end */
+    };
+    int failures = 0;
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
+        for (size_t ci2 = 0; ci2 < sizeof cs / sizeof cs[0]; ci2++) {
+            const rb_dtype wt = ws[wi];
+            const int64_t K = cs[ci2].K, N = cs[ci2].N, wne[4] = {K, 1, 1, 1};
+            gp a = pool_weights(c, g, &rng, wt, K, N, cs[ci2].offs, cs[ci2].slack);
+            if (ci2 % 2 == 0) TU_OK(rb_buffer_set_constant(a.gb)); /* launched ahead of its inputs (pdl) */
+            gp w = gp_make(c, g, &rng, RB_F32, wne, GP_CONTIG, 0.5f, 1.5f);
+            TU_OK(rb_buffer_set_constant(w.gb));
+            for (int64_t M = 1; M <= 4; M++)
+                for (int mode = 0; mode < 3; mode++) { /* plain, norm + glu_out, accumulate */
+                    if (mode > 0 && M == 2) continue;
+                    /* glu_out over the first N - 1 rows (gate | up) */
+                    const int64_t NA = mode == 1 ? N - 1 : N, NO = mode == 1 ? NA / 2 : NA;
+                    const int64_t bne[4] = {K, M, 1, 1}, dne[4] = {NO, M, 1, 1}, tne[4] = {NA, M, 1, 1};
+                    gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -2, 2);
+                    gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, -1, 1);
+                    gp ti = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, 0, 1);
+                    gp to = gp_make(c, g, &rng, RB_F32, tne, GP_CONTIG, 0, 1);
+                    rb_tensor ac = a.c, ag = a.g;
+                    ac.ne[1] = ag.ne[1] = NA;
+                    rb_matmul_fusion fc = {.tmp_in = &ti.c, .tmp_out = &to.c};
+                    if (mode == 1) {
+                        fc.norm = true;
+                        fc.norm_w = &w.c;
+                        fc.eps = 1e-5f;
+                        fc.glu_out = true;
+                        fc.act = RB_UNARY_SILU;
+                    } else {
+                        fc.accumulate = true;
+                    }
+                    rb_matmul_fusion fg = fc;
+                    fg.norm_w = &w.g;
+                    fg.tmp_in = &ti.g;
+                    fg.tmp_out = &to.g;
+                    if (mode == 0) { /* NaN: an unwritten output fails */
+                        memset(d.orig, 0xff, d.size);
+                        TU_OK(rb_buffer_set(d.gb, 0, d.orig, d.size));
+                        TU_OK(rb_matmul(g, &d.g, &ag, &b.g));
+                        TU_OK(rb_matmul(c, &d.c, &ac, &b.c));
+                    } else {
+                        TU_OK(rb_matmul_fused(g, &d.g, &ag, &b.g, &fg));
+                        TU_OK(rb_matmul_fused(c, &d.c, &ac, &b.c, &fc));
+                    }
+                    const double e = rel_cpu(&d), bound = mode == 1 ? 1e-3 : plain_bound;
+                    if (!(e <= bound)) {
+                        print_error("kquant %s K=%lld N=%lld offs %zu M=%lld mode %d: rel L2 vs CPU %.3g > %.0e\n",
+                                    rb_dtype_name(wt), (long long)K, (long long)NA, cs[ci2].offs, (long long)M, mode,
+                                    e, bound);
+                        failures++;
+                    }
+                    gp_free(&b);
+                    gp_free(&d);
+                    gp_free(&ti);
+                    gp_free(&to);
+                }
+            gp_free(&a);
+            gp_free(&w);
+        }
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("matvec kquant: %d comparisons failed", failures);
 }
 
 /* The direct kernel's walk of a qkv product with more rope pairs than the
@@ -748,6 +903,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matvec_rows),
+        cmocka_unit_test(test_matvec_kquant),
         cmocka_unit_test(test_matvec_rope_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

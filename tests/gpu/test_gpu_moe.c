@@ -10,7 +10,7 @@
  *  - rb_swiglu_clamp over strided views, values far past the limit, NaN and
  *    infinite inputs, in place: within 2e-6 relative (+1e-6) of a double
  *    reference, and of the CPU backend.
- *  - rb_matmul_id for f32, f16, bf16, q4_0, q8_0, q4_K, q6_K and mxfp4
+ *  - rb_matmul_id for f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K and mxfp4
  *    experts: one shared row per token and one per slot, decode (T = 1) to
  *    1100 tokens, 3..300 experts, duplicate experts in a token, all tokens
  *    on two experts (groups of 64 rows), odd K and N, sliced and permuted
@@ -18,7 +18,7 @@
  *    first, bytes around the views checked). Bounds: rel L2 against the
  *    double product of the dequantized weights with the stored activations
  *    1e-5 for float weights, 1e-2 for q8_0-mode formats and 2e-2 for
- *    q4_K / q6_K (the activations are quantized to int8 as the CPU backend
+ *    the k-quants (the activations are quantized to int8 as the CPU backend
  *    does: q8_0 per 32, q8_K per 256); against the CPU backend 1e-5 (float)
  *    and 2e-5 (quantized: the same integer sums, 1e-3 where the CPU runs
  *    its scalar quantizer, as test_gpu_matmul). A decode step whose
@@ -393,7 +393,7 @@ static void matmul_id_case(env *e, const mcase *m) {
             }
     for (int64_t i = 0; i < N * k * T; i++)
         if (!isfinite(gg[i])) fail_msg("%s: output %lld is %g (unwritten?)", what, (long long)i, gg[i]);
-    const bool quant = rb_dtype_info((int)m->wt)->is_quant, kq = m->wt == RB_Q4_K || m->wt == RB_Q6_K;
+    const bool quant = rb_dtype_info((int)m->wt)->is_quant, kq = m->wt == RB_Q4_K || m->wt == RB_Q5_K || m->wt == RB_Q6_K;
     const double e_ref = rel_l2(gg, ref, N * k * T), e_cpu = rel_l2(gg, gc, N * k * T);
     const double b_ref = !quant ? 1e-5 : kq ? 2e-2 : 1e-2, b_cpu = quant ? e->cpu_bound : 1e-5;
     print_message("%-80s vs ref %.2e (bound %.0e), vs cpu %.2e (bound %.0e)\n", what, e_ref, b_ref, e_cpu, b_cpu);
@@ -434,6 +434,8 @@ static void test_matmul_id(void **state) {
         {RB_Q4_K, RB_F32, 256, 20, 4, 2, 6, true, C, C, C, 0},
         {RB_Q4_K, RB_F16, 512, 33, 16, 4, 37, false, L, P, L, 0},
         {RB_Q4_K, RB_F32, 256, 16, 128, 8, 5, true, C, C, C, 0},
+        {RB_Q5_K, RB_F32, 256, 19, 6, 2, 5, true, C, C, C, 0},
+        {RB_Q5_K, RB_F16, 512, 12, 4, 2, 3, false, L, P, C, 0},
         {RB_Q6_K, RB_F32, 256, 17, 5, 3, 4, true, C, C, C, 0},
         {RB_Q6_K, RB_BF16, 512, 8, 6, 2, 2, false, L, L, C, 1},
         {RB_MXFP4, RB_F32, 64, 24, 4, 2, 8, false, C, C, C, 0},

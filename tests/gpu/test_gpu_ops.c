@@ -3,7 +3,7 @@
  * layouts; f32/f16/bf16): fill, affine, all unary and binary ops with
  * broadcasting, where, cast (float <-> float strided and in 4-wide rows,
  * quantized -> float),
- * get_rows (float and q4_0/q8_0/q4_K/q6_K tables, bad ids), set_rows,
+ * get_rows (float and q4_0/q8_0/q4_K/q5_K/q6_K tables, bad ids), set_rows,
  * rms_norm, layer_norm, softmax with masks, reductions, rope, and the fused
  * rb_glu / rb_add_rms_norm (1e-6 relative to the CPU). f32 results
  * within 1e-5 relative (plus a tiny absolute floor); f16/bf16 outputs allow
@@ -163,8 +163,8 @@ static void test_cast(void **state) {
     gp_free(&k);
     gp_free(&c);
     /* dequantizing casts */
-    const rb_dtype qs[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
-    for (int q = 0; q < 4; q++) {
+    const rb_dtype qs[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    for (int q = 0; q < 5; q++) {
         const int64_t qne[4] = {512, 7, 2, 1};
         gp s = MK(qs[q], qne, GP_SLICE, -2, 2), d = MK(RB_F32, qne, GP_PERM, 0, 1);
         TU_OK(rb_cast(e->c, &d.c, &s.c));
@@ -179,7 +179,7 @@ static void test_cast(void **state) {
 
 static void test_get_set_rows(void **state) {
     PREP(14);
-    const rb_dtype tabs[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    const rb_dtype tabs[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t V = 29;
     int32_t ids[10];
     for (int i = 0; i < 10; i++) ids[i] = (int32_t)(tu_rng_u64(&e->rng) % V);

@@ -1,5 +1,5 @@
 /* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
- * q6_K and mxfp4 - described once here (fmt_*: byte layout, sizes and offsets;
+ * q5_K, q6_K and mxfp4 - described once here (fmt_*: byte layout, sizes and offsets;
  * include/rbee/quant.h has the C structs and the CPU's codecs), and their
  * device decoding at two granularities: one element (get_rows, cast) and a
  * "unit" of 32 consecutive elements of a row decoded into registers. The
@@ -34,6 +34,14 @@ struct fmt_q8_0 {
  * d sc nibble - dmin m. */
 struct fmt_q4_K {
     static constexpr int EL = 256, BYTES = 144, D = 0, DMIN = 2, SCALES = 4, QS = 16;
+};
+
+/* q5_K: 256 elements in 176 bytes, q4_K with a fifth bit: f16 d (0-1) and
+ * dmin (2-3), the 12 scale bytes of q4_K (4-15), qh[32] (16-47), then
+ * qs[128] (48-175) as q4_K's; element l of sub-block j (l < 32) adds bit j
+ * of qh[l] as 16 to its nibble; value = d sc q - dmin m. */
+struct fmt_q5_K {
+    static constexpr int EL = 256, BYTES = 176, D = 0, DMIN = 2, SCALES = 4, QH = 16, QS = 48;
 };
 
 /* q6_K: 256 elements in 210 bytes: ql[128] (0-127, the low 4 bits), qh[64]
@@ -86,12 +94,15 @@ __device__ __forceinline__ int qblock_bytes(int dt) {
     case RB_Q4_0: return fmt_q4_0::BYTES;
     case RB_Q8_0: return fmt_q8_0::BYTES;
     case RB_Q4_K: return fmt_q4_K::BYTES;
+    case RB_Q5_K: return fmt_q5_K::BYTES;
     case RB_Q6_K: return fmt_q6_K::BYTES;
     case RB_MXFP4: return fmt_mxfp4::BYTES;
     default: return 0;
     }
 }
-__device__ __forceinline__ int qblock_units(int dt) { return (dt == RB_Q4_K || dt == RB_Q6_K) ? 8 : 1; }
+__device__ __forceinline__ int qblock_units(int dt) {
+    return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K) ? 8 : 1;
+}
 
 /* n 16-bit words from a 2-byte aligned address (fewer load instructions
  * than bytes; blocks of q8_0, q4_0 and q6_K are only 2-byte aligned). */
@@ -139,6 +150,23 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             const uint32_t v = q[i] >> sh;
 #pragma unroll
             for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)((v >> (8 * k)) & 0xF) - ml;
+        }
+    } else if (dt == RB_Q5_K) {
+        const char *b = row + (u >> 3) * fmt_q5_K::BYTES;
+        const int j = (int)(u & 7);
+        const float d = ld_h(b + fmt_q5_K::D), dmin = ld_h(b + fmt_q5_K::DMIN);
+        int sc, m;
+        q4k_scale_min((const uint8_t *)(b + fmt_q5_K::SCALES), j, &sc, &m);
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        const uint32_t *q = (const uint32_t *)(b + fmt_q5_K::QS + 32 * (j >> 1)); /* 4-byte aligned */
+        const uint32_t *h = (const uint32_t *)(b + fmt_q5_K::QH);
+        const int sh = (j & 1) * 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = q[i] >> sh, hb = h[i] >> j;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w[4 * i + k] = dl * (float)(((v >> (8 * k)) & 0xF) | (((hb >> (8 * k)) & 1) << 4)) - ml;
         }
     } else if (dt == RB_Q6_K) {
         const char *b = row + (u >> 3) * fmt_q6_K::BYTES;
@@ -189,6 +217,14 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
         q4k_scale_min((const uint8_t *)(b + fmt_q4_K::SCALES), jj, &sc, &m);
         const int q = (((const uint8_t *)(b + fmt_q4_K::QS))[32 * (jj >> 1) + i] >> ((jj & 1) * 4)) & 0xF;
         return ld_h(b + fmt_q4_K::D) * (float)sc * (float)q - ld_h(b + fmt_q4_K::DMIN) * (float)m;
+    } else if (dt == RB_Q5_K) {
+        const char *b = row + (u >> 3) * fmt_q5_K::BYTES;
+        const int jj = (int)(u & 7);
+        int sc, m;
+        q4k_scale_min((const uint8_t *)(b + fmt_q5_K::SCALES), jj, &sc, &m);
+        const int q = ((((const uint8_t *)(b + fmt_q5_K::QS))[32 * (jj >> 1) + i] >> ((jj & 1) * 4)) & 0xF) |
+                      (((((const uint8_t *)(b + fmt_q5_K::QH))[i] >> jj) & 1) << 4);
+        return ld_h(b + fmt_q5_K::D) * (float)sc * (float)q - ld_h(b + fmt_q5_K::DMIN) * (float)m;
     } else if (dt == RB_Q6_K) {
         const char *b = row + (u >> 3) * fmt_q6_K::BYTES;
         const int jj = (int)(u & 7), n = jj >> 2, qq = jj & 3;

@@ -287,7 +287,7 @@ __global__ void k_dequant_units(gt d, gt s, int64_t n_units, int vec) {
 }
 
 bool gpu_units_aligned(rb_dtype dt, const gt &v) {
-    const int64_t a = dt == RB_Q4_K ? 4 : 2;
+    const int64_t a = dt == RB_Q4_K || dt == RB_Q5_K ? 4 : 2; /* dq_unit reads their quants as words */
     return ((int64_t)(uintptr_t)v.p % a) == 0 && v.nb[1] % a == 0 && v.nb[2] % a == 0 && v.nb[3] % a == 0;
 }
 
@@ -298,7 +298,7 @@ bool gpu_plain_ok(rb_dtype t) {
            t == RB_F64;
 }
 bool gpu_quant_ok(rb_dtype t) {
-    return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q6_K || t == RB_MXFP4;
+    return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q5_K || t == RB_Q6_K || t == RB_MXFP4;
 }
 
 rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value) {

@@ -28,9 +28,10 @@
  * Weight rows per lane: 2 for M <= 8, 4 above (CUDA; HIP always 2). The
  * in-kernel activation quantization takes at most MV_FUSED_MAX bytes (an
  * H200 had the separate kernel ahead from M = 8 at K = 4096).
- * Decode itself (M <= 4, 16-byte aligned rows, q4_0/q8_0/f32/f16/bf16) takes
- * the direct kernels of matvec_direct.cuh first (quantized weights: where
- * the activations are contiguous f32 rows that fit a block's shared memory). */
+ * Decode itself (M <= 4, 16-byte aligned rows or q6_K's 2-byte aligned ones,
+ * q4_0/q8_0/q4_K/q5_K/q6_K/f32/f16/bf16) takes the direct kernels of
+ * matvec_direct.cuh first (quantized weights: where the activations are
+ * contiguous f32 rows that fit a block's shared memory). */
 #ifndef RBEE_GPU_MATVEC_CUH
 #define RBEE_GPU_MATVEC_CUH
 
@@ -477,10 +478,14 @@ static rb_status mv_quant_acts(rb_backend *be, const gt &bv, const gt *bf, int64
 
 /* ---- direct kernels (matvec_direct.cuh) ---- */
 
-/* 16-byte aligned weight rows, fewer than 2^30 of them (k_mvd walks rows in
- * 32-bit steps) */
-static bool mvd_rows_ok(const gt &av) {
-    return ((uintptr_t)av.p & 15) == 0 && av.nb[1] % 16 == 0 && av.nb[2] % 16 == 0 && av.nb[3] % 16 == 0 &&
+/* Weight rows k_mvd's format F reads: 16-byte aligned, or for F::PHASED
+ * (q6_K) 2-byte aligned with every 16-byte piece around a row inside the
+ * weights' buffer (pieces: the caller's gpu_pieces_inside); fewer than 2^30
+ * of them (k_mvd walks rows in 32-bit steps). */
+template <class F> static bool mvd_rows_ok(const gt &av, bool pieces) {
+    const int a = F::PHASED ? 2 : 16;
+    if (F::PHASED && !pieces) return false;
+    return ((uintptr_t)av.p % a) == 0 && av.nb[1] % a == 0 && av.nb[2] % a == 0 && av.nb[3] % a == 0 &&
            av.ne[1] < ((int64_t)1 << 30);
 }
 
@@ -558,7 +563,7 @@ template <class F, int NT>
 static rb_status mvd_launch_m(rb_backend *be, const mvd_args &p, int64_t slices, bool pdl) {
     if (p.M == 1) return mvd_launch<F, 1, NT, F::MINB1>(be, p, slices, pdl);
     if (p.M == 2) return mvd_launch<F, 2, NT>(be, p, slices, pdl);
-    return mvd_launch<F, 4, NT>(be, p, slices, pdl);
+    return mvd_launch<typename F::M34, 4, NT>(be, p, slices, pdl);
 }
 
 /* The arguments common to every format: destination, weights, broadcast,
@@ -573,19 +578,20 @@ static mvd_args mvd_base(const gt &dv, const gt &av, int64_t r2, int64_t r3, int
     return p;
 }
 
-/* q4_0 / q8_0 weights through k_mvd: K % 256 == 0, 16-byte aligned rows,
- * M <= MVD_MAX_M, contiguous aligned f32 activations (bf) that fit beside the
- * slots in shared memory (each block quantizes them there); *done = false
- * otherwise (the staged kernel takes the product). */
-template <class Q>
+/* Quantized weights (F: q4_0, q8_0, q4_K, q5_K, q6_K) through k_mvd: K % 256 ==
+ * 0, rows as mvd_rows_ok says, M <= MVD_MAX_M, contiguous aligned f32
+ * activations (bf) that fit beside the slots in shared memory (each block
+ * quantizes them there); *done = false otherwise (the staged kernel takes
+ * the product). */
+template <class F>
 static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
-                           int64_t r3, bool pdl, bool *done) {
+                           int64_t r3, bool pdl, bool pieces, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
-    if (!bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av))
+    if (!bf || M > MVD_MAX_M || K % 256 != 0 || K >= ((int64_t)1 << 26) || !mvd_rows_ok<F>(av, pieces))
         return RB_OK;
     bool fits = false;
-    rb_status s = mvd_quant_fits<mvd_quant<Q>, MVD_Q_THREADS>(be, M, K, false, &fits);
+    rb_status s = mvd_quant_fits<F, MVD_Q_THREADS>(be, M, K, false, &fits);
     if (s != RB_OK || !fits) return s;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, M);
@@ -593,7 +599,7 @@ static rb_status mvd_run_q(rb_backend *be, const gt &dv, const gt &av, const gt 
     p.bnb1 = bf->nb[1];
     p.bnb2 = bf->nb[2];
     p.bnb3 = bf->nb[3];
-    return mvd_launch_m<mvd_quant<Q>, MVD_Q_THREADS>(be, p, slices, pdl);
+    return mvd_launch_m<F, MVD_Q_THREADS>(be, p, slices, pdl);
 }
 
 /* float weights through k_mvd: contiguous 16-byte aligned rows, K a
@@ -605,7 +611,7 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
     *done = false;
     const int64_t es = DT == RB_F32 ? 4 : 2, K = av.ne[0], slices = dv.ne[2] * dv.ne[3];
     if (!bf || bf->ne[1] > MVD_MAX_M || av.nb[0] != es || K % (16 / es) != 0 ||
-        !mvd_rows_ok(av))
+        !mvd_rows_ok<mvd_float<DT>>(av, false))
         return RB_OK;
     *done = true;
     mvd_args p = mvd_base(dv, av, r2, r3, bf->ne[1]);
@@ -617,17 +623,18 @@ static rb_status mvd_run_f(rb_backend *be, const gt &dv, const gt &av, const gt 
 }
 
 /* rb_matmul_fused through the direct kernels: one slice, M <= MVD_MAX_M,
- * contiguous 16-byte aligned f32 activations (bf), 16-byte aligned weight
- * rows; a fused norm (p.pre) needs quantized weights (q4_0/q8_0, K % 256 ==
- * 0) whose activations fit the block's shared memory. p holds pre, acc,
+ * contiguous 16-byte aligned f32 activations (bf), weight rows as
+ * mvd_rows_ok says (pieces); quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K: K % 256 == 0, the only
+ * ones a fused norm, p.pre, applies to) need their activations to fit the
+ * block's shared memory. p holds pre, acc,
  * gluo, act, the rope fields, nw, eps. *done = false where this does not apply (nothing was
  * queued). */
 template <class F, int NT>
 static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, mvd_args p, bool pdl,
-                               bool *done) {
+                               bool pieces, bool *done) {
     *done = false;
     const int64_t K = av.ne[0], M = bf.ne[1];
-    if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_ok(av)) return RB_OK;
+    if (M > MVD_MAX_M || K >= ((int64_t)1 << 26) || !mvd_rows_ok<F>(av, pieces)) return RB_OK;
     if constexpr (F::QUANT) {
         if (K % 256 != 0) return RB_OK;
         bool fits = false;
@@ -649,16 +656,20 @@ static rb_status mvd_run_fused(rb_backend *be, const gt &dv, const gt &av, const
     return mvd_launch_m<F, NT>(be, p, 1, pdl);
 }
 
-/* Dispatch of mvd_run_fused on the weight dtype. */
+/* Dispatch of mvd_run_fused on the weight dtype (pieces: as gpu_matvec). */
 static rb_status gpu_matvec_fused(rb_backend *be, const gt &dv, const gt &av, const gt &bf, const mvd_args &p,
-                                  bool a_const, bool *done) {
+                                  bool a_const, bool pieces, bool *done) {
     *done = false;
+    const bool c = a_const, q = pieces;
     switch (av.dt) {
-    case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
-    case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, a_const, done);
-    case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
-    case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
-    case RB_BF16: return mvd_run_fused<mvd_float<RB_BF16>, MVD_THREADS>(be, dv, av, bf, p, a_const, done);
+    case RB_Q4_0: return mvd_run_fused<mvd_quant<mvd_q4_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_Q8_0: return mvd_run_fused<mvd_quant<mvd_q8_0_fmt>, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_Q4_K: return mvd_run_fused<mvd_q4_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_Q5_K: return mvd_run_fused<mvd_q5_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_Q6_K: return mvd_run_fused<mvd_q6_K, MVD_Q_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_F32: return mvd_run_fused<mvd_float<RB_F32>, MVD_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_F16: return mvd_run_fused<mvd_float<RB_F16>, MVD_THREADS>(be, dv, av, bf, p, c, q, done);
+    case RB_BF16: return mvd_run_fused<mvd_float<RB_BF16>, MVD_THREADS>(be, dv, av, bf, p, c, q, done);
     default: return RB_OK;
     }
 }
@@ -705,13 +716,20 @@ static rb_status mv_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
     }
 }
 
-/* Dispatch on the weight dtype; *done = false where these kernels do not apply. */
+/* Dispatch on the weight dtype; *done = false where these kernels do not
+ * apply. pieces: the 16-byte aligned pieces around every row of the weights
+ * lie inside their buffer (k_mvd's q6_K reads rows that are only 2-byte
+ * aligned that way). */
 static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
-                            int64_t r3, bool a_const, bool *done) {
+                            int64_t r3, bool a_const, bool pieces, bool *done) {
     rb_status s = RB_OK;
+    const bool c = a_const, q = pieces;
     switch (av.dt) { /* the direct kernels where they apply */
-    case RB_Q4_0: s = mvd_run_q<mvd_q4_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
-    case RB_Q8_0: s = mvd_run_q<mvd_q8_0_fmt>(be, dv, av, bv, bf, r2, r3, a_const, done); break;
+    case RB_Q4_0: s = mvd_run_q<mvd_quant<mvd_q4_0_fmt>>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
+    case RB_Q8_0: s = mvd_run_q<mvd_quant<mvd_q8_0_fmt>>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
+    case RB_Q4_K: s = mvd_run_q<mvd_q4_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
+    case RB_Q5_K: s = mvd_run_q<mvd_q5_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
+    case RB_Q6_K: s = mvd_run_q<mvd_q6_K>(be, dv, av, bv, bf, r2, r3, c, q, done); break;
     case RB_F32: s = mvd_run_f<RB_F32>(be, dv, av, bf, r2, r3, a_const, done); break;
     case RB_F16: s = mvd_run_f<RB_F16>(be, dv, av, bf, r2, r3, a_const, done); break;
     case RB_BF16: s = mvd_run_f<RB_BF16>(be, dv, av, bf, r2, r3, a_const, done); break;
@@ -722,6 +740,7 @@ static rb_status gpu_matvec(rb_backend *be, const gt &dv, const gt &av, const gt
     case RB_Q4_0: return mv_run<mvf_q4_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q8_0: return mv_run<mvf_q8_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q4_K: return mv_run<mvf_q4_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q5_K: return mv_run<mvf_q5_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_Q6_K: return mv_run<mvf_q6_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_F32: return mv_run<mvf_float<RB_F32>>(be, dv, av, bv, bf, r2, r3, a_const, done);
     case RB_F16: return mv_run<mvf_float<RB_F16>>(be, dv, av, bv, bf, r2, r3, a_const, done);

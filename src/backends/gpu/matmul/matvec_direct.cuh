@@ -1,18 +1,20 @@
 /* Direct matrix-vector kernels for decode (k_mvd: 1-4 activation rows),
  * included by matvec.cuh. Decode is bound by how fast weights stream, so each
  * 32-lane group owns a balanced range of rows and walks them in spans (2 KiB
- * float, 32 block pairs q4_0/q8_0) with coalesced 16-byte loads, the next
- * span always in flight; the first span (quantized: and an L2 prefetch of the
- * next) goes out before the dependency wait (programmatic dependent launch,
- * gpu_pdl.h). Float spans are used from registers; quantized pairs go
- * through the group's shared-memory slot and meet, with dp4a, int8
- * activations that each block quantizes itself exactly as the CPU backend
- * does. rb_matmul_fused runs here: the rms_norm folded into that
+ * float, 32 block pairs q4_0/q8_0, 8 super-blocks q4_K/q5_K, 16 q6_K) with
+ * coalesced 16-byte loads, the next span always in flight; the first span
+ * (quantized: and an L2 prefetch of the next) goes out before the dependency
+ * wait (programmatic dependent launch, gpu_pdl.h). Float spans are used from
+ * registers; quantized spans go through the group's shared-memory slot and
+ * meet, with dp4a, int8 activations that each block quantizes itself exactly
+ * as the CPU backend does (q8_0 blocks for q4_0/q8_0, q8_K for the
+ * k-quants). rb_matmul_fused runs here: the rms_norm folded into that
  * quantization, and the residual add, glu_out, rope and the KV-cache store
- * in the epilogue. Needs 16-byte aligned rows, K a multiple of 256
- * (quantized) or 16 bytes (float) and contiguous f32 activations; matvec.cuh
- * falls back to the staged kernel otherwise. Design, and every experiment
- * tried and dropped: docs/design/gpu-decode.md. */
+ * in the epilogue. Needs 16-byte aligned rows (q6_K: 2-byte, with the 16-byte
+ * pieces around them inside the buffer), K a multiple of 256 (quantized) or
+ * 16 bytes (float) and contiguous f32 activations; matvec.cuh falls back to
+ * the staged kernel otherwise. Design, and every experiment tried and
+ * dropped: docs/design/gpu-decode.md. */
 #ifndef RBEE_GPU_MATVEC_DIRECT_CUH
 #define RBEE_GPU_MATVEC_DIRECT_CUH
 
@@ -81,9 +83,10 @@ template <int MT> struct mvd_x {
 /* ---- float weights: span = 2 KiB = 128 pieces of 16 bytes ---- */
 template <int DT> struct mvd_float {
     static constexpr int EPU = DT == RB_F32 ? 4 : 8; /* elements per 16 bytes */
-    static constexpr int SPAN_BYTES = 2048, SPAN_EL = SPAN_BYTES / 16 * EPU;
+    static constexpr int SPAN_BYTES = 2048, SPAN_EL = SPAN_BYTES / 16 * EPU, SLOT_BYTES = SPAN_BYTES;
     static constexpr int MINB1 = 1; /* three blocks (<= 80 registers) decoded slower */
-    static constexpr bool QUANT = false, OFF8 = false;
+    static constexpr bool QUANT = false, PHASED = false;
+    typedef mvd_float M34; /* the format at M = 3-4 (mvd_q6_K: narrower spans) */
     __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K * (16 / EPU); }
     __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
         const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
@@ -151,14 +154,35 @@ struct mvd_q8_0_fmt : mvd_pair<fmt_q8_0> { /* 17 words, 8 quant words a block */
     static constexpr bool OFFSET8 = false;
 };
 
+/* Every quantized format of k_mvd (mvd_quant here; mvd_q4_K, mvd_q5_K,
+ * mvd_q6_K below) walks a row in spans of SPAN_PAIRS "pairs" of 64 elements
+ * (32: lane l of the group takes pair l of the span; q6_K's 64: pairs l and
+ * 32 + l) and gives the kernel: SPAN_BYTES, row_bytes / span_bytes, MINB1
+ * (blocks a multiprocessor at M = 1), M34 (the format k_mvd takes at
+ * M = 3-4), PHASED (rows need only be 2-byte aligned: the kernel loads the
+ * 16-byte pieces around a span and consume reads it ph bytes into the
+ * slot) with SLOT_BYTES (a group's slot), KQ (activations quantized to q8_K,
+ * one scale per 256, as the CPU's k-quant dot products take them; else
+ * q8_0), rec_y (what an activation record's second word holds: the
+ * format's use of the 32 elements' sums), lane_words (where lane l's data
+ * starts in the slot, in 4-byte words) and consume (lane l's pairs times
+ * the activations, into acc, where the span's rest bytes of the row reach
+ * them). */
 template <class Q> struct mvd_quant {
     static constexpr int SPAN_PAIRS = 32, PW = Q::PAIR_WORDS, SPAN_BYTES = SPAN_PAIRS * PW * 4, MINB1 = Q::MINB1;
-    static constexpr bool QUANT = true, OFF8 = Q::OFFSET8;
+    static constexpr int SLOT_BYTES = SPAN_BYTES;
+    static constexpr bool QUANT = true, KQ = false, PHASED = false;
+    typedef mvd_quant M34;
     __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / 64 * (PW * 4); }
     __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
         const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
         return rest < SPAN_BYTES ? rest : SPAN_BYTES;
     }
+    /* {d, -8 x the block's sum (q4_0: the offset's term, dp4a's start) or 0} */
+    __device__ static __forceinline__ int rec_y(int2 r) {
+        return Q::OFFSET8 ? -8 * (mv_xs_lo(r) + mv_xs_hi(r)) : 0;
+    }
+    __device__ static __forceinline__ int lane_words(int lane) { return lane * PW; }
     /* A lane per pair: lane l decodes both blocks of pair l of the span from
      * its PW words in the slot W (an odd word stride between lanes, so no
      * bank conflicts): block 0's scale is the low half of word 0 and its
@@ -194,8 +218,9 @@ template <class Q> struct mvd_quant {
         return s;
     }
     template <int MT>
-    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, const mvd_x<MT> &X,
-                                                   float (&acc)[MT]) {
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, int ph, int rest,
+                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
+        if (lane * (PW * 4) >= rest) return; /* past the row's end */
         uint32_t w[PW];
 #pragma unroll
         for (int t = 0; t < PW; t++) w[t] = W[t];
@@ -217,6 +242,218 @@ template <class Q> struct mvd_quant {
         }
     }
 };
+
+/* ---- k-quants (q4_K, q5_K, q6_K): spans of 8 or 16 super-blocks of 256 ----
+ * Lane l takes elements 64 p .. 64 p + 63 (p = l % 4) of super-block l / 4
+ * of the span, i.e. pair l of the span in the activations' pair-major order
+ * (mvd_quant_x), which are quantized to q8_K: each 256 has one f32 scale,
+ * the records keep the 16-element sums (mv_quant8), and the integer sums are
+ * the CPU's (sub-block scale x dot product, the q4_K / q5_K min x the q8_K
+ * block sums, q6_K's - 32 as - 32 x those sums). */
+
+/* q4_K: 144-byte super-blocks, nine 16-byte pieces, so a lane reads its
+ * block's header (d, dmin and the 12 bytes of scales) and its 32 bytes of
+ * quants as three 16-byte shared-memory loads (conflict-free: in each
+ * quarter warp the 8 lanes' pieces fall on distinct banks). */
+struct mvd_q4_K {
+    typedef fmt_q4_K B;
+    static_assert(B::BYTES == 144 && B::D == 0 && B::DMIN == 2 && B::SCALES == 4 && B::QS == 16,
+                  "q4_K: header in the first 16 bytes, quants in 16-byte pieces");
+    static constexpr int SPAN_PAIRS = 32, SPAN_BYTES = 8 * B::BYTES, SLOT_BYTES = SPAN_BYTES, MINB1 = 2;
+    static constexpr bool QUANT = true, KQ = true, PHASED = false;
+    typedef mvd_q4_K M34;
+    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / B::EL * B::BYTES; }
+    __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
+        const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
+        return rest < SPAN_BYTES ? rest : SPAN_BYTES;
+    }
+    /* the sub-block's sum (for its min) */
+    __device__ static __forceinline__ int rec_y(int2 r) { return mv_xs_lo(r) + mv_xs_hi(r); }
+    __device__ static __forceinline__ int lane_words(int lane) { return (lane >> 2) * (B::BYTES / 4); }
+    /* W: the lane's super-block in the slot. Sub-blocks 2p and 2p + 1 are
+     * the low and high nibbles of quant bytes 32p .. 32p + 31; their 6-bit
+     * scales and mins (q4k_scale_min) come four at a time from the packed
+     * words: sub-blocks 0-3 the low 6 bits of scale bytes 0-3 (scales) and
+     * 4-7 (mins), sub-blocks 4-7 the nibbles of bytes 8-11 with the top two
+     * bits of bytes 0-3 / 4-7 above them. */
+    template <int MT>
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, int ph, int rest,
+                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
+        if ((lane >> 2) * B::BYTES >= rest) return; /* past the row's end */
+        const int p = lane & 3;
+        const uint4 h = ((const uint4 *)W)[0], u0 = ((const uint4 *)W)[1 + 2 * p], u1 = ((const uint4 *)W)[2 + 2 * p];
+        const int q[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
+        const float d = f16_bits_to_f32((uint16_t)(h.x & 0xffffu)), dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+        const uint32_t sc = p < 2 ? h.y & 0x3f3f3f3fu : (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+        const uint32_t mn = p < 2 ? h.z & 0x3f3f3f3fu : ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+        const int sh = (p & 1) * 16;
+        const int sca = (int)((sc >> sh) & 0xffu), scb = (int)((sc >> (sh + 8)) & 0xffu);
+        const int mna = (int)((mn >> sh) & 0xffu), mnb = (int)((mn >> (sh + 8)) & 0xffu);
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int4 *xp = X.q[m] + pair0 * 4 + lane;
+            const int4 r = X.r[m][pair0 + lane];
+            const int4 a0 = xp[0], a1 = xp[32], b0 = xp[64], b1 = xp[96];
+            int s0 = mv_dp4a(q[0] & 0x0F0F0F0F, a0.x, 0);
+            s0 = mv_dp4a(q[1] & 0x0F0F0F0F, a0.y, s0);
+            s0 = mv_dp4a(q[2] & 0x0F0F0F0F, a0.z, s0);
+            s0 = mv_dp4a(q[3] & 0x0F0F0F0F, a0.w, s0);
+            s0 = mv_dp4a(q[4] & 0x0F0F0F0F, a1.x, s0);
+            s0 = mv_dp4a(q[5] & 0x0F0F0F0F, a1.y, s0);
+            s0 = mv_dp4a(q[6] & 0x0F0F0F0F, a1.z, s0);
+            s0 = mv_dp4a(q[7] & 0x0F0F0F0F, a1.w, s0);
+            int s1 = mv_dp4a((q[0] >> 4) & 0x0F0F0F0F, b0.x, 0);
+            s1 = mv_dp4a((q[1] >> 4) & 0x0F0F0F0F, b0.y, s1);
+            s1 = mv_dp4a((q[2] >> 4) & 0x0F0F0F0F, b0.z, s1);
+            s1 = mv_dp4a((q[3] >> 4) & 0x0F0F0F0F, b0.w, s1);
+            s1 = mv_dp4a((q[4] >> 4) & 0x0F0F0F0F, b1.x, s1);
+            s1 = mv_dp4a((q[5] >> 4) & 0x0F0F0F0F, b1.y, s1);
+            s1 = mv_dp4a((q[6] >> 4) & 0x0F0F0F0F, b1.z, s1);
+            s1 = mv_dp4a((q[7] >> 4) & 0x0F0F0F0F, b1.w, s1);
+            const int is = sca * s0 + scb * s1, im = mna * r.y + mnb * r.w; /* r.y, r.w: the sub-blocks' sums */
+            acc[m] = fmaf(__int_as_float(r.x), d * (float)is - dmin * (float)im, acc[m]);
+        }
+    }
+};
+
+/* q5_K: 176-byte super-blocks, eleven 16-byte pieces: q4_K's header and
+ * quants (at 48) with qh's 32 bytes between them, every lane of a block
+ * reading them (its fifth bits: bit 2p of qh byte l for sub-block 2p, 2p + 1
+ * for 2p + 1). The quants' pieces of a quarter warp fall on distinct banks
+ * as q4_K's do. */
+struct mvd_q5_K {
+    typedef fmt_q5_K B;
+    static_assert(B::BYTES == 176 && B::D == 0 && B::DMIN == 2 && B::SCALES == 4 && B::QH == 16 && B::QS == 48,
+                  "q5_K: header in the first 16 bytes, qh and quants in 16-byte pieces");
+    static constexpr int SPAN_PAIRS = 32, SPAN_BYTES = 8 * B::BYTES, SLOT_BYTES = SPAN_BYTES, MINB1 = 2;
+    static constexpr bool QUANT = true, KQ = true, PHASED = false;
+    typedef mvd_q5_K M34;
+    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / B::EL * B::BYTES; }
+    __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
+        const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
+        return rest < SPAN_BYTES ? rest : SPAN_BYTES;
+    }
+    __device__ static __forceinline__ int rec_y(int2 r) { return mv_xs_lo(r) + mv_xs_hi(r); }
+    __device__ static __forceinline__ int lane_words(int lane) { return (lane >> 2) * (B::BYTES / 4); }
+    template <int MT>
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, int ph, int rest,
+                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
+        if ((lane >> 2) * B::BYTES >= rest) return; /* past the row's end */
+        const int p = lane & 3;
+        const uint4 h = ((const uint4 *)W)[0];
+        const float d = f16_bits_to_f32((uint16_t)(h.x & 0xffffu)), dmin = f16_bits_to_f32((uint16_t)(h.x >> 16));
+        const uint32_t sc = p < 2 ? h.y & 0x3f3f3f3fu : (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+        const uint32_t mn = p < 2 ? h.z & 0x3f3f3f3fu : ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+        const int sh = (p & 1) * 16;
+        const int sca = (int)((sc >> sh) & 0xffu), scb = (int)((sc >> (sh + 8)) & 0xffu);
+        const int mna = (int)((mn >> sh) & 0xffu), mnb = (int)((mn >> (sh + 8)) & 0xffu);
+        const uint4 *qp = (const uint4 *)W + 3 + 2 * p, *hp = (const uint4 *)W + 1;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int4 *xp = X.q[m] + pair0 * 4 + lane;
+            const int4 r = X.r[m][pair0 + lane];
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int k = 0; k < 2; k++) { /* elements 16k .. 16k + 15 of both sub-blocks */
+                const uint4 u = qp[k], hv = hp[k];
+                const int4 a = xp[32 * k], b = xp[64 + 32 * k];
+                const uint32_t q[4] = {u.x, u.y, u.z, u.w}, hb[4] = {hv.x >> (2 * p), hv.y >> (2 * p),
+                                                                     hv.z >> (2 * p), hv.w >> (2 * p)};
+                const int ax[4] = {a.x, a.y, a.z, a.w}, bx[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    s0 = mv_dp4a((int)((q[t] & 0x0F0F0F0Fu) | ((hb[t] << 4) & 0x10101010u)), ax[t], s0);
+                    s1 = mv_dp4a((int)(((q[t] >> 4) & 0x0F0F0F0Fu) | ((hb[t] << 3) & 0x10101010u)), bx[t], s1);
+                }
+            }
+            const int is = sca * s0 + scb * s1, im = mna * r.y + mnb * r.w; /* r.y, r.w: the sub-blocks' sums */
+            acc[m] = fmaf(__int_as_float(r.x), d * (float)is - dmin * (float)im, acc[m]);
+        }
+    }
+};
+
+/* q6_K: 210-byte super-blocks. A span is SB of them (SB x 210 bytes, a
+ * multiple of 16), lane l taking pair l of each 8 blocks of it, at one
+ * 512-thread block a multiprocessor: at two (64 registers) its quantization
+ * and epilogues spilled 60-130 bytes. SB = 16 for M <= 2 (with 8 one block
+ * would keep only 27 KB a multiprocessor in flight; q4_0: 2 x 18 KB), 8 for
+ * M = 3-4 (16 spilled 404 bytes at 128 registers there) and on HIP. Rows need
+ * only be 2-byte aligned (PHASED; K = 11008 rows are 9030 bytes). A span's
+ * odd blocks start 2 bytes off word alignment: a lane reads the words
+ * around its bytes and shifts them by 16 bits where its block is odd (the
+ * same instructions on every lane). Its 64 elements are groups g = 2h,
+ * 2h + 1 (h = p % 2) of half n = p / 2: the h nibbles of ql bytes
+ * 64n .. 64n + 63 (g 2h: the first 32, 2h + 1: the next), bits 4h .. 4h + 3
+ * of qh bytes 32n .. 32n + 31 above them, scale bytes 8n + 4h .. 8n + 4h + 3
+ * (one per 16 elements). Word reads of different lanes fall on distinct
+ * banks or the same address. */
+template <int SB> struct mvd_q6_K_span {
+    typedef fmt_q6_K B;
+    static_assert(B::BYTES == 210 && B::QL == 0 && B::QH == 128 && B::SC == 192 && B::D == 208, "q6_K layout");
+    static_assert(SB % 8 == 0, "whole groups of 8 blocks (16-byte pieces)");
+    static constexpr int SPAN_PAIRS = 4 * SB, SPAN_BYTES = SB * B::BYTES, SLOT_BYTES = SPAN_BYTES + 16, MINB1 = 1;
+    static constexpr bool QUANT = true, KQ = true, PHASED = true;
+    typedef mvd_q6_K_span<8> M34;
+    __device__ static __forceinline__ int64_t row_bytes(int64_t K) { return K / B::EL * B::BYTES; }
+    __device__ static __forceinline__ int64_t span_bytes(int64_t K, int64_t span) {
+        const int64_t rest = row_bytes(K) - span * SPAN_BYTES;
+        return rest < SPAN_BYTES ? rest : SPAN_BYTES;
+    }
+    /* the 16-element sums as they are (the - 32 x sum of each scale's 16) */
+    __device__ static __forceinline__ int rec_y(int2 r) { return r.y; }
+    __device__ static __forceinline__ int lane_words(int lane) { return 0; } /* consume finds the blocks */
+    /* the 4 bytes sh / 8 bytes into the word pair lo, hi (sh: 0 or 16) */
+    __device__ static __forceinline__ uint32_t w16(uint32_t lo, uint32_t hi, int sh) {
+        return (uint32_t)((((uint64_t)hi << 32) | lo) >> sh);
+    }
+    /* Word t of the lane's ql bytes (groups 2h: t < 8, 2h + 1: t + 8) and
+     * of its qh bytes give four 6-bit values 0..63 of each group (the - 32
+     * is in the sums' start), multiplied with the activations as they are
+     * formed: no array of decoded values (which had spilled at M = 4). */
+    template <int MT>
+    __device__ static __forceinline__ void consume(const uint32_t *W, int pair0, int lane, int ph, int rest,
+                                                   const mvd_x<MT> &X, float (&acc)[MT]) {
+        const int p = lane & 3, n = p >> 1, hs = (p & 1) * 4;
+        for (int k = 0; k < SB / 8; k++) { /* blocks 8k + l / 4, pairs 32k + l */
+            const int blk = 8 * k + (lane >> 2);
+            if (blk * B::BYTES >= rest) break;
+            const int off = ph + blk * B::BYTES, sh = (off & 2) * 8;
+            const uint32_t *ql = W + ((off + B::QL + 64 * n) >> 2), *qh = W + ((off + B::QH + 32 * n) >> 2);
+            const uint32_t *sw = W + ((off + B::SC + 8 * n + hs) >> 2);
+            const uint32_t s4 = w16(sw[0], sw[1], sh); /* the int8 scales of elements 0-15, 16-31, 32-47, 48-63 */
+            const float d = f16_bits_to_f32((uint16_t)((W[(off + B::D) >> 2] >> sh) & 0xffffu));
+            const int pk = pair0 + 32 * k;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int4 *xp = X.q[m] + pk * 4 + lane;
+                const int4 r = X.r[m][pk + lane];
+                const int4 a0 = xp[0], a1 = xp[32], b0 = xp[64], b1 = xp[96];
+                const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                int sm[4] = {-32 * (int)(int16_t)(r.y & 0xffff), -32 * (r.y >> 16), -32 * (int)(int16_t)(r.w & 0xffff),
+                             -32 * (r.w >> 16)};
+#pragma unroll
+                for (int t = 0; t < 8; t++) {
+                    const uint32_t h = w16(qh[t], qh[t + 1], sh) >> hs;
+                    const int v0 = (int)(((w16(ql[t], ql[t + 1], sh) >> hs) & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u));
+                    const int v1 =
+                        (int)(((w16(ql[t + 8], ql[t + 9], sh) >> hs) & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u));
+                    sm[t >> 2] = mv_dp4a(v0, xa[t], sm[t >> 2]);
+                    sm[2 + (t >> 2)] = mv_dp4a(v1, xb[t], sm[2 + (t >> 2)]);
+                }
+                const int is = ((int)(s4 << 24) >> 24) * sm[0] + ((int)(s4 << 16) >> 24) * sm[1] +
+                               ((int)(s4 << 8) >> 24) * sm[2] + ((int)s4 >> 24) * sm[3];
+                acc[m] = fmaf(d * __int_as_float(r.x), (float)is, acc[m]);
+            }
+        }
+    }
+};
+
+#if defined(RBEE_GPU_HIP)
+typedef mvd_q6_K_span<8> mvd_q6_K; /* 16 x 3376 bytes of slots exceed HIP's 48 KiB a block */
+#else
+typedef mvd_q6_K_span<16> mvd_q6_K;
+#endif
 
 /* cos and sin (times attn_factor) of position pos at frequency i, as the
  * rope kernel computes them (rope_math.cuh) */
@@ -248,18 +485,18 @@ template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p
 }
 
 /* Quantizes the M activation rows of slice (i2, i3) into the block's shared
- * memory (xq: M x K int8 in the pair-major order mvd_quant::consume reads,
- * xr: M x K / 32 records {d, -8 x the block's sum (OFF8: q4_0) or 0}), with
- * the values and scales k_mv_xquant computes; every thread of the block must
- * call. K % 256 == 0. A group takes two 256-element chunks at a time and
+ * memory (xq: M x K int8 in the pair-major order the formats' consume
+ * reads, xr: M x K / 32 records {d, F::rec_y}), with the values and scales
+ * k_mv_xquant computes (F::KQ: q8_K, else q8_0); every thread of the block
+ * must call. K % 256 == 0 (a chunk is one q8_K block). A group takes two 256-element chunks at a time and
  * issues both chunks' loads before it uses either (a K = 11008 row is two
  * round trips a group, not three).
  * With the fused norm (p.pre == MVD_PRE_NORM, one slice) the block quantizes
  * x * w (w: nw, staged in shared memory or read from global memory) in the
  * same pass that sums x^2 (in float per lane and group, in double over the
  * groups: a conversion to double a value had run at a quarter of the rate)
- * and leaves the row's 1/rms k to the product: q8_0
- * quantization is scale-invariant, so the int8 values are those of
+ * and leaves the row's 1/rms k to the product: q8_0 and q8_K
+ * quantization are scale-invariant, so the int8 values are those of
  * quantizing the normed row (x k) w, up to float rounding of the product,
  * and the row sums are multiplied by k (mvd_rms_k) instead of every block
  * scale. The scales stay f32 (the CPU's quantizer of the normed row rounds
@@ -268,7 +505,7 @@ template <int NT> __device__ __forceinline__ void mvd_stage_nw(const mvd_args &p
  * the rescale of every scale, a barrier) off the path to the first
  * product: one barrier, as without the norm. No second pass over x. */
 #define MVD_XQ_DEPTH 2 /* chunks a group loads before it quantizes them */
-template <int NT, bool OFF8, int MT>
+template <int NT, class F, int MT>
 __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_t i2, int64_t i3, int8_t *xq,
                                             int2 *xr, const float *nw, double (&part)[NT / 32][MT]) {
     constexpr int NG = NT / 32;
@@ -317,8 +554,8 @@ __device__ __forceinline__ void mvd_quant_x(const mvd_args &p, int64_t K, int64_
                 }
             }
             int2 qv, rec;
-            mv_quant8<false>(v, lane, &qv, &rec, !norm);
-            rec.y = OFF8 ? -8 * (mv_xs_lo(rec) + mv_xs_hi(rec)) : 0; /* the q4_0 offset's term, as dp4a's start */
+            mv_quant8<F::KQ>(v, lane, &qv, &rec, !norm);
+            rec.y = F::rec_y(rec);
             const int P = e >> 6, o = e & 63; /* pair-major: chunk o / 16 of pair P (mvd_quant::consume) */
             *(int2 *)(xq + m * mvd_xrow(K) + ((P >> 5) * 4 + (o >> 4)) * 512 + (P & 31) * 16 + (o & 15)) = qv;
             if ((lane & 3) == 0) xr[(m * K + e) >> 5] = rec;
@@ -378,8 +615,8 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     gpu_trace_start(p.trace);
     extern __shared__ int4 mvd_slot_mem[];
     constexpr int NG = NT / 32; /* 32-lane groups per block */
-    constexpr int UL = (F::SPAN_BYTES + 511) / 512; /* uint4 per lane per full span */
-    constexpr int SLOT_U = F::SPAN_BYTES / 16;
+    constexpr int UL = (F::SLOT_BYTES + 511) / 512; /* uint4 per lane per full span */
+    constexpr int SLOT_U = F::SLOT_BYTES / 16;
     const int lane = threadIdx.x & 31, gi = threadIdx.x >> 5;
     uint4 *slot = (uint4 *)mvd_slot_mem + gi * SLOT_U; /* shared memory: [slots, NG] [activations] */
     const int64_t G = (int64_t)gridDim.x * NG;
@@ -435,9 +672,13 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     auto wrow = [&](int st) { return p.gluo ? (st >> 1) + (st & 1) * snh : st < shi ? st : st + ss0; };
 
     uint4 v[UL], w[UL];
+    /* F::PHASED: row r starts ph = its address % 16 bytes into its first
+     * piece (the same in every span); the pieces around a span are loaded */
+    auto phase = [&](int64_t r) { return F::PHASED ? (int)((uintptr_t)(ab + r * p.a.nb[1]) & 15) : 0; };
     auto load_to = [&](uint4(&t)[UL], int64_t r, int64_t span) {
-        const int nu = (int)(F::span_bytes(K, span) >> 4);
-        const uint4 *src = (const uint4 *)(ab + r * p.a.nb[1] + span * F::SPAN_BYTES);
+        const int ph = phase(r);
+        const int nu = (int)(F::PHASED ? (ph + F::span_bytes(K, span) + 15) >> 4 : F::span_bytes(K, span) >> 4);
+        const uint4 *src = (const uint4 *)(ab + r * p.a.nb[1] - ph + span * F::SPAN_BYTES);
 #pragma unroll
         for (int j = 0; j < UL; j++) {
             const int u = lane + 32 * j;
@@ -488,8 +729,9 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         for (int r = 0; r < 2 && left > 0 && slo + r < shv; r++) {
             const int s0 = r == 0 ? 1 : 0, n = ns - s0 < left ? ns - s0 : left;
             if (n <= 0) continue;
-            const int b = (int)(F::span_bytes(K, s0 + n - 1) + (int64_t)(n - 1) * F::SPAN_BYTES);
-            const char *a0 = ab + (int64_t)wrow(slo + r) * p.a.nb[1] + (int64_t)s0 * F::SPAN_BYTES;
+            const int ph = phase(wrow(slo + r)); /* whole 16-byte pieces */
+            const int b = (int)((ph + F::span_bytes(K, s0 + n - 1) + (int64_t)(n - 1) * F::SPAN_BYTES + 15) & ~15LL);
+            const char *a0 = ab + (int64_t)wrow(slo + r) * p.a.nb[1] - ph + (int64_t)s0 * F::SPAN_BYTES;
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a0), "r"(b) : "memory");
             left -= n;
         }
@@ -505,7 +747,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
     for (int m = 0; m < MT; m++) rk[m] = 1.0f;
     if constexpr (F::QUANT) {
         __shared__ double part[NG][MT];
-        mvd_quant_x<NT, F::OFF8, MT>(p, K, i2, i3, xqs, xrs, p.nwc ? xws : p.nw, part);
+        mvd_quant_x<NT, F, MT>(p, K, i2, i3, xqs, xrs, p.nwc ? xws : p.nw, part);
         if (p.pre == MVD_PRE_NORM)
 #pragma unroll
             for (int m = 0; m < MT; m++) rk[m] = mvd_rms_k<NG, MT>(part, m, K, p.eps);
@@ -585,13 +827,16 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
         }
     };
     if constexpr (F::QUANT) {
-        const uint32_t *W = (const uint32_t *)slot + lane * F::PW; /* this lane's pair in the slot */
+        const uint32_t *W = (const uint32_t *)slot + F::lane_words(lane); /* this lane's pair in the slot */
         for (int st = slo; st < shv; st++) {
             const int64_t row = wrow(st);
+            const int ph = phase(row);
 #pragma unroll
             for (int m = 0; m < MT; m++) acc[m] = 0.0f;
             for (int span = 0; span < ns; span++) {
-                const int rest = rowb - span * F::SPAN_BYTES, nu = (rest < F::SPAN_BYTES ? rest : F::SPAN_BYTES) >> 4;
+                const int rest = rowb - span * F::SPAN_BYTES;
+                const int nu = F::PHASED ? (ph + (rest < F::SPAN_BYTES ? rest : F::SPAN_BYTES) + 15) >> 4
+                                         : (rest < F::SPAN_BYTES ? rest : F::SPAN_BYTES) >> 4;
                 RB_GROUP_SYNC(); /* the previous span's reads of the slot are done */
 #pragma unroll
                 for (int j = 0; j < UL; j++) {
@@ -603,7 +848,7 @@ __global__ void __launch_bounds__(NT, MINB) k_mvd(const mvd_args p) {
                  * in flight, in v and w alternately, measured slower) */
                 if (span + 1 < ns) load_to(v, row, span + 1);
                 else if (st + 1 < shv) load_to(v, wrow(st + 1), 0);
-                if (lane * (F::PW * 4) < rest) F::template consume<MT>(W, span * F::SPAN_PAIRS, lane, X, acc);
+                F::template consume<MT>(W, span * F::SPAN_PAIRS, lane, ph, rest, X, acc);
             }
             finish(st);
         }
@@ -641,7 +886,7 @@ template <int MT> static inline bool mvd_host_rows(const mvd_args &p, int64_t bl
  * (nw) the staged norm weight. */
 template <class F, int NT> static size_t mvd_smem(int64_t M, int64_t K, bool nw = false) {
     if (!F::QUANT) return 0;
-    return (size_t)(NT / 32) * F::SPAN_BYTES + (size_t)(M * mvd_xrow(K) + M * K / 32 * 8) + (nw ? (size_t)K * 4 : 0);
+    return (size_t)(NT / 32) * F::SLOT_BYTES + (size_t)(M * mvd_xrow(K) + M * K / 32 * 8) + (nw ? (size_t)K * 4 : 0);
 }
 
 } // namespace RB_GPU_NS

@@ -4,7 +4,7 @@
  * Split out of matvec.cuh so the per-format arithmetic can be read on its
  * own; the block layouts are gpu_quant.cuh's fmt_* (one description each).
  *
- * Quantized weights (q4_0, q8_0, q4_K, q6_K) meet int8 activations with the
+ * Quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K) meet int8 activations with the
  * integer dot product (dp4a; AMD sdot4 / sudot4; a plain fallback), exactly as
  * the CPU backend does: activations are quantized per call to the CPU's
  * formats, so the integer sums equal the CPU's and only the f32 combination
@@ -13,7 +13,7 @@
  *     to f16, q = nearest-even(x * (127 / amax)) (the CPU backend's AVX2
  *     quantizer; its scalar one rounds x / d half away from zero, which can
  *     differ by one step on a few elements);
- *   - q8_K mode (q4_K, q6_K weights): blocks of 256, f32 d = max / -127 of the
+ *   - q8_K mode (q4_K, q5_K, q6_K weights): blocks of 256, f32 d = max / -127 of the
  *     first element of largest magnitude, q = nearest-even, clamped to 127
  *     (CPU q8_K).
  * Both are stored as int8 rows [M][K] plus one 8-byte record per 32
@@ -80,6 +80,18 @@ struct mv_x {
     const float *xf;
 };
 
+/* The largest of v over a 32-lane group (every lane gets it): one
+ * instruction on sm_80+ (CUDA), five shuffles elsewhere. */
+__device__ __forceinline__ uint32_t mv_max32u(uint32_t v) {
+#if !defined(RBEE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, (uint32_t)MV_XOR32(v, o));
+    return v;
+#endif
+}
+
 __device__ __forceinline__ float mv_xd(int2 r) { return __int_as_float(r.x); }
 __device__ __forceinline__ int mv_xs_lo(int2 r) { return (int)(int16_t)(r.y & 0xffff); }
 __device__ __forceinline__ int mv_xs_hi(int2 r) { return r.y >> 16; }
@@ -114,41 +126,28 @@ __device__ __forceinline__ void mv_quant8(const float (&v)[8], int lane, int2 *q
         for (int i = 0; i < 8; i++) q[i] = __float_as_int(__fadd_rn(__fmul_rn(v[i], id), 12582912.0f)) - 0x4B400000;
         if (f16d) d = f16_bits_to_f32(f32_to_f16_bits(d)); /* else kept in f32 (fused norm) */
     } else {
-        /* CPU q8_K: the first element of largest magnitude sets the scale */
-        float am = 0.0f, mx = 0.0f;
-        int ix = 0;
+        /* CPU q8_K: the first element of largest magnitude sets the scale.
+         * The largest magnitude over the group (as unsigned bits: the same
+         * order for non-negative floats; fmaxf passes NaNs over as the CPU's
+         * comparison does), then the first element of that magnitude as the
+         * largest key (255 - index) << 1 | its sign */
+        float am = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float a = fabsf(v[i]);
-            if (a > am) {
-                am = a;
-                mx = v[i];
-                ix = i;
-            }
+        for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        am = __uint_as_float(mv_max32u(__float_as_uint(am)));
+        uint32_t kl = 0;
+#pragma unroll
+        for (int i = 7; i >= 0; i--)
+            if (fabsf(v[i]) == am) kl = ((uint32_t)(255 - (lane * 8 + i)) << 1) | (v[i] < 0.0f ? 1u : 0u);
+        kl = mv_max32u(kl);
+        /* an all-zero block: scale 0, values 0 */
+        const float is = am != 0.0f ? -127.0f / ((kl & 1u) ? -am : am) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) { /* nearest-even as rintf (|is v| <= 127), as the q8_0 mode rounds */
+            const int t = __float_as_int(__fadd_rn(__fmul_rn(is, v[i]), 12582912.0f)) - 0x4B400000;
+            q[i] = t < 127 ? t : 127;
         }
-        uint32_t kh = __float_as_uint(am), kl = ((uint32_t)(255 - (lane * 8 + ix)) << 1) | (mx < 0.0f ? 1u : 0u);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const uint32_t oh = MV_XOR32(kh, o), ol = MV_XOR32(kl, o);
-            if (oh > kh || (oh == kh && ol > kl)) {
-                kh = oh;
-                kl = ol;
-            }
-        }
-        am = __uint_as_float(kh);
-        if (am == 0.0f) {
-            d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) q[i] = 0;
-        } else {
-            const float is = -127.0f / ((kl & 1u) ? -am : am);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int t = (int)rintf(is * v[i]);
-                q[i] = t < 127 ? t : 127;
-            }
-            d = 1.0f / is;
-        }
+        d = am != 0.0f ? 1.0f / is : 0.0f;
     }
     int s = 0;
 #pragma unroll
@@ -270,6 +269,63 @@ struct mvf_q4_K {
                 const uint32_t qv = qs[t];
                 lo[j][t] = qv & 0x0F0F0F0Fu;
                 hi[j][t] = (qv >> 4) & 0x0F0F0F0Fu;
+            }
+        }
+        const int64_t ua = ((e0 + (int64_t)sb * 256) >> 5) + 2 * p; /* 32-unit of sub-block 2p */
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int8_t *xr = X.xq + xo[m] + ua * 32 + 16 * h;
+            const int4 a = *(const int4 *)xr, b = *(const int4 *)(xr + 32);
+            const int2 ra = X.xs[(xo[m] >> 5) + ua], rb = X.xs[(xo[m] >> 5) + ua + 1];
+            const float dx = mv_xd(ra); /* one scale per 256 (q8_K) */
+            const int sa = h ? mv_xs_hi(ra) : mv_xs_lo(ra), sbm = h ? mv_xs_hi(rb) : mv_xs_lo(rb);
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                int s1 = mv_dp4a((int)lo[j][0], a.x, 0);
+                s1 = mv_dp4a((int)lo[j][1], a.y, s1);
+                s1 = mv_dp4a((int)lo[j][2], a.z, s1);
+                s1 = mv_dp4a((int)lo[j][3], a.w, s1);
+                int s2 = mv_dp4a((int)hi[j][0], b.x, 0);
+                s2 = mv_dp4a((int)hi[j][1], b.y, s2);
+                s2 = mv_dp4a((int)hi[j][2], b.z, s2);
+                s2 = mv_dp4a((int)hi[j][3], b.w, s2);
+                const int is = sca[j] * s1 + scb[j] * s2, im = mna[j] * sa + mnb[j] * sbm;
+                acc[j][m] += dx * (d[j] * (float)is - dmin[j] * (float)im);
+            }
+        }
+    }
+};
+
+/* ---- q5_K: as q4_K, each value's fifth bit from qh (bit 2p of qh byte l
+ * for sub-block 2p, bit 2p + 1 for 2p + 1; WU w reads qh bytes 16h..16h+15).
+ * Rows are 4-byte aligned (gpu_units_aligned). */
+struct mvf_q5_K {
+    typedef fmt_q5_K B;
+    static constexpr int WU_EL = 32, CHUNK_EL = 1024, BLK_EL = B::EL, BLK_BYTES = B::BYTES, STAGES = MV_ST(4);
+    static constexpr bool QUANT = true, KQ = true;
+    template <int R, int MT>
+    __device__ static __forceinline__ void dot(const char *const *rp, int w, int64_t e0, const mv_x &X,
+                                               const int (&xo)[MT], float (&acc)[R][MT]) {
+        const int sb = w >> 3, p = (w >> 1) & 3, h = w & 1;
+        uint32_t lo[R][4], hi[R][4];
+        int sca[R], scb[R], mna[R], mnb[R];
+        float d[R], dmin[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const char *b = rp[j] + sb * B::BYTES;
+            static_assert(B::DMIN == B::D + 2, "q5_K: d and dmin in one word");
+            const uint32_t dd = *(const uint32_t *)(b + B::D);
+            d[j] = f16_bits_to_f32((uint16_t)(dd & 0xffffu));
+            dmin[j] = f16_bits_to_f32((uint16_t)(dd >> 16));
+            q4k_scale_min((const uint8_t *)(b + B::SCALES), 2 * p, &sca[j], &mna[j]);
+            q4k_scale_min((const uint8_t *)(b + B::SCALES), 2 * p + 1, &scb[j], &mnb[j]);
+            const uint32_t *qs = (const uint32_t *)(b + B::QS + 32 * p + 16 * h); /* 4-byte aligned */
+            const uint32_t *qh = (const uint32_t *)(b + B::QH + 16 * h);
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const uint32_t qv = qs[t], hv = qh[t] >> (2 * p);
+                lo[j][t] = (qv & 0x0F0F0F0Fu) | ((hv << 4) & 0x10101010u);
+                hi[j][t] = ((qv >> 4) & 0x0F0F0F0Fu) | ((hv << 3) & 0x10101010u);
             }
         }
         const int64_t ua = ((e0 + (int64_t)sb * 256) >> 5) + 2 * p; /* 32-unit of sub-block 2p */

@@ -2,7 +2,7 @@
  * a's dims 2/3 broadcast over b's). Two paths:
  *  - M <= MV_MAX_M = 32 (decode, small batches): the staged matrix-vector
  *    kernels of matvec.cuh, which read each weight byte once for all M rows
- *    (ggml blocks q4_0, q8_0, q4_K, q6_K with int8 activations quantized the
+ *    (ggml blocks q4_0, q8_0, q4_K, q5_K, q6_K with int8 activations quantized the
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
@@ -15,11 +15,12 @@
  * (matvec_direct.cuh): the residual add as a block stores the product, the
  * gated output (glu_out) and the rope (normal mode) from pairs of rows a
  * group computes together, the store (KV-cache write) as rows are stored, and
- * for q4_0/q8_0 weights the norm as it quantizes the activations; a gate, or
- * a norm before float weights, runs as its own kernel first (folding them in
- * made every block read the activations twice: measured slower). Where the
- * direct kernels do not apply it answers RB_E_UNSUPPORTED before queueing
- * anything and the front-end runs the separate ops.
+ * for quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K) the norm as it quantizes the
+ * activations; a gate, or a norm before float weights, runs as its own kernel
+ * first (folding them in made every block read the activations twice:
+ * measured slower). Where the direct kernels do not apply it answers
+ * RB_E_UNSUPPORTED before queueing anything and the front-end runs the
+ * separate ops.
  */
 #include "backends/gpu/matmul/matvec.cuh"
 
@@ -117,6 +118,20 @@ static rb_status blas_fail(rb_backend *be, cublasStatus_t st) {
 }
 #endif
 
+/* Whether the 16-byte aligned pieces that hold a's rows (from the first
+ * row's start rounded down to the last row's end rounded up) lie inside
+ * a's buffer: the direct kernel reads q6_K rows, only 2-byte aligned, in
+ * such pieces. Strides are non-negative (views). */
+static bool pieces_inside(const rb_tensor *a) {
+    size_t end = a->offs + rb_dtype_row_size(a->dtype, a->ne[0]);
+    for (int i = 1; i < 4; i++) {
+        if (a->ne[i] < 1) return false;
+        end += (size_t)(a->ne[i] - 1) * a->nb[i];
+    }
+    const uintptr_t base = (uintptr_t)a->buf->impl;
+    return base % 16 == 0 && ((end + 15) & ~(size_t)15) <= a->buf->size;
+}
+
 static bool f32_rows16(const rb_tensor *t) {
     return t->dtype == RB_F32 && t->nb[0] == 4 && t->ne[0] % 4 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
            t->nb[3] % 16 == 0 && al16(gview(t).p);
@@ -135,9 +150,11 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     /* rope on row pairs (2 i, 2 i + 1): normal mode, f32 destination rows */
     const bool rope = f->rope && f->rope->mode == RB_ROPE_NORMAL && a->ne[1] % 2 == 0 &&
                       f->rope_head_dim % 2 == 0 && f->rope_head_dim <= INT_MAX / 2 && a->ne[1] <= INT_MAX;
-    /* the norm inside the product: q4_0/q8_0 weights quantize the
+    /* the norm inside the product: quantized weights quantize the
      * activations in each block anyway (f32 contiguous norm weight) */
-    const bool norm_in = f->norm && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) &&
+    const bool norm_in = f->norm &&
+                         (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0 || a->dtype == RB_Q4_K || a->dtype == RB_Q5_K ||
+                          a->dtype == RB_Q6_K) &&
                          (!f->norm_w || (f->norm_w->dtype == RB_F32 && f->norm_w->nb[0] == 4 &&
                                          al16(gview(f->norm_w).p)));
     const bool pre = f->norm || f->glu;
@@ -198,7 +215,8 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     }
     bool done = false;
     if (!pre || norm_in || f32_rows16(in)) {
-        rb_status s = gpu_matvec_fused(be, gview(dst), gview(a), gview(in), p, a->buf->constant, &done);
+        rb_status s =
+            gpu_matvec_fused(be, gview(dst), gview(a), gview(in), p, a->buf->constant, pieces_inside(a), &done);
         if (s != RB_OK || done) return s;
     }
     if (!pre || norm_in) return RB_E_UNSUPPORTED; /* nothing queued yet */
@@ -232,7 +250,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     const bool quant = at->is_quant;
     if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
-                               "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q6_K, "
+                               "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q5_K, q6_K, "
                                "f32, f16, bf16 are)",
                                rb_dtype_name(a->dtype), be->name);
     const int64_t K = a->ne[0], N = a->ne[1], M = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
@@ -263,7 +281,8 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
             if (s != RB_OK) return s;
         }
         bool done = false;
-        rb_status s = gpu_matvec(be, dv, av, bv, (b_ok || !quant) ? &bf : NULL, r2, r3, a->buf->constant, &done);
+        rb_status s = gpu_matvec(be, dv, av, bv, (b_ok || !quant) ? &bf : NULL, r2, r3, a->buf->constant,
+                                 quant && pieces_inside(a), &done);
         if (s != RB_OK || done) return s;
         if (quant)
             return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %s rows of %lld elements are too long for %s",

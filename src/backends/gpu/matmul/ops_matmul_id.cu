@@ -6,7 +6,7 @@
  *      expert: the used experts, each with its rows in ascending order;
  *   2. the activations' S T distinct rows are quantized once to int8 the
  *      way the CPU backend quantizes them for the weight format (q8_0 mode
- *      for q4_0 / q8_0 / mxfp4, q8_K mode for q4_K / q6_K; mv_quant8 of
+ *      for q4_0 / q8_0 / mxfp4, q8_K mode for q4_K / q5_K / q6_K; mv_quant8 of
  *      matvec_fmt.cuh), or, for float weights, read as f32 rows (converted
  *      into scratch where they are not contiguous aligned f32);
  *   3. k_moe_mv: blockIdx.y picks a used expert, so only the selected
@@ -14,8 +14,8 @@
  *      them once per block for all its rows: a 32-lane group takes R weight
  *      rows and MT of the expert's activation rows at a time, each lane a
  *      stride of work units through the rows, with the formats' dot
- *      products of matvec_fmt.cuh (q4_0, q8_0, q4_K, q6_K, f32/f16/bf16 in
- *      16-byte units) and matvec_fmt_mxfp4.cuh (mxfp4), the lane sums meeting
+ *      products of matvec_fmt.cuh (q4_0, q8_0, q4_K, q5_K, q6_K, f32/f16/bf16
+ *      in 16-byte units) and matvec_fmt_mxfp4.cuh (mxfp4), the lane sums meeting
  *      in shuffles; results go straight to their (j, t) place in dst.
  * Float weights in other layouts (strided elements, unaligned rows, K not a
  * multiple of the 16-byte unit) take k_moe_mv_any, the same walk with one
@@ -262,7 +262,7 @@ rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     if (quant ? !gpu_quant_ok(dt) : !(dt == RB_F32 || dt == RB_F16 || dt == RB_BF16))
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul_id: experts of dtype %s are not supported on %s (f32, f16, bf16, q4_0, "
-                               "q8_0, q4_K, q6_K and mxfp4 are)",
+                               "q8_0, q4_K, q5_K, q6_K and mxfp4 are)",
                                rb_dtype_name(dt), be->name);
     if (E > MOE_E_MAX || R >= ((int64_t)1 << 30) || B * (K > 0 ? K : 1) >= ((int64_t)1 << 31))
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
@@ -322,7 +322,7 @@ rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     if (quant) {
         int8_t *xq = (int8_t *)(base + route_b);
         int2 *xs = (int2 *)(base + route_b + xq_b);
-        const bool kq = dt == RB_Q4_K || dt == RB_Q6_K;
+        const bool kq = dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K;
         int64_t blocks = (B * ((K + 255) / 256) + MOE_NG - 1) / MOE_NG;
         if (blocks > 65535LL * 32) blocks = 65535LL * 32;
         gt b3 = bv; /* [K, S, T] */
@@ -354,6 +354,7 @@ rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     case RB_Q4_0: return moe_launch<mvf_q4_0>(be, p, grid, mt);
     case RB_Q8_0: return moe_launch<mvf_q8_0>(be, p, grid, mt);
     case RB_Q4_K: return moe_launch<mvf_q4_K>(be, p, grid, mt);
+    case RB_Q5_K: return moe_launch<mvf_q5_K>(be, p, grid, mt);
     case RB_Q6_K: return moe_launch<mvf_q6_K>(be, p, grid, mt);
     case RB_MXFP4: return moe_launch<mvf_mxfp4>(be, p, grid, mt);
     default: break;
