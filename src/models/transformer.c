@@ -11,9 +11,8 @@
  * Decode-sized micro-batches (at most RB_FUSE_ROWS rows, where the model
  * allows: fusable) fold the norms, the gate and the residual adds into the
  * products (rb_matmul_fused: 5 instead of 11 ops a layer where a backend
- * fuses them) and the rope and, in the position-independent form, the
- * KV-cache write into the qkv product (or the q, k and v products, where
- * they are three matrices).
+ * fuses them) and, with one qkv matrix, the rope and in the
+ * position-independent form the KV-cache write into the qkv product.
  * Activations live in a per-sequence arena sized for one micro-batch
  * (rb_fwd_layout). The entry points, micro-batching and the decode graphs
  * are in forward.c. */
@@ -186,17 +185,15 @@ static rb_status residual_add(fwd *f, const rb_tensor *norm_w) {
 
 /* ---- attention block ---- */
 
-/* What the fused decode qkv products (one qkv matrix, or q, k and v each
- * with the norm folded in) do besides the norm. */
+/* What a fused decode qkv product (one qkv matrix) does besides the norm. */
 typedef struct qkv_fusion {
-    bool rope; /* rotate the q and k heads (no bias to add between the product and the rope) */
-    bool kv;   /* and, for one sequence in a fixed cache, write its k and v rows at the positions */
+    bool rope; /* rotates the q and k heads (no bias to add between the product and the rope) */
+    bool kv;   /* and, for one sequence in a fixed cache, writes its k and v rows at the positions */
 } qkv_fusion;
 
 static qkv_fusion qkv_fusion_of(const fwd *f, const rb_layer_weights *L) {
     const rb_model_config *c = f->c;
-    const bool bias = c->fused_qkv ? L->has_bqkv : L->has_bq || L->has_bk || L->has_bv;
-    qkv_fusion q = {.rope = f->fuse && !bias && !c->has_rope_long};
+    qkv_fusion q = {.rope = c->fused_qkv && f->fuse && !L->has_bqkv && !c->has_rope_long};
     q.kv = q.rope && f->fixed && f->n_grp == 1 && f->grp[0].row0 == 0 && f->grp[0].n == f->T;
     return q;
 }
@@ -224,51 +221,6 @@ static rb_status qkv_fused_product(fwd *f, const rb_layer_weights *L, const qkv_
     return RB_OK;
 }
 
-/* This layer's rope: window layers may have their own base, unscaled (gemma3). */
-static rb_rope_params layer_rope(const fwd *f) {
-    rb_rope_params rp = f->rope;
-    if (rb_layer_uses_window(f->c, f->il) && f->c->rope_theta_swa > 0) {
-        rp.freq_base = f->c->rope_theta_swa;
-        rp.freq_scale = 1.0f;
-        rp.attn_factor = 1.0f;
-        rp.freq_factors = NULL;
-    }
-    return rp;
-}
-
-/* The fused decode products of three q, k, v matrices (their dtypes
- * differ, as in llama-quantize's k-quant mixes, or they were not joined at
- * load): each normalizes x in its product, q and k rotate their heads, and
- * where qf->kv k and v write their rows into the cache at the positions. A
- * backend that folds the norm into its products (the GPU) runs three
- * launches instead of the norm, three products, two ropes and two cache
- * writes; others run those separate ops, the norm once per product. */
-static rb_status qkv_split_products(fwd *f, const rb_layer_weights *L, const qkv_fusion *qf, rb_tensor *q2,
-                                    rb_tensor *k2, rb_tensor *v2) {
-    const rb_model_config *c = f->c;
-    fwd_bufs *b = &f->b;
-    rb_kv_cache *kv = f->grp[0].kv;
-    const rb_rope_params rp = layer_rope(f);
-    const rb_matmul_fusion fq = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps, .rope = &rp,
-                                 .rope_pos = &b->pos, .rope_head_dim = c->head_dim, .rope_heads = c->n_head,
-                                 .tmp_in = &b->h};
-    CK(rb_matmul_fused(f->be, q2, &L->wq, &b->x, &fq));
-    rb_matmul_fusion fk = fq;
-    fk.rope_heads = c->n_head_kv;
-    if (qf->kv) {
-        fk.store_dst = &kv->k[f->il];
-        fk.store_ids = &b->pos;
-    }
-    CK(rb_matmul_fused(f->be, k2, &L->wk, &b->x, &fk));
-    rb_matmul_fusion fv = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps, .tmp_in = &b->h};
-    if (qf->kv) {
-        fv.store_dst = &kv->v[f->il];
-        fv.store_ids = &b->pos;
-    }
-    CK(rb_matmul_fused(f->be, v2, &L->wv, &b->x, &fv));
-    return RB_OK;
-}
-
 /* q [D, Hq, T], k [D, Hkv, T], v [Hkv D, T] of the sublayer input, biases
  * added: from one qkv matrix (each token's row [q | k | v]; in the fused
  * form from x, normed by the product), or from three (q, k, v regions of
@@ -288,19 +240,16 @@ static rb_status project_qkv(fwd *f, const rb_layer_weights *L, const qkv_fusion
         *v = view3(&b->qkv, (size_t)((Hq + Hkv) * D) * sizeof(float), kvrow, T, 1, row, row * (size_t)T);
         return RB_OK;
     }
+    if (f->fuse) CK(rb_rms_norm(f->be, &b->h, &b->x, &L->attn_norm, c->norm_eps)); /* the input norm, alone */
     rb_tensor q2 = view3(&b->qkv, 0, Hq * D, T, 1, (size_t)(Hq * D) * sizeof(float),
                          (size_t)(Hq * D * T) * sizeof(float));
     rb_tensor k2 = view3(&b->qkv, (size_t)(Hq * D * T) * sizeof(float), kvrow, T, 1, (size_t)kvrow * sizeof(float),
                          (size_t)(kvrow * T) * sizeof(float));
     rb_tensor v2 = view3(&b->qkv, (size_t)((Hq * D + kvrow) * T) * sizeof(float), kvrow, T, 1,
                          (size_t)kvrow * sizeof(float), (size_t)(kvrow * T) * sizeof(float));
-    if (f->fuse && qf->rope) TRY(qkv_split_products(f, L, qf, &q2, &k2, &v2));
-    else {
-        if (f->fuse) CK(rb_rms_norm(f->be, &b->h, &b->x, &L->attn_norm, c->norm_eps)); /* the input norm, alone */
-        CK(rb_matmul(f->be, &q2, &L->wq, f->in));
-        CK(rb_matmul(f->be, &k2, &L->wk, f->in));
-        CK(rb_matmul(f->be, &v2, &L->wv, f->in));
-    }
+    CK(rb_matmul(f->be, &q2, &L->wq, f->in));
+    CK(rb_matmul(f->be, &k2, &L->wk, f->in));
+    CK(rb_matmul(f->be, &v2, &L->wv, f->in));
     if (L->has_bq) CK(rb_binary(f->be, RB_BINARY_ADD, &q2, &q2, &L->bq));
     if (L->has_bk) CK(rb_binary(f->be, RB_BINARY_ADD, &k2, &k2, &L->bk));
     if (L->has_bv) CK(rb_binary(f->be, RB_BINARY_ADD, &v2, &v2, &L->bv));
@@ -325,6 +274,18 @@ static rb_status qk_norm(fwd *f, const rb_layer_weights *L, rb_tensor *q, rb_ten
     CK(rb_rms_norm(f->be, &qw, &qw, &L->q_norm, c->norm_eps));
     CK(rb_rms_norm(f->be, &kw, &kw, &L->k_norm, c->norm_eps));
     return RB_OK;
+}
+
+/* This layer's rope: window layers may have their own base, unscaled (gemma3). */
+static rb_rope_params layer_rope(const fwd *f) {
+    rb_rope_params rp = f->rope;
+    if (rb_layer_uses_window(f->c, f->il) && f->c->rope_theta_swa > 0) {
+        rp.freq_base = f->c->rope_theta_swa;
+        rp.freq_scale = 1.0f;
+        rp.attn_factor = 1.0f;
+        rp.freq_factors = NULL;
+    }
+    return rp;
 }
 
 /* Longrope (transformers' dynamic rule, the model's rope): the long factors

@@ -28,17 +28,12 @@
  * page-locked host memory (rb_buffer_set_queued) and results read back into
  * it by a kernel, with the ids check's report; a decode whose logits go to
  * one page-locked buffer has them written there by the output head (not
- * with gemma2's final soft-cap) with the bits of the read-back; q, k and v
- * as three matrices (three fused products) give the graph's bits and the
- * one-matrix model's tokens; a tiny random llama in the Q4_K_M mix (q4_K and
- * q6_K, three q/k/v matrices) decodes from a graph with the eager bits and
- * the CPU backend's logits. */
+ * with gemma2's final soft-cap) with the bits of the read-back. */
 #include "testutil.h"
 
 #include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
 #include "models/kv_cache_internal.h"
-#include "bench_model.h"
 #include "rbee/json_config.h"
 #include "rbee/model.h"
 
@@ -46,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define N_GEN 24
 #define N_CTX 64
@@ -129,11 +123,12 @@ typedef struct run {
  * decodes N_GEN greedy tokens one at a time in the given decode mode; with
  * outs, step i's logits go to outs[i] where that is not NULL (a server's
  * buffer) and are copied into the run. */
-/* The run of greedy_out from a given prompt; with forced, step i feeds
- * forced[i] instead of the argmax (another run's tokens: the same inputs
- * whatever near-ties of the logits do). */
-static run greedy_ids(rb_model *m, const char *name, const int32_t *prompt, size_t np, const int32_t *forced,
-                      rb_decode_mode mode, rb_dtype kvdt, bool step_prompt, int64_t n_ctx, float *const *outs) {
+static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
+                      int64_t n_ctx, float *const *outs) {
+    char dir[1200];
+    model_dir(dir, sizeof dir, name);
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
     const int64_t V = rb_model_get_config(m)->n_vocab;
     run r = {.logits = malloc(sizeof(float) * (size_t)(V * (N_GEN + 1)))};
     assert_non_null(r.logits);
@@ -149,7 +144,7 @@ static run greedy_ids(rb_model *m, const char *name, const int32_t *prompt, size
         fail_msg("%s prefill: %s", name, err.msg);
     }
     for (int i = 0; i < N_GEN; i++) {
-        r.tok[i] = forced ? forced[i] : argmax(r.logits + (size_t)(i * V), V);
+        r.tok[i] = argmax(r.logits + (size_t)(i * V), V);
         float *dst = r.logits + (size_t)((i + 1) * V), *out = outs ? outs[i] : NULL;
         if (rb_model_forward(m, kv, &r.tok[i], 1, false, out ? out : dst, &err) != RB_OK)
             fail_msg("%s step %d (mode %d): %s", name, i, (int)mode, err.msg);
@@ -160,16 +155,6 @@ static run greedy_ids(rb_model *m, const char *name, const int32_t *prompt, size
     r.state = rb_kv_cache_graph_state(kv);
     snprintf(r.gerr, sizeof r.gerr, "%s", rb_kv_cache_graph_error(kv));
     rb_kv_cache_free(kv);
-    return r;
-}
-
-static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
-                      int64_t n_ctx, float *const *outs) {
-    char dir[1200];
-    model_dir(dir, sizeof dir, name);
-    size_t np = 0;
-    int32_t *prompt = read_prompt(dir, &np);
-    run r = greedy_ids(m, name, prompt, np, NULL, mode, kvdt, step_prompt, n_ctx, outs);
     free(prompt);
     return r;
 }
@@ -578,85 +563,6 @@ static void test_gpu_graph_decode(void **state) {
     if (bad) fail_msg("%d models: graph decode differs (see above)", bad);
 }
 
-/* q, k and v as three matrices (fuse_proj off: the form a k-quant mix
- * takes, its attn_v having another type in some layers): the three fused
- * decode products (norm, rope, cache store) from a graph give the eager
- * decode's bits, and the tokens and logits (1e-5) of the one-matrix
- * model. */
-static void test_gpu_split_projections(void **state) {
-    (void)state;
-    rb_backend *be = gpu_backend();
-    NEED_GPU(be);
-    const char *name = "llama_gqa";
-    const rb_model_load_opts off = {.fuse_proj = RB_FUSE_PROJ_OFF};
-    rb_model *split = load_opts(be, name, &off), *one = load(be, name);
-    assert_false(rb_model_get_config(split)->fused_qkv);
-    assert_true(rb_model_get_config(one)->fused_qkv);
-    const int64_t V = rb_model_get_config(one)->n_vocab;
-    run g = greedy(split, name, RB_DECODE_AUTO, RB_F16, false);
-    run f = greedy(split, name, RB_DECODE_FIXED, RB_F16, false);
-    run o = greedy(one, name, RB_DECODE_AUTO, RB_F16, false);
-    assert_int_equal((int)g.state, (int)RB_GRAPH_READY);
-    expect_same_bits(&g, &f, V, "gpu split projections: graph vs eager");
-    const double e = max_rel(g.logits, o.logits, (size_t)(V * (N_GEN + 1)));
-    print_message("gpu %s split vs one qkv matrix: max rel %.3g\n", name, e);
-    assert_true(e <= 1e-5);
-    for (int j = 0; j < N_GEN; j++) assert_int_equal(g.tok[j], o.tok[j]);
-    free(g.logits);
-    free(f.logits);
-    free(o.logits);
-    rb_model_free(split);
-    rb_model_free(one);
-    rb_backend_destroy(be);
-}
-
-/* A tiny llama in llama-quantize's Q4_K_M mix (rbee bench --random's
- * q4_k_m: q4_K, with q6_K for the output and for attn_v and ffn_down of
- * the last of its 2 layers; q6_K rows of 210 and 630 bytes), so q, k and v
- * stay three matrices: its GPU decode (three fused q/k/v products, the
- * direct q4_K and q6_K kernels, 2-byte aligned q6_K rows) from a graph
- * gives the eager decode's bits, and on the same tokens (forced) the CPU
- * backend's logits within 2e-3 rel L2 and max rel (the int8 sums are the
- * CPU's; the norms folded into the products move an activation by one step
- * now and then, as in test_gpu_matmul's fused bound, over 2 layers). */
-static void test_gpu_kquant_mix(void **state) {
-    (void)state;
-    rb_backend *be = gpu_backend();
-    NEED_GPU(be);
-    rb_backend *cpu = NULL;
-    TU_OK(rb_backend_create("cpu", NULL, &cpu, NULL));
-    char path[512];
-    int64_t n_params = 0;
-    rb_error err;
-    if (rb_bench_write_random_model("tiny", "q4_k_m", 11, path, sizeof path, &n_params, &err) != RB_OK)
-        fail_msg("random q4_k_m model: %s", err.msg);
-    rb_model *mg = NULL, *mc = NULL;
-    if (rb_model_load(path, be, NULL, &mg, &err) != RB_OK) fail_msg("%s on the GPU: %s", path, err.msg);
-    if (rb_model_load(path, cpu, NULL, &mc, &err) != RB_OK) fail_msg("%s on the CPU: %s", path, err.msg);
-    unlink(path);
-    assert_false(rb_model_get_config(mg)->fused_qkv); /* attn_v's types differ between the layers */
-    const int64_t V = rb_model_get_config(mg)->n_vocab;
-    const int32_t prompt[] = {1, 17, 300, 42, 511, 7};
-    const size_t np = sizeof prompt / sizeof prompt[0];
-    run g = greedy_ids(mg, "q4_k_m", prompt, np, NULL, RB_DECODE_AUTO, RB_F16, false, N_CTX, NULL);
-    run f = greedy_ids(mg, "q4_k_m", prompt, np, NULL, RB_DECODE_FIXED, RB_F16, false, N_CTX, NULL);
-    run c = greedy_ids(mc, "q4_k_m", prompt, np, g.tok, RB_DECODE_AUTO, RB_F16, false, N_CTX, NULL);
-    assert_int_equal((int)g.state, (int)RB_GRAPH_READY);
-    expect_same_bits(&g, &f, V, "gpu q4_k_m: graph vs eager");
-    const size_t n = (size_t)(V * (N_GEN + 1));
-    const double l2 = tu_rel_l2_f(g.logits, c.logits, n), mx = max_rel(g.logits, c.logits, n);
-    print_message("gpu q4_k_m vs cpu (same tokens): rel L2 %.3g, max rel %.3g\n", l2, mx);
-    assert_true(l2 <= 2e-3);
-    assert_true(mx <= 2e-3);
-    free(g.logits);
-    free(f.logits);
-    free(c.logits);
-    rb_model_free(mg);
-    rb_model_free(mc);
-    rb_backend_destroy(cpu);
-    rb_backend_destroy(be);
-}
-
 /* The batched step from a graph: the eager batch's bits, the per-step
  * batch's values. */
 static void test_gpu_graph_batch(void **state) {
@@ -1021,8 +927,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_graph_queued),
         cmocka_unit_test(test_gpu_graph_rules),
         cmocka_unit_test(test_gpu_graph_decode),
-        cmocka_unit_test(test_gpu_split_projections),
-        cmocka_unit_test(test_gpu_kquant_mix),
         cmocka_unit_test(test_gpu_graph_batch),
         cmocka_unit_test(test_gpu_graph_bad_token),
         cmocka_unit_test(test_gpu_graph_capture_fails),
