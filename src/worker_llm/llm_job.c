@@ -45,44 +45,44 @@ static void describe(const wk_job *j, json_t *o) {
 
 const wk_job_kind llm_job_kind = {.free_payload = free_task, .describe = describe};
 
-wk_job *llm_job_new(llm_api api, llm_gen_request *req, const char *model_name, const char *route_label) {
+/* A task of api with n_choices result slots, or NULL (out of memory). */
+static llm_task *task_new(llm_api api, int n_choices, const char *model_name, const char *route_label) {
     llm_task *t = calloc(1, sizeof *t);
     char *name = strdup(model_name ? model_name : "");
-    llm_choice_out *ch = calloc((size_t)llm_gen_choices(req), sizeof *ch);
+    llm_choice_out *ch = calloc((size_t)n_choices, sizeof *ch);
     if (!t || !name || !ch) {
         free(t);
         free(name);
         free(ch);
-        llm_gen_request_free(req);
         return NULL;
     }
     t->api = api;
-    t->req = *req;
-    memset(req, 0, sizeof *req);
     t->choices = ch;
     t->model_name = name;
     t->route_label = route_label;
+    return t;
+}
+
+wk_job *llm_job_new(llm_api api, llm_gen_request *req, const char *model_name, const char *route_label) {
+    llm_task *t = task_new(api, llm_gen_choices(req), model_name, route_label);
+    if (!t) {
+        llm_gen_request_free(req);
+        return NULL;
+    }
+    t->req = *req;
+    memset(req, 0, sizeof *req);
     const char *prefix = api == LLM_API_CHAT ? "chatcmpl-" : api == LLM_API_COMPLETION ? "cmpl-" : "job-";
     return wk_job_new(&llm_job_kind, prefix, t);
 }
 
 wk_job *llm_job_new_embed(llm_embed_request *req, const char *model_name, const char *route_label) {
-    llm_task *t = calloc(1, sizeof *t);
-    char *name = strdup(model_name ? model_name : "");
-    llm_choice_out *ch = calloc(1, sizeof *ch);
-    if (!t || !name || !ch) {
-        free(t);
-        free(name);
-        free(ch);
+    llm_task *t = task_new(LLM_API_EMBED, 1, model_name, route_label);
+    if (!t) {
         llm_embed_request_free(req);
         return NULL;
     }
-    t->api = LLM_API_EMBED;
     t->emb = *req;
     memset(req, 0, sizeof *req);
-    t->choices = ch;
-    t->model_name = name;
-    t->route_label = route_label;
     return wk_job_new(&llm_job_kind, "embd-", t);
 }
 
