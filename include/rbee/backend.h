@@ -39,7 +39,20 @@ typedef struct rb_backend_config {
      * Off by default (the default paths are the accurate ones); other
      * backends ignore it. See docs/LLAMACPP_NUMERICS.md. */
     bool llamacpp_numerics;
+    /* Batch-invariant matrix products: a product of up to
+     * RB_BATCH_INVARIANT_ROWS activation rows computes each row with exactly
+     * the arithmetic of a one-row product, so a sequence's decode step gives
+     * the same bits alone as batched with other sequences (greedy decoding
+     * and seeded sampling reproducible whatever the load). It costs
+     * throughput of batched decode and of short prompts, where the batched
+     * kernels would share work between rows. The CPU backend's products
+     * honour it; on a GPU rb_model_forward_batch runs the sequences one at a
+     * time instead (rb_backend_row_exact_products). docs/PERFORMANCE.md has
+     * the cost of each. */
+    bool batch_invariant;
 } rb_backend_config;
+
+#define RB_BATCH_INVARIANT_ROWS 16
 
 /* Creates a backend from a spec: "cpu", "cuda", "cuda:N", "rocm", "rocm:N".
  * cfg may be NULL for defaults. RB_E_UNSUPPORTED names the backends this
@@ -145,6 +158,15 @@ rb_status rb_tensor_get(const rb_tensor *t, void *dst, size_t n);
 typedef struct rb_graph rb_graph;
 /* true where capture is implemented (CUDA, ROCm). */
 bool rb_backend_graphs_supported(const rb_backend *be);
+
+/* Whether the backend was created with rb_backend_config.batch_invariant. */
+bool rb_backend_batch_invariant(const rb_backend *be);
+/* Whether its matrix products honour batch_invariant by themselves (the CPU
+ * backend: each row of a product of up to RB_BATCH_INVARIANT_ROWS rows goes
+ * through the one-row kernels). Where they do not (the GPU backends),
+ * rb_model_forward_batch keeps the promise by running the sequences of a
+ * batch one at a time. */
+bool rb_backend_row_exact_products(const rb_backend *be);
 rb_status rb_backend_capture_begin(rb_backend *be);
 /* Ends the capture begun on be. On success *out is a graph ready to launch;
  * on failure *out is NULL and the backend is back in eager mode. */

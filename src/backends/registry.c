@@ -69,10 +69,12 @@ rb_status rb_backend_create(const char *spec, const rb_backend_config *cfg, rb_b
     if (s != RB_OK) return s;
     switch (kind) {
     case RB_DEVICE_CPU:
-        return rb_cpu_backend_create(cfg, out, err);
+        s = rb_cpu_backend_create(cfg, out, err);
+        break;
     case RB_DEVICE_CUDA:
 #if defined(RBEE_HAVE_CUDA)
-        return rb_cuda_backend_create(index, cfg, out, err);
+        s = rb_cuda_backend_create(index, cfg, out, err);
+        break;
 #else
         return rb_error_set(err, RB_E_UNSUPPORTED,
                             "'%s': this binary was built without the CUDA backend (built with: %s)", spec,
@@ -80,15 +82,19 @@ rb_status rb_backend_create(const char *spec, const rb_backend_config *cfg, rb_b
 #endif
     case RB_DEVICE_ROCM:
 #if defined(RBEE_HAVE_HIP)
-        return rb_rocm_backend_create(index, cfg, out, err);
+        s = rb_rocm_backend_create(index, cfg, out, err);
+        break;
 #else
         return rb_error_set(err, RB_E_UNSUPPORTED,
                             "'%s': this binary was built without the ROCm backend (built with: %s)", spec,
                             rb_backends_compiled());
 #endif
+    default:
+        (void)index;
+        return rb_error_set(err, RB_E_INVALID, "unknown device kind");
     }
-    (void)index;
-    return rb_error_set(err, RB_E_INVALID, "unknown device kind");
+    if (s == RB_OK) (*out)->batch_invariant = cfg && cfg->batch_invariant;
+    return s;
 }
 
 typedef rb_status (*list_fn)(rb_device_info *infos, int max, int *n, rb_error *err);

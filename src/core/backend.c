@@ -97,6 +97,8 @@ void rb_backend_host_free(rb_backend *be, void *p) {
 /* ---- graphs ---- */
 
 bool rb_backend_graphs_supported(const rb_backend *be) { return be && be->graph_vt; }
+bool rb_backend_batch_invariant(const rb_backend *be) { return be && be->batch_invariant; }
+bool rb_backend_row_exact_products(const rb_backend *be) { return be && be->row_exact; }
 
 rb_status rb_backend_capture_begin(rb_backend *be) {
     if (!be) return RB_E_INVALID;

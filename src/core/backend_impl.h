@@ -114,6 +114,8 @@ struct rb_backend {
     rb_status capture_status;        /* first failure recorded during the capture */
     rb_device_kind kind;
     int index;
+    bool batch_invariant; /* rb_backend_config.batch_invariant, as asked */
+    bool row_exact;       /* its matrix products honour batch_invariant themselves (the CPU backend) */
     char name[32];                 /* "cpu", "cuda:0" */
     char last_error[RB_ERROR_MSG_MAX];
 };

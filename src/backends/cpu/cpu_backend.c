@@ -249,6 +249,8 @@ rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, 
     cb->isa = isa;
     cb->kern = rb_cpu_kernels_get(isa);
     cb->llamacpp_numerics = cfg && cfg->llamacpp_numerics;
+    cb->batch_invariant = cfg && cfg->batch_invariant;
+    cb->base.row_exact = cb->batch_invariant;
     rb_status s = rb_threadpool_create(n_threads, &cb->pool);
     if (s != RB_OK) {
         free(cb);

@@ -36,6 +36,7 @@ typedef struct rb_cpu_backend {
     rb_cpu_isa isa;
     const struct rb_cpu_kernels *kern;
     bool llamacpp_numerics; /* rb_backend_config.llamacpp_numerics (llamacpp_numerics.h) */
+    bool batch_invariant;   /* rb_backend_config.batch_invariant (matmul_plan.c) */
     void *scratch; /* grows on demand; used by one op at a time */
     size_t scratch_cap;
 } rb_cpu_backend;
