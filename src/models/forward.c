@@ -1,7 +1,11 @@
 /* The entry points of the forward pass (transformer.c): rb_model_forward
  * runs a prompt in micro-batches of the arena's size and a single token as a
  * decode step; rb_model_forward_batch runs one token of each of n sequences
- * as one micro-batch.
+ * as one micro-batch. On a backend created batch-invariant, a batch gives
+ * each sequence the bits its step alone would: products of up to
+ * RB_BATCH_INVARIANT_ROWS rows keep rows apart on a backend whose products
+ * honour that (larger batches run in chunks of that size), and on another
+ * backend the sequences run one at a time (see batch_invariant_step).
  *
  * One-token decode on a backend with graphs runs "position-independent":
  * the position is only read on the device (rope's pos tensor, KV rows
@@ -279,6 +283,22 @@ rb_status rb_model_forward_hidden(rb_model *m, rb_kv_cache *kv, const int32_t *t
     return s;
 }
 
+/* A batch on a batch-invariant backend: in chunks of RB_BATCH_INVARIANT_ROWS
+ * sequences where the products keep rows apart, else one sequence at a time
+ * through the path a single decode step takes (its own graph slot). */
+static rb_status batch_invariant_step(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
+                                      float *logits, rb_error *err) {
+    const int64_t V = m->cfg.n_vocab;
+    const int64_t chunk = rb_backend_row_exact_products(m->be) ? RB_BATCH_INVARIANT_ROWS : 1;
+    for (int64_t i = 0; i < n; i += chunk) {
+        const int64_t k = n - i < chunk ? n - i : chunk;
+        rb_status s = k == 1 ? rb_model_forward(m, kvs[i], &tokens[i], 1, false, logits + i * V, err)
+                             : rb_model_forward_batch(m, kvs + i, tokens + i, k, logits + i * V, err);
+        if (s != RB_OK) return s;
+    }
+    return RB_OK;
+}
+
 rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
                                  float *logits, rb_error *err) {
     if (!m || !kvs || !tokens || !logits || n <= 0)
@@ -297,6 +317,11 @@ rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int
         for (int64_t j = 0; j < i && s == RB_OK; j++)
             if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
         g[i] = (seq_group){.kv = kv, .row0 = i, .n = 1, .p0 = kv ? kv->used : 0};
+    }
+    if (s == RB_OK && n > 1 && rb_backend_batch_invariant(m->be) &&
+        (!rb_backend_row_exact_products(m->be) || n > RB_BATCH_INVARIANT_ROWS)) {
+        free(g);
+        return batch_invariant_step(m, kvs, tokens, n, logits, err);
     }
     bool fixed = n <= RB_MAX_UBATCH;
     for (int64_t i = 0; i < n && s == RB_OK && fixed; i++) fixed = decode_fixed(m, kvs[i]);
