@@ -34,6 +34,9 @@
 #   bench1b    rbee bench, Llama-3.2-1B shape, bf16/q8_0/q4_0, pp512 tg128,
 #              batched decode 1/4/8/16, graphs on and off
 #   bench7b    rbee bench, Llama-2-7B shape, bf16/q8_0/q4_0, pp512 tg128
+#   det        the cost of deterministic batching (rbee bench --deterministic,
+#              llm-worker-rbee --deterministic on): Llama-3.2-1B shape, q4_0 and
+#              bf16, batched decode 1/4/8/16, with and without, same call
 #   kquant     rbee bench of the k-quant files people download, Llama-3.2-1B
 #              and Llama-2-7B shapes: q4_k_m and q5_k_m (llama-quantize's
 #              default mixes: q6_K output, attn_v and ffn_down in an eighth
@@ -228,6 +231,10 @@ for s in "$@"; do
     done ;;
   bench1b) for ty in bf16 q8_0 q4_0; do bench llama-3.2-1b $ty 3 --parallel 1,4,8,16 --compare-eager; done ;;
   bench7b) for ty in bf16 q8_0 q4_0; do bench llama-2-7b $ty 2; done ;;
+  det) for ty in q4_0 bf16; do
+         bench llama-3.2-1b $ty 3 -p 64 --parallel 1,4,8,16
+         TAG=det bench llama-3.2-1b $ty 3 -p 64 --parallel 1,4,8,16 --deterministic
+       done ;;
   kquant) for sh in llama-3.2-1b llama-2-7b; do for ty in q4_0 q4_k_m q5_k_m q6_k; do bench $sh $ty 2; done; done ;;
   bf16_7b|q8_0_7b|q4_0_7b|q4_k_m_7b|q5_k_m_7b|q4_k_7b|q5_k_7b|q6_k_7b) bench llama-2-7b "${s%_7b}" 2 ;;
   bf16_1b|q8_0_1b|q4_0_1b|q4_k_m_1b|q5_k_m_1b|q4_k_1b|q5_k_1b|q6_k_1b) bench llama-3.2-1b "${s%_1b}" 3 ;;

@@ -57,6 +57,15 @@ bool cli_open_tokenizer(const char *path, rb_tokenizer **out) {
 }
 
 bool cli_open_model(const char *path, const char *backend_spec, int threads, bool need_tokenizer, cli_model *out) {
+    /* batch-invariant on the CPU, as llm-worker-rbee's default there, so that
+     * rbee logits and generate compute a prompt as the worker does */
+    const bool cpu = !backend_spec || strcmp(backend_spec, "cpu") == 0;
+    rb_backend_config cfg = {.n_threads = threads, .cpu_isa = NULL, .batch_invariant = cpu};
+    return cli_open_model_cfg(path, backend_spec, &cfg, need_tokenizer, out);
+}
+
+bool cli_open_model_cfg(const char *path, const char *backend_spec, const rb_backend_config *cfg, bool need_tokenizer,
+                        cli_model *out) {
     memset(out, 0, sizeof *out);
     if (!path) {
         fprintf(stderr, "error: no model given (-m PATH)\n");
@@ -64,8 +73,7 @@ bool cli_open_model(const char *path, const char *backend_spec, int threads, boo
     }
     rb_error err;
     rb_error_clear(&err);
-    rb_backend_config cfg = {.n_threads = threads, .cpu_isa = NULL};
-    if (rb_backend_create(backend_spec ? backend_spec : "cpu", &cfg, &out->be, &err) != RB_OK) {
+    if (rb_backend_create(backend_spec ? backend_spec : "cpu", cfg, &out->be, &err) != RB_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return false;
     }

@@ -17,8 +17,13 @@ typedef struct cli_model {
 } cli_model;
 
 /* backend_spec: "cpu", "cuda:0", ... (NULL = "cpu"); threads <= 0: all cores.
- * need_tokenizer: fail if the model has none. Prints errors to stderr. */
+ * need_tokenizer: fail if the model has none. Prints errors to stderr. The
+ * CPU backend is created batch-invariant, as llm-worker-rbee's default
+ * there (--deterministic auto), so both compute a prompt the same way. */
 bool cli_open_model(const char *path, const char *backend_spec, int threads, bool need_tokenizer, cli_model *out);
+/* The same with a whole backend configuration (cfg may be NULL). */
+bool cli_open_model_cfg(const char *path, const char *backend_spec, const rb_backend_config *cfg, bool need_tokenizer,
+                        cli_model *out);
 void cli_close_model(cli_model *cm);
 
 /* Loads just a tokenizer from a GGUF file, an HF folder, or a folder holding

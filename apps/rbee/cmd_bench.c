@@ -9,7 +9,9 @@
  * needed; the file is unlinked as soon as the model has mapped it.
  * --compare-eager repeats the decode tests with graph capture off
  * (rb_model_set_eager_decode, which applies to KV caches created after it),
- * so one model load gives both figures. */
+ * so one model load gives both figures. --deterministic creates the backend
+ * batch-invariant (rb_backend_config.batch_invariant, the worker's
+ * --deterministic on), to measure what that costs. */
 #include "bench_model.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -178,7 +180,8 @@ static void usage(FILE *f) {
             "  --random SHAPE       synthesize random weights of a named shape: %s\n"
             "  --type T             weight type for --random: %s\n"
             "  --seed S             seed for --random (default 1)\n"
-            "  --compare-eager      repeat the decode tests with graph capture off (as RBEE_NO_GRAPH=1)\n",
+            "  --compare-eager      repeat the decode tests with graph capture off (as RBEE_NO_GRAPH=1)\n"
+            "  --deterministic      batch-invariant backend, as llm-worker-rbee --deterministic on (its cost)\n",
             rb_bench_shape_names(), rb_bench_type_names());
 }
 
@@ -241,7 +244,7 @@ static void print_human(const char *model, const char *backend, int threads, con
     }
 }
 
-enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL, OPT_EAGER };
+enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL, OPT_EAGER, OPT_DET };
 
 #define BENCH_MAX_PARALLEL_RUNS 8
 
@@ -261,7 +264,7 @@ static bool parse_parallel(const char *s, int *out, int *n) {
 int rb_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 5, threads = 0, seed = 1, iv;
-    bool json = false, compare_eager = false;
+    bool json = false, compare_eager = false, deterministic = false;
     int par[BENCH_MAX_PARALLEL_RUNS], n_par = 0;
     static const struct option opts[] = {
         {"parallel", required_argument, 0, OPT_PARALLEL},
@@ -272,6 +275,7 @@ int rb_cmd_bench(int argc, char **argv) {
         {"json", no_argument, 0, OPT_JSON},       {"random", required_argument, 0, OPT_RANDOM},
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED},
         {"compare-eager", no_argument, 0, OPT_EAGER},
+        {"deterministic", no_argument, 0, OPT_DET},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     optind = 1;
     int c;
@@ -286,6 +290,7 @@ int rb_cmd_bench(int argc, char **argv) {
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
         case OPT_JSON: json = true; break;
         case OPT_EAGER: compare_eager = true; break;
+        case OPT_DET: deterministic = true; break;
         case OPT_PARALLEL:
             if (!parse_parallel(optarg, par, &n_par)) {
                 fprintf(stderr, "bench: --parallel expects up to %d comma-separated counts in 1..256\n",
@@ -333,7 +338,8 @@ int rb_cmd_bench(int argc, char **argv) {
         if (!json) fprintf(stderr, "bench: wrote random %s %s model to %s\n", shape, type, tmp_path);
     }
     cli_model cm;
-    const bool opened = cli_open_model(model, backend, (int)threads, false, &cm);
+    const rb_backend_config bcfg = {.n_threads = (int)threads, .batch_invariant = deterministic};
+    const bool opened = cli_open_model_cfg(model, backend, &bcfg, false, &cm);
     if (tmp_path[0]) unlink(tmp_path); /* the mapping stays valid; nothing is left on disk */
     if (!opened) return 1;
 
@@ -419,8 +425,10 @@ int rb_cmd_bench(int argc, char **argv) {
             snprintf(rname, sizeof rname, "random:%.64s:%.16s", shape, type);
             name = rname;
         }
-        if (json) print_json(name, rb_backend_name(cm.be), n_threads, cm.model, n_params, res, nres);
-        else print_human(name, rb_backend_name(cm.be), n_threads, cm.model, res, nres);
+        char bname[64];
+        snprintf(bname, sizeof bname, "%s%s", rb_backend_name(cm.be), deterministic ? " deterministic" : "");
+        if (json) print_json(name, bname, n_threads, cm.model, n_params, res, nres);
+        else print_human(name, bname, n_threads, cm.model, res, nres);
     }
     rb_kv_cache_free(kv);
     free(toks);

@@ -98,6 +98,9 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     if (!lw->pooling_name || !strcmp(lw->pooling_name, "mean")) lw->pooling = LLM_POOL_MEAN;
     else if (!strcmp(lw->pooling_name, "last")) lw->pooling = LLM_POOL_LAST;
     else return rb_error_set(err, RB_E_INVALID, "--pooling must be mean or last, not '%s'", lw->pooling_name);
+    const char *det = lw->deterministic_name ? lw->deterministic_name : "auto";
+    if (strcmp(det, "auto") && strcmp(det, "on") && strcmp(det, "off"))
+        return rb_error_set(err, RB_E_INVALID, "--deterministic must be auto, on or off, not '%s'", det);
     if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
     if (!w->cfg.no_webui && (s = wk_web_add(&w->router, llm_web_files, llm_web_n_files, err)) != RB_OK) return s;
     if ((s = llm_routes_embed_add(lw, err)) != RB_OK || (s = llm_routes_tokens_add(lw, err)) != RB_OK ||
@@ -147,9 +150,13 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     char spec[64];
     if (strcmp(w->cfg.backend, "cpu") == 0) snprintf(spec, sizeof spec, "cpu");
     else snprintf(spec, sizeof spec, "%s:%lld", w->cfg.backend, (long long)w->cfg.device);
-    rb_backend_config bc = {.n_threads = (int)w->cfg.threads, .cpu_isa = NULL};
+    /* --deterministic auto: on for the CPU, where it costs little, off on a GPU */
+    const char *det = lw->deterministic_name ? lw->deterministic_name : "auto";
+    lw->deterministic = !strcmp(det, "on") || (!strcmp(det, "auto") && !strcmp(spec, "cpu"));
+    rb_backend_config bc = {.n_threads = (int)w->cfg.threads, .cpu_isa = NULL, .batch_invariant = lw->deterministic};
     double t0 = wk_now_ms();
-    WK_INFO(&w->log, "model_load", "loading %s on %s", w->model_path, spec);
+    WK_INFO(&w->log, "model_load", "loading %s on %s (deterministic batching %s)", w->model_path, spec,
+            lw->deterministic ? "on" : "off");
     if ((s = rb_backend_create(spec, &bc, &lw->be, err)) != RB_OK) return s;
     WK_INFO(&w->log, "model_load", "backend %s ready; reading weights", rb_backend_name(lw->be));
     if ((s = rb_model_load(w->model_path, lw->be, NULL, &lw->model, err)) != RB_OK) return s;
@@ -249,6 +256,10 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
          "answer POST /v1/embeddings (unit-length pooled final hidden states; default off: 501)"},
         {"pooling", WK_OPT_STRING, &lw->pooling_name, 0, 0, "mean|last",
          "how --embedding pools a text's tokens (default mean)"},
+        {"deterministic", WK_OPT_STRING, &lw->deterministic_name, 0, 0, "auto|on|off",
+         "a request's tokens do not depend on what else runs beside it (greedy and seeded sampling reproduce "
+         "under any load; batched decode runs each stream's products alone, docs/PERFORMANCE.md has the cost); "
+         "auto (default): on for the CPU, off on a GPU"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;

@@ -25,6 +25,8 @@ typedef struct llm_worker {
     bool embedding;   /* --embedding: POST /v1/embeddings answers */
     const char *pooling_name; /* --pooling mean|last */
     llm_pooling pooling;
+    const char *deterministic_name; /* --deterministic auto|on|off */
+    bool deterministic;             /* batch-invariant backend (resolved when loading) */
     llm_metrics metrics;
     bool metrics_ok;
 

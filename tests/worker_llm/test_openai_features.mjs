@@ -1,10 +1,10 @@
 // The OpenAI features applications rely on, through the official `openai`
 // npm package against llm-worker-rbee, each against an independent reference.
-// The bundled model runs from its float32 HF folder, where the CPU's batched
-// decode step gives the same logits as a prefill and as a lone sequence (its
-// Q8_0 GGUF does not: quantized activations round differently per path and
-// batch, by up to ~1e-2 in a logit, so a sampled text may depend on what
-// shares its batch; that file is checked on the prefill's token only):
+// The bundled model runs from its float32 HF folder, where the CPU's decode
+// step gives the same logits as a prefill (its Q8_0 GGUF does not: quantized
+// activations round differently in a prefill's products than in a decode
+// step's, by up to ~1e-2 in a logit; that file is checked on the prefill's
+// token only):
 // - logprobs (chat and the legacy completions shape, streaming and not): the
 //   log-softmax of `rbee logits` (the same model, an f16 KV cache like the
 //   worker's) at the same positions within 1e-4, greedy and sampled; the
