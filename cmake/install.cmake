@@ -36,9 +36,10 @@ endif()
 install(DIRECTORY include/rbee DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 
 # The library: the layers below the workers (their API is include/rbee)
-# merged into librbee.a with ar's MRI script, so users link one archive.
+# merged into librbee.a with ar's MRI script, so users link one archive
+# (and -ldl); the GPU backends are the modules in <libdir>/rbee.
 set(RBEE_LIB_LAYERS rbee_sd rbee_image rbee_convert rbee_runtime rbee_chat rbee_models rbee_tokenizer
-  rbee_formats rbee_backends rbee_cpu rbee_cuda rbee_rocm rbee_core)
+  rbee_formats rbee_backends rbee_cpu rbee_core)
 set(_mri "create ${CMAKE_BINARY_DIR}/librbee.a\n")
 set(_deps "")
 foreach(l ${RBEE_LIB_LAYERS})
@@ -63,15 +64,9 @@ install(FILES ${CMAKE_BINARY_DIR}/librbee.a DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # rbee` links a program.
 file(RELATIVE_PATH RBEE_PC_TO_PREFIX "${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
 string(REGEX REPLACE "/$" "" RBEE_PC_TO_PREFIX "${RBEE_PC_TO_PREFIX}")
-set(RBEE_PC_LIBS "-lpthread -lm")
-foreach(gpu_lib CUDA::cudart CUDA::cublas)
-  # the GPU backends' runtime libraries as the build found them
-  if(TARGET ${gpu_lib} AND (TARGET rbee_cuda OR TARGET rbee_rocm))
-    string(APPEND RBEE_PC_LIBS " $<TARGET_LINKER_FILE:${gpu_lib}>")
-    set(RBEE_PC_CXX " -lstdc++")
-  endif()
-endforeach()
-string(APPEND RBEE_PC_LIBS "${RBEE_PC_CXX}")
+# The GPU backends are modules loaded at run time (dlopen), so a program
+# links no GPU runtime.
+set(RBEE_PC_LIBS "-lpthread -lm -ldl")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/rbee.pc.in ${CMAKE_BINARY_DIR}/rbee.pc.in @ONLY)
 file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/rbee.pc INPUT ${CMAKE_BINARY_DIR}/rbee.pc.in)
 install(FILES ${CMAKE_BINARY_DIR}/rbee.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

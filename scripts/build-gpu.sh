@@ -9,7 +9,9 @@
 # RBEE_SETUP_HIP=1) for the AMD part;
 # a missing toolchain is reported and that variant skipped (exit 0) unless
 # RBEE_REQUIRE_GPU_BUILDS=1. The test programs built are those with the
-# ctest label gpu (what scripts/gpu-prebuilt.sh runs on the GPU machine).
+# ctest label gpu (what scripts/gpu-prebuilt.sh runs on the GPU machine) and
+# each flavour's backend module (lib/rbee/librbee-*.so), checked to export its
+# table only, while the programs link no GPU runtime.
 # Usage: scripts/build-gpu.sh [build-dir-prefix]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,18 @@ status=0
 # the test programs labelled gpu in a configured build folder
 gpu_tests() { ctest --test-dir "$1" -N -L '^gpu$' | sed -n 's/^ *Test *#[0-9]*: //p'; }
 
+# a module exports its table and nothing else; a program links no GPU runtime
+check_module() { # module-file program
+  local syms
+  syms=$(nm -D --defined-only "$1" | awk '$2 ~ /[TDRB]/ {print $3}' | grep -v '^_' || true)
+  if [[ $syms != rb_backend_module_v1 ]]; then
+    echo "build-gpu: $1 exports more than its table:"; echo "$syms" | head; exit 1
+  fi
+  if ldd "$2" | grep -Eq 'cudart|cublas|amdhip'; then
+    echo "build-gpu: $2 links a GPU runtime (the backends are modules)"; exit 1
+  fi
+}
+
 missing() {
   echo "build-gpu: $1"
   if [[ $REQUIRE == 1 ]]; then status=1; fi
@@ -30,7 +44,8 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=$PATH:/usr/local/cuda/bin
   start=$SECONDS
   cmake -S . -B "$PREFIX-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_CUDA=ON >/dev/null
-  ninja -C "$PREFIX-cuda" rbee_cuda rbee_backends $(gpu_tests "$PREFIX-cuda")
+  ninja -C "$PREFIX-cuda" rbee_cuda_module rbee_backends $(gpu_tests "$PREFIX-cuda")
+  check_module "$PREFIX-cuda/lib/rbee/librbee-cuda.so" "$PREFIX-cuda/tests/gpu/test_gpu_ops"
   echo "build-gpu: CUDA backend built in $((SECONDS - start)) s"
   # The HIP flavour built by nvcc (RBEE_HIP_NVIDIA, src/backends/gpu/hip_on_nvidia.h):
   # the ROCm backend's host path for the NVIDIA GPU (scripts/gpu-prebuilt.sh run hipnv).
@@ -38,8 +53,9 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hipnv" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON -DRBEE_HIP_NVIDIA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  ninja -C "$PREFIX-hipnv" rbee_rocm $(gpu_tests "$PREFIX-hipnv")
-  if ldd "$PREFIX-hipnv/tests/gpu/test_gpu_ops" | grep -q cublas; then
+  ninja -C "$PREFIX-hipnv" rbee_rocm_module $(gpu_tests "$PREFIX-hipnv")
+  check_module "$PREFIX-hipnv/lib/rbee/librbee-rocm.so" "$PREFIX-hipnv/tests/gpu/test_gpu_ops"
+  if ldd "$PREFIX-hipnv/lib/rbee/librbee-rocm.so" | grep -q cublas; then
     echo "build-gpu: the HIP-on-NVIDIA flavour links cuBLAS"; exit 1
   fi
   echo "build-gpu: ROCm backend for NVIDIA (HIP_NVIDIA, sm_90) built in $((SECONDS - start)) s"
@@ -50,7 +66,8 @@ fi
 if command -v clang++-15 >/dev/null 2>&1 && [[ -d /usr/lib/x86_64-linux-gnu/cmake/hip-lang ]]; then
   start=$SECONDS
   cmake -S . -B "$PREFIX-hip" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRBEE_HIP=ON >/dev/null
-  ninja -C "$PREFIX-hip" rbee_rocm rbee_backends $(gpu_tests "$PREFIX-hip")
+  ninja -C "$PREFIX-hip" rbee_rocm_module rbee_backends $(gpu_tests "$PREFIX-hip")
+  check_module "$PREFIX-hip/lib/rbee/librbee-rocm.so" "$PREFIX-hip/tests/gpu/test_gpu_ops"
   echo "build-gpu: ROCm backend built in $((SECONDS - start)) s"
   # every AMD target's code object must be in every HIP object of the library
   bundler=$(command -v clang-offload-bundler-15 || command -v clang-offload-bundler || true)

@@ -69,8 +69,8 @@
 #              tg128) for bf16/q8_0/q4_0 ($PROFILE_TYPES): raw CSV per type
 #   ncuops     ncu sections of one launch of each direct matrix-vector kernel
 #              ($NCU_KERNELS: other kernel name patterns, ';' between)
-# RBEE_ALT=FILE.xz: another build's rbee in place of the packed one (an A/B
-# of two builds in one call). Logs and JSON go to $OUT (packed into
+# RBEE_ALT=FILE.xz: another build's CUDA backend module (librbee-cuda.so, where
+# the kernels are) in place of the packed one (an A/B of two builds in one call). Logs and JSON go to $OUT (packed into
 # $OUT/logs.tgz); a summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,24 +97,26 @@ if [[ $CMD == pack ]]; then
   M=$(tests_of '^memcheck$')
   SD=$(tests_of '^sd$')
   [[ -n $T ]] || { echo "gpu-prebuilt: no test carries the ctest label gpu"; exit 1; }
-  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli llm-worker-rbee sd-worker-rbee
-  ninja -C "$BH" $T
-  rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv
+  ninja -C "$BC" $T bench_gpu bench_sd rbee_cli llm-worker-rbee sd-worker-rbee rbee_cuda_module
+  ninja -C "$BH" $T rbee_rocm_module
+  rm -rf .cache/dev && mkdir -p .cache/dev/stage/cuda .cache/dev/stage/hipnv .cache/dev/stage/lib/rbee
+  # the GPU backends are modules the programs load from ../lib/rbee (as installed)
+  cp "$BC"/lib/rbee/librbee-cuda.so "$BH"/lib/rbee/librbee-rocm.so .cache/dev/stage/lib/rbee/
   for t in $T; do
     cp "$BC"/tests/*/$t .cache/dev/stage/cuda/
     cp "$BH"/tests/*/$t .cache/dev/stage/hipnv/
   done
   cp "$BC"/tests/gpu/bench_gpu "$BC"/tests/gpu/bench_sd "$BC"/apps/rbee/rbee \
     "$BC"/apps/llm-worker-rbee/llm-worker-rbee "$BC"/apps/sd-worker-rbee/sd-worker-rbee .cache/dev/stage/cuda/
-  strip .cache/dev/stage/*/*
+  strip .cache/dev/stage/cuda/* .cache/dev/stage/hipnv/* .cache/dev/stage/lib/rbee/*
   for fl in cuda hipnv; do
     printf '%s\n' $T >.cache/dev/stage/$fl/gpu-tests.txt
     printf '%s\n' $M >.cache/dev/stage/$fl/memcheck-tests.txt
     printf '%s\n' $SD >.cache/dev/stage/$fl/sd-tests.txt
   done
   # one archive per flavour: the tracked tree (~47 MiB) leaves room for one at a time
-  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda
-  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv
+  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/cuda.tar.xz cuda lib/rbee/librbee-cuda.so
+  XZ_OPT=-9 tar -C .cache/dev/stage -cJf .cache/dev/hipnv.tar.xz hipnv lib/rbee/librbee-rocm.so
   rm -rf .cache/dev/stage
   mkdir -p .cache/gpu-debs
   # with every library libcurl4 and libmicrohttpd load (ssh, rtmp, http2, psl, brotli, ldap,
@@ -164,9 +166,9 @@ mkdir -p $BIN $BIN/share
 # ../share/rbee beside them, as in an install: this checkout
 ln -sfn "$PWD" $BIN/share/rbee
 for a in .cache/dev/*.tar.xz; do tar -C $BIN -xJf "$a" || exit 1; done
-# RBEE_ALT=FILE.xz: another build's rbee (xz) in place of the packed one, for
-# an A/B of two builds in one call (run the script once with it, once without)
-if [[ -n ${RBEE_ALT:-} ]]; then xz -dc "$RBEE_ALT" >$BIN/cuda/rbee && chmod +x $BIN/cuda/rbee || exit 1; fi
+# RBEE_ALT=FILE.xz: another build's CUDA module (xz) in place of the packed one,
+# for an A/B of two builds in one call (run the script once with it, once without)
+if [[ -n ${RBEE_ALT:-} ]]; then xz -dc "$RBEE_ALT" >$BIN/lib/rbee/librbee-cuda.so || exit 1; fi
 export RBEE_TEST_DATA_DIR=$PWD/tests/data TMPDIR=/tmp
 declare -a SUMMARY=()
 result() { SUMMARY+=("$(printf '%-40s %s' "$1" "$2")"); }

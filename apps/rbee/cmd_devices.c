@@ -1,5 +1,6 @@
-/* `rbee devices`: lists the backends compiled into this binary and the
- * devices they see, so users can tell what `--backend` values will work. */
+/* `rbee devices`: lists the backends (the CPU built in, each GPU kind's
+ * module: where it was loaded from, or why it cannot be) and the devices
+ * they see, so users can tell what `--backend` values will work. */
 #include "commands.h"
 #include "rbee/backend.h"
 
@@ -17,10 +18,21 @@ static const char *kind_name(rb_device_kind k) {
 
 int rb_cmd_devices(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: rbee devices\n\nLists compiled backends and their devices.\n");
+        printf("usage: rbee devices\n\nLists the backends (GPU ones are modules loaded at run time) and their "
+               "devices.\n");
         return 0;
     }
-    printf("backends compiled in: %s\n", rb_backends_compiled());
+    printf("backends built: %s\n", rb_backends_compiled());
+    const rb_device_kind kinds[] = {RB_DEVICE_CPU, RB_DEVICE_CUDA, RB_DEVICE_ROCM};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        char path[4096];
+        rb_error perr;
+        rb_error_clear(&perr);
+        if (rb_backend_module_probe(kinds[i], path, sizeof path, &perr) == RB_OK)
+            printf("  %-5s %s\n", kind_name(kinds[i]), path);
+        else
+            printf("  %-5s unavailable: %s\n", kind_name(kinds[i]), perr.msg);
+    }
     rb_device_info infos[16];
     int n = 0;
     rb_error err;

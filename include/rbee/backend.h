@@ -55,15 +55,26 @@ typedef struct rb_backend_config {
 #define RB_BATCH_INVARIANT_ROWS 16
 
 /* Creates a backend from a spec: "cpu", "cuda", "cuda:N", "rocm", "rocm:N".
- * cfg may be NULL for defaults. RB_E_UNSUPPORTED names the backends this
- * binary was built with when the kind is not one of them. */
+ * cfg may be NULL for defaults. The CPU backend is built in; a GPU kind is
+ * a module (librbee-cuda.so, librbee-rocm.so) loaded at run time, the first
+ * time a program asks for it, from RBEE_BACKEND_PATH, the installed lib/rbee
+ * folder beside the program's bin/, or the build tree (docs/ENVIRONMENT.md).
+ * RB_E_UNSUPPORTED says which when the module is not installed (with the
+ * folders looked in) or cannot be loaded (with the loader's reason, e.g. a
+ * missing GPU runtime library); a module of another build is RB_E_FORMAT. */
 rb_status rb_backend_create(const char *spec, const rb_backend_config *cfg, rb_backend **out, rb_error *err);
 void rb_backend_destroy(rb_backend *be);
 
-/* Backend kinds compiled into this binary, e.g. "cpu" or "cpu,cuda". */
+/* Backend kinds this build made, e.g. "cpu" or "cpu,cuda,rocm" (the CPU
+ * built in, the GPU kinds as modules beside the programs). */
 const char *rb_backends_compiled(void);
-/* Enumerates devices of every compiled kind; writes up to max entries and the
- * total count to *n. Kinds compiled in but with no device report nothing. */
+/* Whether a kind can be used here: loads its module (RB_OK, its file in
+ * path) or says why not, as rb_backend_create would; "(built in)" for the
+ * CPU. Whether a device exists is rb_devices_list's answer. */
+rb_status rb_backend_module_probe(rb_device_kind kind, char *path, size_t len, rb_error *err);
+/* Enumerates devices of the CPU and of every GPU kind whose module loads;
+ * writes up to max entries and the total count to *n. Kinds without a
+ * module or without a device report nothing. */
 rb_status rb_devices_list(rb_device_info *infos, int max, int *n, rb_error *err);
 
 const char *rb_backend_name(const rb_backend *be); /* "cpu", "cuda:0", ... */

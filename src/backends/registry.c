@@ -1,32 +1,32 @@
 /* Backend registry: turns a spec string ("cpu", "cuda:1", "rocm") into a
- * backend of a kind compiled into this binary, lists the compiled kinds, and
- * enumerates devices of every compiled kind, and passes a test's GPU
- * tuning (backends/gpu/gpu_tuning.h) to the kind it is for (and reads its
- * convolution counters back). RBEE_HAVE_CUDA / RBEE_HAVE_HIP mark the
- * optional GPU kinds. */
-#include "backends/gpu/gpu_tuning.h"
-#include "core/backend_impl.h"
+ * backend: the CPU backend is built in, each GPU kind comes from its module
+ * (librbee-cuda.so, librbee-rocm.so; module_load.c), loaded the first time a
+ * program asks for that kind, so one build of the programs runs wherever
+ * the machine has a GPU runtime or not. Also: the kinds this build made,
+ * every device of every loadable kind, and a test's GPU tuning
+ * (backends/gpu/gpu_tuning.h) and convolution counters, passed to the
+ * backend's module. RBEE_BUILT_CUDA / RBEE_BUILT_ROCM mark the modules this
+ * build produced. */
+#include "backends/backend_module.h"
+#include "backends/module_load.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(RBEE_HAVE_CUDA)
-rb_status rb_cuda_backend_create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err);
-rb_status rb_cuda_devices_list(rb_device_info *infos, int max, int *n, rb_error *err);
-#define RB_COMPILED_CUDA ",cuda"
+#if defined(RBEE_BUILT_CUDA)
+#define RB_BUILT_CUDA ",cuda"
 #else
-#define RB_COMPILED_CUDA ""
+#define RB_BUILT_CUDA ""
 #endif
-#if defined(RBEE_HAVE_HIP)
-rb_status rb_rocm_backend_create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err);
-rb_status rb_rocm_devices_list(rb_device_info *infos, int max, int *n, rb_error *err);
-#define RB_COMPILED_ROCM ",rocm"
+#if defined(RBEE_BUILT_ROCM)
+#define RB_BUILT_ROCM ",rocm"
 #else
-#define RB_COMPILED_ROCM ""
+#define RB_BUILT_ROCM ""
 #endif
 
-const char *rb_backends_compiled(void) { return "cpu" RB_COMPILED_CUDA RB_COMPILED_ROCM; }
+const char *rb_backends_compiled(void) { return "cpu" RB_BUILT_CUDA RB_BUILT_ROCM; }
 
 /* Parses "<kind>" or "<kind>:<N>" with kind one of cpu/cuda/rocm. */
 static rb_status parse_spec(const char *spec, rb_device_kind *kind, int *index, rb_error *err) {
@@ -67,55 +67,48 @@ rb_status rb_backend_create(const char *spec, const rb_backend_config *cfg, rb_b
     int index = 0;
     rb_status s = parse_spec(spec, &kind, &index, err);
     if (s != RB_OK) return s;
-    switch (kind) {
-    case RB_DEVICE_CPU:
+    const rb_backend_module *mod = NULL;
+    if (kind == RB_DEVICE_CPU) {
         s = rb_cpu_backend_create(cfg, out, err);
-        break;
-    case RB_DEVICE_CUDA:
-#if defined(RBEE_HAVE_CUDA)
-        s = rb_cuda_backend_create(index, cfg, out, err);
-        break;
-#else
-        return rb_error_set(err, RB_E_UNSUPPORTED,
-                            "'%s': this binary was built without the CUDA backend (built with: %s)", spec,
-                            rb_backends_compiled());
-#endif
-    case RB_DEVICE_ROCM:
-#if defined(RBEE_HAVE_HIP)
-        s = rb_rocm_backend_create(index, cfg, out, err);
-        break;
-#else
-        return rb_error_set(err, RB_E_UNSUPPORTED,
-                            "'%s': this binary was built without the ROCm backend (built with: %s)", spec,
-                            rb_backends_compiled());
-#endif
-    default:
-        (void)index;
-        return rb_error_set(err, RB_E_INVALID, "unknown device kind");
+    } else {
+        char path[4096];
+        s = rb_backend_module_load(kind, &mod, path, sizeof path, err);
+        if (s == RB_OK) s = mod->create(index, cfg, out, err);
     }
-    if (s == RB_OK) (*out)->batch_invariant = cfg && cfg->batch_invariant;
+    if (s == RB_OK) {
+        (*out)->batch_invariant = cfg && cfg->batch_invariant;
+        (*out)->module = mod;
+    }
     return s;
 }
 
-typedef rb_status (*list_fn)(rb_device_info *infos, int max, int *n, rb_error *err);
+rb_status rb_backend_module_probe(rb_device_kind kind, char *path, size_t len, rb_error *err) {
+    if (!path || len == 0) return rb_error_set(err, RB_E_INVALID, "rb_backend_module_probe: no buffer");
+    path[0] = '\0';
+    if (kind == RB_DEVICE_CPU) {
+        snprintf(path, len, "(built in)");
+        return RB_OK;
+    }
+    const rb_backend_module *mod = NULL;
+    return rb_backend_module_load(kind, &mod, path, len, err);
+}
 
 rb_status rb_devices_list(rb_device_info *infos, int max, int *n, rb_error *err) {
     if (!n || max < 0 || (max > 0 && !infos))
         return rb_error_set(err, RB_E_INVALID, "rb_devices_list: bad arguments (infos %p, max %d, n %p)",
                             (void *)infos, max, (void *)n);
-    const list_fn fns[] = {
-        rb_cpu_devices_list,
-#if defined(RBEE_HAVE_CUDA)
-        rb_cuda_devices_list,
-#endif
-#if defined(RBEE_HAVE_HIP)
-        rb_rocm_devices_list,
-#endif
-    };
-    int total = 0;
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        int room = max > total ? max - total : 0, got = 0;
-        rb_status s = fns[i](room ? infos + total : NULL, room, &got, err);
+    int total = 0, got = 0;
+    rb_status s = rb_cpu_devices_list(infos, max, &got, err);
+    if (s != RB_OK) return s;
+    total += got;
+    const rb_device_kind gpus[] = {RB_DEVICE_CUDA, RB_DEVICE_ROCM};
+    for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++) {
+        const rb_backend_module *mod = NULL;
+        char path[4096];
+        if (rb_backend_module_load(gpus[i], &mod, path, sizeof path, NULL) != RB_OK) continue; /* not here */
+        int room = max > total ? max - total : 0;
+        got = 0;
+        s = mod->list(room ? infos + total : NULL, room, &got, err);
         if (s != RB_OK) return s;
         total += got;
     }
@@ -124,23 +117,13 @@ rb_status rb_devices_list(rb_device_info *infos, int max, int *n, rb_error *err)
 }
 
 rb_status rb_gpu_backend_tune(rb_backend *be, const rb_gpu_tuning *t) {
-    if (!be || !t) return RB_E_UNSUPPORTED;
-#if defined(RBEE_HAVE_CUDA)
-    if (be->kind == RB_DEVICE_CUDA) return rb_cuda_backend_tune(be, t);
-#endif
-#if defined(RBEE_HAVE_HIP)
-    if (be->kind == RB_DEVICE_ROCM) return rb_rocm_backend_tune(be, t);
-#endif
-    return RB_E_UNSUPPORTED;
+    if (!be || !t || !be->module) return RB_E_UNSUPPORTED;
+    const rb_backend_module *m = be->module;
+    return m->tune ? m->tune(be, t) : RB_E_UNSUPPORTED;
 }
 
 rb_status rb_gpu_backend_conv_stats(rb_backend *be, rb_gpu_conv_stats *out) {
-    if (!be || !out) return RB_E_UNSUPPORTED;
-#if defined(RBEE_HAVE_CUDA)
-    if (be->kind == RB_DEVICE_CUDA) return rb_cuda_backend_conv_stats(be, out);
-#endif
-#if defined(RBEE_HAVE_HIP)
-    if (be->kind == RB_DEVICE_ROCM) return rb_rocm_backend_conv_stats(be, out);
-#endif
-    return RB_E_UNSUPPORTED;
+    if (!be || !out || !be->module) return RB_E_UNSUPPORTED;
+    const rb_backend_module *m = be->module;
+    return m->conv_stats ? m->conv_stats(be, out) : RB_E_UNSUPPORTED;
 }

@@ -116,6 +116,7 @@ struct rb_backend {
     int index;
     bool batch_invariant; /* rb_backend_config.batch_invariant, as asked */
     bool row_exact;       /* its matrix products honour batch_invariant themselves (the CPU backend) */
+    const struct rb_backend_module *module; /* the GPU module it came from (backend_module.h); NULL: built in */
     char name[32];                 /* "cpu", "cuda:0" */
     char last_error[RB_ERROR_MSG_MAX];
 };

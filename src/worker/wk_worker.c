@@ -100,17 +100,6 @@ static void write_port_file(wk_worker *w) {
         WK_WARN(&w->log, "port_file", "cannot write %s: %s", w->cfg.port_file, strerror(errno));
 }
 
-static bool backend_compiled(const char *list, const char *kind) {
-    size_t n = strlen(kind);
-    for (const char *p = list; p && *p;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (len == n && strncmp(p, kind, n) == 0) return true;
-        p = comma ? comma + 1 : NULL;
-    }
-    return false;
-}
-
 static double gauge_jobs(void *user) { return (double)wk_jobs_count(&((wk_worker *)user)->jobs); }
 static double gauge_rss(void *user) {
     (void)user;
@@ -182,13 +171,16 @@ static void add_model_gauges(wk_worker *w, const wk_worker_def *def) {
 
 /* Checks the configuration against the build; false (message printed) to exit 2. */
 static bool startup_checks(const wk_worker_def *def, const wk_config *cfg) {
-    const char *compiled = rb_backends_compiled();
-    if (!backend_compiled(compiled, cfg->backend)) {
-        fprintf(stderr,
-                "%s: the %s backend is not compiled into this binary (compiled backends: %s); use %s-cpu or "
-                "rebuild with -DRBEE_%s=ON\n",
-                def->name, cfg->backend, compiled, def->name, strcmp(cfg->backend, "cuda") == 0 ? "CUDA" : "HIP");
-        return false;
+    /* a GPU backend is a module loaded at run time: say now, in one line, when it cannot be */
+    if (strcmp(cfg->backend, "cpu") != 0) {
+        char path[4096];
+        rb_error err;
+        rb_error_clear(&err);
+        if (rb_backend_module_probe(strcmp(cfg->backend, "cuda") == 0 ? RB_DEVICE_CUDA : RB_DEVICE_ROCM, path,
+                                    sizeof path, &err) != RB_OK) {
+            fprintf(stderr, "%s: %s; %s-cpu runs on the CPU\n", def->name, err.msg, def->name);
+            return false;
+        }
     }
     /* every JSON answer carries these: they must be text */
     const char *texts[][2] = {{"--worker-id", cfg->worker_id}, {"--model-ref", cfg->model_ref}};

@@ -5,6 +5,10 @@ the installed tree only:
   - the layout (programs and their -cpu/-cuda/-rocm links, shipped models,
     headers, librbee.a, rbee.pc, man pages, completion, systemd example);
   - `rbee --help`;
+  - the GPU backends as modules: `rbee devices` looks for them in the
+    installed <libdir>/rbee (relative to the program, so the tree can move)
+    and loads one placed there (the stand-in module of tests/ops when this
+    build made no CUDA module), listing its device;
   - the installed worker started without --model serves the installed
     default model (its GGUF is the file mapped in the process), answers
     /health, and greedy-completes "And God said" with a prefix of the text
@@ -99,6 +103,30 @@ def check_rbee_help(root):
     r = run([os.path.join(root, 'bin/rbee'), '--help'], env=clean_env())
     assert r.stdout.startswith('Usage: rbee <command>'), r.stdout[:200]
     assert '  generate ' in r.stdout and '  txt2img ' in r.stdout, r.stdout
+
+
+def check_modules(root, args):
+    moddir = os.path.join(root, args.libdir, 'rbee')
+    rbee = os.path.join(root, 'bin/rbee')
+    out = run([rbee, 'devices'], env=clean_env()).stdout
+    built = out.splitlines()[0].split(': ', 1)[1].split(',')
+    for kind in ('cuda', 'rocm'):
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(kind + ' '))
+        if kind in built:
+            assert os.path.isfile(os.path.join(moddir, f'librbee-{kind}.so')), f'librbee-{kind}.so not installed'
+        else:
+            assert f'no librbee-{kind}.so in {os.path.join(root, "bin")}/' in line, line
+    fake = os.path.join(args.build, 'tests/ops/fake_modules/good/librbee-cuda.so')
+    if 'cuda' in built or not os.path.isfile(fake):
+        return
+    os.makedirs(moddir, exist_ok=True)
+    shutil.copy(fake, os.path.join(moddir, 'librbee-cuda.so'))
+    out = run([rbee, 'devices'], env=clean_env()).stdout
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith('cuda '))
+    path = line.split(None, 1)[1]
+    assert os.path.samefile(path, os.path.join(moddir, 'librbee-cuda.so')), out
+    assert 'fake device' in out, out
+    os.remove(os.path.join(moddir, 'librbee-cuda.so'))
 
 
 def check_worker(root, ref, tmp):
@@ -253,7 +281,7 @@ def main():
         env['DESTDIR'] = os.path.join(tmp, 'dest')
         run(['cmake', '--install', args.build, '--prefix', PREFIX], env=env)
         root = os.path.join(tmp, 'dest') + PREFIX
-        for step in (lambda: check_layout(root, args), lambda: check_rbee_help(root),
+        for step in (lambda: check_layout(root, args), lambda: check_rbee_help(root), lambda: check_modules(root, args),
                      lambda: check_worker(root, ref, tmp), lambda: check_man(root, args),
                      lambda: check_library(root, args, ref, tmp), lambda: check_completion(root),
                      lambda: check_systemd(root, tmp)):

@@ -52,8 +52,9 @@ start_worker() {
 out=$(env -u LLORCH_API_TOKEN "$BIN" --port 0 2>&1); rc=$?
 check "refuses to start without token or --local-mode" test $rc -eq 2 -a -n "$(echo "$out" | grep 'LLORCH_API_TOKEN')"
 ln -sf "$(readlink -f "$BIN")" "$TMP/llm-worker-rbee-cuda"
-out=$("$TMP/llm-worker-rbee-cuda" --local-mode 2>&1); rc=$?
-check "-cuda alias in a CPU build exits with a clear message" test $rc -eq 2 -a -n "$(echo "$out" | grep 'cuda backend is not compiled')"
+out=$(RBEE_BACKEND_PATH=$TMP "$TMP/llm-worker-rbee-cuda" --local-mode 2>&1); rc=$?
+check "-cuda alias without the CUDA module exits with one clear line" test $rc -eq 2 -a "$(echo "$out" | wc -l)" -eq 1 \
+  -a -n "$(echo "$out" | grep 'the CUDA backend is not installed: no librbee-cuda.so in .*; llm-worker-rbee-cpu runs on the CPU')"
 out=$("$BIN" --parallel 0 2>&1); rc=$?
 check "bad flag value is a usage error" test $rc -eq 2
 
