@@ -206,7 +206,7 @@ static void test_unsupported(void **state) {
     assert_true(strlen(rb_backend_last_error(g)) > 0);
     /* a weight format without a GPU kernel: refused, never a wrong result */
     const int64_t wne[4] = {256, 4, 1, 1}, dne[4] = {4, 3, 1, 1};
-    TU_OK(rb_tensor_alloc(g, RB_Q5_K, 2, wne, &w));
+    TU_OK(rb_tensor_alloc(g, RB_Q2_K, 2, wne, &w));
     const int64_t bne[4] = {256, 3, 1, 1};
     rb_tensor b;
     TU_OK(rb_tensor_alloc(g, RB_F32, 2, bne, &b));

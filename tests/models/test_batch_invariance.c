@@ -100,7 +100,8 @@ static void test_llamacpp_formats(void **state) {
 
 static void test_default_model(void **state) {
     (void)state;
-    const char *path = RBEE_TEST_DATA_DIR "/../../models/default/rbee-default-q8_0.gguf";
+    char path[1024];
+    tu_data(path, sizeof path, "../../models/default/rbee-default-q8_0.gguf");
     for (int n = 2; n <= 8; n += 3) check_model(path, n);
     check_model(path, MAXSEQ); /* in chunks of RB_BATCH_INVARIANT_ROWS */
 }
