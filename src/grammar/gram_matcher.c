@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GM_MASK_CACHE_BYTES (32u << 20)
+#define GM_MASK_CACHE_BYTES (8u << 20) /* per matcher: 512 masks of a 128k vocabulary */
 
 struct rb_grammar_matcher {
     const rb_grammar *g;
