@@ -167,6 +167,8 @@ static void test_strings_and_formats(void **state) {
     REJ(g, "\"abcd\"");
     REJ(g, "\"a\nb\""); /* raw control character */
     REJ(g, "\"\\x\"");
+    REJ(g, "\"\\ud83d\\ude00\""); /* an escaped surrogate pair: one character to JSON Schema */
+    ACC(g, "\"\\uD7FF\\uE000\"");
     rb_grammar_free(g);
 
     g = must("{\"type\":\"string\",\"format\":\"date\"}");
