@@ -25,6 +25,7 @@ typedef struct js_ctx {
     js_buf out;
     int counter;
     unsigned formats;
+    bool need_kchar; /* P-kchar, emitted once */
     const json_t *root;
     js_ref *refs;
     size_t n_refs, cap_refs;
@@ -281,7 +282,7 @@ static bool gen_object(js_ctx *c, const json_t *s, const char *path, js_buf *b) 
             else js_addf(&c->out, "%s-string", c->p);
             if (extra_val >= 0) js_addf(&c->out, " %s-ws \":\" %s-ws %s-%d\n", c->p, c->p, c->p, extra_val);
             else js_addf(&c->out, " %s-ws \":\" %s-ws %s-value\n", c->p, c->p, c->p);
-            if (extra_key >= 0) js_addf(&c->out, "%s-kchar ::= [^\"\\\\\\x00-\\x1F]\n", c->p);
+            if (extra_key >= 0) c->need_kchar = true;
         }
         /* T_i: members i.. after at least one member; F_i: before any. */
         int base = c->counter;
@@ -795,6 +796,7 @@ rb_status rb_json_schema_to_gbnf(const json_t *schema, const char *rule_name, ch
         js_addf(&c.out, "%s ::= %s\n", p, body.p);
         js_emit_base(&c.out, p);
         js_emit_formats(&c.out, p, c.formats);
+        if (c.need_kchar) js_addf(&c.out, "%s-kchar ::= [^\"\\\\\\x00-\\x1F]\n", p);
     }
     free(body.p);
     for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].ref);

@@ -147,6 +147,12 @@ static void test_objects(void **state) {
     REJ(g, "{\"ab\":1}");
     REJ(g, "{\"a\":1}");
     rb_grammar_free(g);
+    /* two objects with declared names and extra members share one helper rule (a fuzz find) */
+    g = must("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2}},"
+             "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"integer\"}}");
+    ACC(g, "{\"a\":[{\"a\":[],\"b\":1}],\"ab\":2}");
+    REJ(g, "{\"a\":[],\"a\":1}");
+    rb_grammar_free(g);
     g = must("{\"type\":\"object\",\"additionalProperties\":false}");
     ACC(g, "{}");
     REJ(g, "{\"a\":1}");
