@@ -25,6 +25,14 @@ printf '\003{"prompt":"x","n":2,"size":"64x64","response_format":"b64_json","out
 printf '\004a cat\nNegative prompt: dog\nSteps: 20, Sampler: Euler, Size: 512x768, Note: "a, b"' >"$CORPUS/sd_request/infotext"
 printf '\005data:image/png;base64,Zm9vYmFy' >"$CORPUS/sd_request/base64"
 { printf '\006'; cat "$HERE/../data/image/gray8_trns.png"; printf '\377\377a cat\37764'; } >"$CORPUS/sd_request/form"
+# request grammars: GBNF texts and JSON schemas
+mkdir -p "$CORPUS/gbnf" "$CORPUS/json_schema"
+printf 'root ::= ("yes" | "no") ", " word{1,3} "."\nword ::= [a-z]{1,5} " "? # c\n' >"$CORPUS/gbnf/words"
+printf 'root ::= obj\nobj ::= "{" ( str ":" val ("," str ":" val)* )? "}"\nval ::= obj | str | [0-9]+\nstr ::= "\\"" [^"\\\\]* "\\""\n' >"$CORPUS/gbnf/json"
+printf 'root ::= [\\u00e0-\\u00ff\\U0001F600]{2,} . [^\\n]? "\\x41"\n' >"$CORPUS/gbnf/classes"
+printf '{"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"enum":[1,"x",null]},"c":{"type":"array","items":{"$ref":"#/$defs/d"},"minItems":1,"maxItems":2}},"required":["a"],"additionalProperties":{"type":"integer"},"$defs":{"d":{"anyOf":[{"type":"boolean"},{"format":"date-time"}]}}}' >"$CORPUS/json_schema/object"
+printf '{"type":["string","null"],"minLength":1,"format":"uuid"}' >"$CORPUS/json_schema/types"
+printf '{"type":"array","prefixItems":[{"const":{"k":[1]}},{"type":"number"}],"items":false}' >"$CORPUS/json_schema/tuple"
 run() { # target corpus-subdir max_len
     local t=$1 dir="$CORPUS/$2" max=$3 art="$BUILD/fuzz-artifacts/$1/" dict="$HERE/$2.dict"
     mkdir -p "$art"
@@ -47,6 +55,8 @@ run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
+run fuzz_gbnf gbnf 8192
+run fuzz_json_schema json_schema 8192
 if [ -x "$FUZZ/fuzz_sd_request" ]; then run fuzz_sd_request sd_request 16384; fi
 if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
 exit $status
