@@ -4,8 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tool-call markers of the family that are special tokens of the
+ * tokenizer: the output keeps them as text so the calls can be parsed. */
+static void keep_markers(const rb_tokenizer *tok, rb_tool_family f, llm_gen_request *req) {
+    static const char *const llama[] = {"<|python_tag|>", NULL};
+    static const char *const hermes[] = {"<tool_call>", "</tool_call>", NULL};
+    static const char *const mistral[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", NULL};
+    const char *const *m = f == RB_TOOLS_LLAMA3 ? llama : f == RB_TOOLS_HERMES ? hermes
+                         : f == RB_TOOLS_MISTRAL || f == RB_TOOLS_MISTRAL_ARGS ? mistral : NULL;
+    for (; m && *m && req->n_keep < (int)(sizeof req->keep_ids / sizeof req->keep_ids[0]); m++) {
+        const int32_t id = rb_tokenizer_token_id(tok, *m, strlen(*m));
+        if (id >= 0 && rb_tokenizer_is_special(tok, id)) req->keep_ids[req->n_keep++] = id;
+    }
+}
+
 /* The conversation of a chat body through the chat template. */
 static void chat_prompt(const llm_prompt_ctx *pc, json_t *body, llm_gen_request *req, wk_errors *errs) {
+    llm_tools_read(body, pc->chat->family, &req->tools, errs);
+    if (errs->n > 0) return;
+    if (req->tools.choice == LLM_TOOLS_REQUIRED || req->tools.choice == LLM_TOOLS_NAMED) {
+        wk_errors_add(errs, "tool_choice", "unsupported_parameter",
+                      "tool_choice \"required\" or a named function needs constrained decoding, which this worker "
+                      "does not have yet; use \"auto\"");
+        return;
+    }
+    if (llm_tools_parsing(&req->tools)) keep_markers(pc->tok, req->tools.family, req);
     json_t *msgs = llm_request_read_chat(body, errs);
     if (!msgs) return;
     char *mj = json_dumps(msgs, JSON_COMPACT);
@@ -18,7 +41,7 @@ static void chat_prompt(const llm_prompt_ctx *pc, json_t *body, llm_gen_request 
     unsigned flags = 0;
     rb_error err;
     rb_error_clear(&err);
-    if (llm_chat_render(pc->chat, mj, &rd, &flags, &err) != RB_OK)
+    if (llm_chat_render(pc->chat, mj, req->tools.tools_json, &rd, &flags, &err) != RB_OK)
         wk_errors_add(errs, "messages", "chat_template", "the chat template failed on these messages: %s", err.msg);
     else if (errs->n == 0)
         llm_request_set_prompt(req, pc->tok, rd.text, rd.len, flags, rd.request, rd.n_request, pc->ctx_size, 0, errs);

@@ -4,7 +4,8 @@
  * must not get a plain answer it takes for the real thing). Fields that
  * change nothing (user, metadata, service_tier, parallel_tool_calls
  * without tools) pass. logprobs, top_logprobs, logit_bias and n are
- * implemented and checked by llm_request_read_params. */
+ * implemented and checked by llm_request_read_params; tools, tool_choice,
+ * functions and function_call on chat completions by llm_tools_read. */
 #include "worker_llm/llm_request.h"
 
 #include <string.h>
@@ -28,16 +29,18 @@ static bool is_empty(json_t *v) {
 void llm_request_refuse_unsupported(json_t *o, llm_api api, wk_errors *errs) {
     json_t *v;
     if (api == LLM_API_RBEE) return;
-    if (!is_empty(json_object_get(o, "tools"))) refuse(errs, "tools", "tool calls");
-    if (!is_empty(json_object_get(o, "functions"))) refuse(errs, "functions", "function calls");
-    v = json_object_get(o, "tool_choice");
-    if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
-                                               !strcmp(json_string_value(v), "auto"))))
-        refuse(errs, "tool_choice", "tool calls");
-    v = json_object_get(o, "function_call");
-    if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
-                                               !strcmp(json_string_value(v), "auto"))))
-        refuse(errs, "function_call", "function calls");
+    if (api != LLM_API_CHAT) { /* chat completions read them (llm_tools_read) */
+        if (!is_empty(json_object_get(o, "tools"))) refuse(errs, "tools", "tool calls: use /v1/chat/completions");
+        if (!is_empty(json_object_get(o, "functions"))) refuse(errs, "functions", "function calls: use /v1/chat/completions");
+        v = json_object_get(o, "tool_choice");
+        if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
+                                                   !strcmp(json_string_value(v), "auto"))))
+            refuse(errs, "tool_choice", "tool calls: use /v1/chat/completions");
+        v = json_object_get(o, "function_call");
+        if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
+                                                   !strcmp(json_string_value(v), "auto"))))
+            refuse(errs, "function_call", "function calls: use /v1/chat/completions");
+    }
     v = json_object_get(o, "response_format");
     if (present(v)) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
