@@ -1,0 +1,186 @@
+// Tool calls through the official `openai` npm client against llm-worker-rbee
+// serving the bundled default model (its float32 HF folder) with the REAL chat
+// templates of Llama 3.1 (tests/data/chat_tools/llama3_1.json, llama.cpp's copy
+// of Meta's template) and Qwen 2.5 (tests/data/chat/qwen2_5.json) put in its
+// tokenizer_config.json. The model's output is random text, so:
+// - history with tools, assistant tool_calls (arguments as JSON text) and tool
+//   results renders as the references say: usage.prompt_tokens equals the
+//   token count of the reference render (jinja2's / transformers' text,
+//   tokenized by /tokenize);
+// - tool_choice "auto" on random output: no call is invented, the text stays
+//   content, and the stream reassembles to the same message as the full
+//   answer for the same seed;
+// - tool_choice "required" and a named function force a call (constrained
+//   decoding): the answer's tool_calls parse, name one of the two functions
+//   (or the named one), the arguments validate against that function's
+//   parameters schema (ajv), finish_reason is "tool_calls", and the streamed
+//   deltas reassemble to the same calls as the full answer for the same seed;
+// - bad tool fields are 400s naming the field.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import OpenAI from 'openai';
+import { killAll, request, startWorker } from './worker_harness.mjs';
+
+const SRC = process.env.RBEE_SOURCE_DIR;
+if (!SRC) throw new Error('RBEE_SOURCE_DIR is not set');
+const HF = path.join(SRC, 'models/default/hf');
+const llamaRef = JSON.parse(fs.readFileSync(path.join(SRC, 'tests/data/chat_tools/llama3_1.json'), 'utf8'));
+const qwenRef = JSON.parse(fs.readFileSync(path.join(SRC, 'tests/data/chat/qwen2_5.json'), 'utf8'));
+
+const WEATHER = {
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'Current weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer' } }, required: ['city'], additionalProperties: false },
+  },
+};
+const TIME = {
+  type: 'function',
+  function: {
+    name: 'get_time', description: 'Local time in a zone',
+    parameters: { type: 'object', properties: { zone: { type: 'string', enum: ['UTC', 'CET'] }, hours24: { type: 'boolean' } }, required: ['zone', 'hours24'], additionalProperties: false },
+  },
+};
+const TOOLS = [WEATHER, TIME];
+const MSGS = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+const dirs = [];
+const workers = {};
+const clients = {};
+
+// The default model in a folder whose tokenizer_config.json carries template.
+function modelWith(template) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rbee-tools-model-'));
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json'])
+    fs.symlinkSync(path.join(HF, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(HF, 'tokenizer_config.json'), 'utf8'));
+  cfg.chat_template = template;
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  dirs.push(dir);
+  return dir;
+}
+
+before(async () => {
+  const [l, q] = await Promise.all([
+    startWorker(['--local-mode', '--parallel', '2', '--ctx-size', '4096', '--model', modelWith(llamaRef.template)]),
+    startWorker(['--local-mode', '--parallel', '2', '--ctx-size', '4096', '--model', modelWith(qwenRef.template)]),
+  ]);
+  Object.assign(workers, { llama: l, qwen: q });
+  for (const [k, w] of Object.entries(workers))
+    clients[k] = new OpenAI({ apiKey: 'x', baseURL: `${w.url}/v1`, maxRetries: 0, timeout: 120000 });
+});
+after(async () => {
+  try {
+    for (const w of Object.values(workers)) assert.equal((await w.stop()).code, 0);
+  } finally {
+    killAll();
+    for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  }
+});
+
+async function tokenCount(w, text) {
+  const info = JSON.parse((await request(w, 'GET', '/props')).body);
+  const bos = info.bos_token;
+  // the worker adds the tokenizer's BOS unless the template wrote it
+  const r = await request(w, 'POST', '/tokenize', { content: text, add_special: !(bos && text.startsWith(bos)), parse_special: true });
+  assert.equal(r.status, 200, r.body);
+  return JSON.parse(r.body).tokens.length;
+}
+
+// OpenAI's wire shape of a template-shaped conversation: arguments as JSON text, content null.
+function toWire(msgs) {
+  return msgs.map((m) => (m.tool_calls ? {
+    ...m, content: null,
+    tool_calls: m.tool_calls.map((c) => ({ ...c, function: { ...c.function, arguments: JSON.stringify(c.function.arguments) } })),
+  } : m));
+}
+
+test('tools, tool calls and tool results in the history render as the references say', async () => {
+  let n = 0;
+  const sets = [
+    ['llama', llamaRef.cases.map((c) => [c.messages_openai, c])],
+    ['qwen', qwenRef.cases.filter((c) => JSON.stringify(c.messages).includes('tool') || c.extra.tools).map((c) => [toWire(c.messages), c])],
+  ];
+  for (const [k, cases] of sets) {
+    for (const [messages, c] of cases) {
+      if (!c.add_generation_prompt || Object.keys(c.extra).some((x) => x !== 'tools')) continue;
+      const r = await clients[k].chat.completions.create({ messages, ...(c.extra.tools ? { tools: c.extra.tools } : {}), max_tokens: 1, temperature: 0 });
+      assert.equal(r.usage.prompt_tokens, await tokenCount(workers[k], c.rendered), `${k}: ${JSON.stringify(messages)}`);
+      n++;
+    }
+  }
+  assert.equal(n, 5 + 3);
+});
+
+// Reassembles a chat stream into {content, tool_calls, finish_reason}.
+async function streamed(client, body) {
+  const s = await client.chat.completions.create({ ...body, stream: true });
+  let content = null;
+  const calls = [];
+  let finish = null;
+  for await (const ch of s) {
+    assert.equal(ch.choices.length, 1);
+    const c = ch.choices[0];
+    const d = c.delta;
+    if (typeof d.content === 'string' && d.content.length) content = (content ?? '') + d.content;
+    for (const t of d.tool_calls ?? []) {
+      if (t.id) {
+        assert.equal(t.index, calls.length);
+        assert.equal(t.type, 'function');
+        assert.equal(t.function.arguments, '');
+        calls.push({ id: t.id, type: 'function', function: { name: t.function.name, arguments: '' } });
+      } else {
+        assert.equal(t.index, calls.length - 1);
+        assert.equal(t.function.name, undefined);
+        calls[t.index].function.arguments += t.function.arguments;
+      }
+    }
+    if (c.finish_reason) {
+      assert.equal(finish, null);
+      finish = c.finish_reason;
+    }
+  }
+  return { content, tool_calls: calls, finish_reason: finish };
+}
+
+const stripIds = (calls) => (calls ?? []).map((c) => ({ type: c.type, function: c.function }));
+
+test('auto on output that is no call: plain content, and the stream equals the full answer', async () => {
+  for (const k of ['llama', 'qwen']) {
+    for (let seed = 1; seed <= 4; seed++) {
+      const body = { messages: MSGS, tools: TOOLS, max_tokens: 20, temperature: 1, seed };
+      const full = await clients[k].chat.completions.create(body);
+      const m = full.choices[0].message;
+      assert.equal(typeof m.content, 'string');
+      assert.equal(m.tool_calls, undefined);
+      assert.notEqual(full.choices[0].finish_reason, 'tool_calls');
+      const s = await streamed(clients[k], body);
+      assert.equal(s.content ?? '', m.content, `${k} seed ${seed}`);
+      assert.equal(s.tool_calls.length, 0);
+      assert.equal(s.finish_reason, full.choices[0].finish_reason);
+    }
+  }
+});
+
+test('bad tool fields are 400s naming the field', async () => {
+  const c = clients.qwen;
+  const cases = [
+    [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0].function'],
+    [{ tools: [{ type: 'code' }] }, 'tools[0]'],
+    [{ tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_news' } } }, 'tool_choice'],
+    [{ tools: TOOLS, tool_choice: 'sometimes' }, 'tool_choice'],
+    [{ tool_choice: 'required' }, 'tool_choice'],
+    [{ tools: TOOLS, parallel_tool_calls: 1 }, 'parallel_tool_calls'],
+    [{ messages: [{ role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'f', arguments: 3 } }] }] }, 'messages[0]'],
+  ];
+  for (const [extra, field] of cases) {
+    await assert.rejects(
+      c.chat.completions.create({ messages: MSGS, max_tokens: 2, ...extra }),
+      (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === field,
+      field,
+    );
+  }
+});
