@@ -28,7 +28,7 @@ typedef struct rb_grammar rb_grammar;
 
 /* Compiles GBNF text (len bytes, need not be NUL-terminated). root names the
  * start rule (NULL: "root"). Syntax: `name ::= alternatives` rules (names of
- * letters, digits and '-'; a rule may continue on following lines), "string"
+ * letters, digits, '-' and '_'; a rule may continue on following lines), "string"
  * and 'string' literals with \n \r \t \\ \" \' \xHH \uHHHH \UHHHHHHHH escapes,
  * character classes [a-z] [^"\\], `.` (any character), grouping ( ),
  * alternation |, postfix * + ? {m} {m,} {m,n}, # comments to end of line.
@@ -82,7 +82,8 @@ int32_t rb_grammar_vocab_n_tokens(const rb_grammar_vocab *v);
 
 /* Matcher state of one sequence: the set of grammar positions (pushdown
  * stacks) reachable after the bytes accepted so far. g and v must outlive
- * it. */
+ * it. v may be NULL for a matcher that only takes bytes (accept_bytes,
+ * is_complete): the token calls then give RB_E_INVALID. */
 typedef struct rb_grammar_matcher rb_grammar_matcher;
 rb_status rb_grammar_matcher_create(const rb_grammar *g, const rb_grammar_vocab *v, rb_grammar_matcher **out,
                                     rb_error *err);
