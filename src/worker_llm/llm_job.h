@@ -13,6 +13,7 @@
 #define RBEE_LLM_JOB_H
 
 #include "rbee/generate.h"
+#include "rbee/grammar.h"
 #include "rbee/sampler.h"
 #include "worker/wk_job.h"
 #include "worker_llm/llm_tools.h"
@@ -43,6 +44,7 @@ typedef struct llm_gen_request {
     bool include_usage; /* OpenAI stream_options.include_usage */
     bool ignore_eos;    /* keep generating past end-of-sequence (benchmarks) */
     char *model;        /* model name as the client gave it (echoed back), may be NULL */
+    rb_grammar *grammar; /* structured output: every choice's tokens follow it (owned; NULL: free text) */
     llm_tools tools;    /* chat tool calling (choice LLM_TOOLS_OFF: none) */
     /* special tokens the output keeps as text though special tokens are
      * otherwise dropped: the tool-call markers of the model's family */
