@@ -4,7 +4,9 @@
  * decode one token for every active sequence in one batched forward pass.
  * A sequence samples from its logits row in place unless the raw values
  * are still needed (log probabilities, a prefill row shared by choices):
- * then it samples from a copy. */
+ * then it samples from a copy. A request with a grammar (structured output)
+ * masks the tokens its grammar cannot take next out of that row before the
+ * sampler's transforms, and ends when the grammar allows nothing more. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
 #include "worker/wk_job_queue.h"
@@ -24,6 +26,7 @@ typedef struct llm_seq {
     rb_sampler *smp;
     rb_tokenizer_stream *ts;
     rb_stop_matcher sm;
+    rb_grammar_matcher *gm; /* structured output (NULL: free text) */
     int32_t *hist;
     size_t n_hist, cap_hist;
     int32_t last;    /* token to feed at the next step */
@@ -53,6 +56,7 @@ struct llm_engine {
     llm_seq *slots;
     float *logits;
     float *scratch; /* n_vocab: a row sampled from while the raw one is kept */
+    rb_grammar_vocab *gvocab; /* built at the first request with a grammar */
     rb_kv_cache **step_kvs;
     int32_t *step_tokens;
     int *step_slot;
@@ -127,6 +131,7 @@ static void release_seq(llm_seq *q) {
     rb_sampler_free(q->smp);
     rb_tokenizer_stream_free(q->ts);
     rb_stop_matcher_free(&q->sm);
+    rb_grammar_matcher_free(q->gm);
     free(q->hist);
     wk_job_unref(q->job);
     rb_kv_cache *kv = q->kv;
@@ -145,15 +150,37 @@ static void fail_seq(llm_engine *e, llm_seq *q, const char *code, const char *ms
     release_seq(q); /* last: it may hold the last reference */
 }
 
+/* The grammar vocabulary: the tokenizer's pieces, the end-of-sequence ids
+ * as is_eos knows them. */
+static rb_status grammar_vocab(llm_engine *e, rb_error *err) {
+    if (e->gvocab) return RB_OK;
+    const rb_model_config *c = rb_model_get_config(e->m);
+    int32_t ids[64];
+    size_t n = 0;
+    for (int i = 0; i < c->n_eos && n < 63; i++)
+        if (c->eos_ids[i] >= 0 && c->eos_ids[i] < rb_tokenizer_n_vocab(e->tok)) ids[n++] = c->eos_ids[i];
+    if (rb_tokenizer_eos(e->tok) >= 0) ids[n++] = rb_tokenizer_eos(e->tok);
+    return rb_grammar_vocab_create(e->tok, ids, n, &e->gvocab, err);
+}
+
 /* Samples q's next token from raw (a logits row). keep: raw must stay as it
  * is (shared by several choices); it also does when log probabilities are
- * wanted. Else the sampler works on raw in place (no copy). */
+ * wanted. Else the sampler works on raw in place (no copy). Returns -1 (the
+ * sequence failed) when the grammar leaves no token. */
 static int32_t sample_row(llm_engine *e, llm_seq *q, float *raw, bool keep) {
     const llm_task *task = llm_job_task(q->job);
     float *work = raw;
     if (keep || task->req.logprobs) {
         memcpy(e->scratch, raw, sizeof(float) * (size_t)e->n_vocab);
         work = e->scratch;
+    }
+    if (q->gm) {
+        rb_error err;
+        rb_error_clear(&err);
+        if (rb_grammar_matcher_mask_logits(q->gm, work, (size_t)e->n_vocab, &err) != RB_OK) {
+            fail_seq(e, q, "GRAMMAR_FAILED", err.msg);
+            return -1;
+        }
     }
     return rb_sampler_sample(q->smp, work, q->hist, q->n_hist);
 }
@@ -178,7 +205,15 @@ static bool take_token(llm_engine *e, llm_seq *q, int32_t t, const float *raw) {
         else llm_metrics_token_gap(e->metrics, task->route_label, now - q->t_last_token);
         q->t_last_token = now;
     }
-    if (!task->req.ignore_eos && is_eos(e, t)) {
+    if (q->gm) {
+        rb_error err;
+        rb_error_clear(&err);
+        if (rb_grammar_matcher_accept_token(q->gm, t, &err) != RB_OK) {
+            fail_seq(e, q, "GRAMMAR_FAILED", err.msg);
+            return true;
+        }
+    }
+    if ((!task->req.ignore_eos || q->gm) && is_eos(e, t)) {
         finish_seq(e, q, RB_STOP_EOS);
         return true;
     }
@@ -214,6 +249,10 @@ static bool take_token(llm_engine *e, llm_seq *q, int32_t t, const float *raw) {
     }
     if (hit) {
         finish_seq(e, q, RB_STOP_STRING);
+        return true;
+    }
+    if (q->gm && rb_grammar_matcher_is_finished(q->gm)) { /* only end of sequence may follow */
+        finish_seq(e, q, RB_STOP_EOS);
         return true;
     }
     if (wk_job_cancel_requested(q->job)) {
@@ -386,6 +425,11 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
             fail_seq(e, q, "INVALID_PARAMS", err.msg);
             return;
         }
+        if (r->grammar && (grammar_vocab(e, &err) != RB_OK ||
+                           rb_grammar_matcher_create(r->grammar, e->gvocab, &q->gm, &err) != RB_OK)) {
+            fail_seq(e, q, "GRAMMAR_FAILED", err.msg);
+            return;
+        }
     }
     if (!wk_job_start(j, json_pack("{s:s,s:I}", "model", task->model_name, "prompt_tokens", (json_int_t)r->n_prompt))) {
         fail_seq(e, q0, "OUT_OF_MEMORY", "out of memory starting the job");
@@ -411,7 +455,7 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
         q->prefill_ms = prefill_ms;
         q->t_decode0 = t1;
         int32_t t = sample_row(e, q, row, n > 1);
-        take_token(e, q, t, r->logprobs ? row : NULL);
+        if (t >= 0) take_token(e, q, t, r->logprobs ? row : NULL);
     }
 }
 
@@ -499,7 +543,8 @@ static void *engine_main(void *arg) {
                 }
                 float *row = e->logits + (size_t)k * (size_t)e->n_vocab;
                 const bool lp = llm_job_task(q->job)->req.logprobs;
-                take_token(e, q, sample_row(e, q, row, false), lp ? row : NULL);
+                const int32_t t = sample_row(e, q, row, false);
+                if (t >= 0) take_token(e, q, t, lp ? row : NULL);
             }
         }
         int active = 0;
@@ -549,6 +594,7 @@ void llm_engine_destroy(llm_engine *e) {
     wk_job_queue_free(&e->q);
     rb_backend_host_free(rb_model_backend(e->m), e->logits);
     free(e->scratch);
+    rb_grammar_vocab_free(e->gvocab);
     free(e->step_kvs);
     free(e->step_tokens);
     free(e->step_slot);

@@ -1,6 +1,7 @@
 /* Implementation of llm_prompt.h. */
 #include "worker_llm/llm_prompt.h"
 #include "worker_llm/llm_tool_grammar.h"
+#include "worker_llm/llm_grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,8 @@ void llm_prompt_build(const llm_prompt_ctx *pc, json_t *body, llm_api api, llm_g
     if (api == LLM_API_RBEE) llm_request_read_rbee(body, &prompt, errs);
     llm_request_read_params(body, api, &pc->lim, req, errs);
     llm_request_refuse_unsupported(body, api, errs);
+    if (errs->n > 0) return;
+    llm_grammar_read(body, api, req, errs);
     if (errs->n > 0) return;
     if (api == LLM_API_CHAT) {
         chat_prompt(pc, body, req, errs);

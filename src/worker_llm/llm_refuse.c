@@ -4,8 +4,10 @@
  * must not get a plain answer it takes for the real thing). Fields that
  * change nothing (user, metadata, service_tier, parallel_tool_calls
  * without tools) pass. logprobs, top_logprobs, logit_bias and n are
- * implemented and checked by llm_request_read_params; tools, tool_choice,
- * functions and function_call on chat completions by llm_tools_read. */
+ * implemented and checked by llm_request_read_params; response_format and
+ * the other structured-output fields by llm_grammar_read; tools,
+ * tool_choice, functions and function_call on chat completions by
+ * llm_tools_read. */
 #include "worker_llm/llm_request.h"
 
 #include <string.h>
@@ -40,12 +42,6 @@ void llm_request_refuse_unsupported(json_t *o, llm_api api, wk_errors *errs) {
         if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
                                                    !strcmp(json_string_value(v), "auto"))))
             refuse(errs, "function_call", "function calls: use /v1/chat/completions");
-    }
-    v = json_object_get(o, "response_format");
-    if (present(v)) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!(json_is_string(t) && strcmp(json_string_value(t), "text") == 0))
-            refuse(errs, "response_format", "structured output: only {\"type\": \"text\"}");
     }
     v = json_object_get(o, "best_of");
     if (present(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) refuse(errs, "best_of", "only best_of = 1");

@@ -34,8 +34,7 @@ void llm_request_read_params(json_t *obj, llm_api api, const llm_limits *lim, ll
 
 /* OpenAI fields that ask for behaviour not implemented yet: tools /
  * tool_choice / functions / function_call outside chat completions,
- * response_format other than
- * text, best_of, echo, suffix, audio / modalities, prediction,
+ * best_of, echo, suffix, audio / modalities, prediction,
  * web_search_options, reasoning_effort, store. Each present one that asks
  * for something is an error {field, "unsupported_parameter"}. */
 void llm_request_refuse_unsupported(json_t *obj, llm_api api, wk_errors *errs);
