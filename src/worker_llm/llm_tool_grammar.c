@@ -79,14 +79,19 @@ rb_status llm_tool_grammar_gbnf(const llm_tools *t, char **gbnf, int *bad_tool, 
         return rb_error_set(err, RB_E_INVALID, "no forced tool call");
     const char *key = t->family == RB_TOOLS_LLAMA3 ? "parameters" : "arguments";
     sbuf b = {0};
+    /* the calls after the first one: none, or up to LLM_MAX_FORCED_CALLS - 1 */
+    char more[16] = "{0}";
+    if (t->parallel) snprintf(more, sizeof more, "{0,%d}", LLM_MAX_FORCED_CALLS - 1);
     switch (t->family) {
     case RB_TOOLS_LLAMA3: put(&b, "root ::= call\n"); break;
     case RB_TOOLS_HERMES:
-        put(&b, "root ::= block%s\n", t->parallel ? " (\"\\n\" block)*" : "");
+        put(&b, "root ::= block (\"\\n\" block)%s\n", more);
         put(&b, "block ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n");
         break;
-    case RB_TOOLS_MISTRAL: put(&b, "root ::= \"[TOOL_CALLS][\" call%s \"]\"\n", t->parallel ? " (\", \" call)*" : ""); break;
-    case RB_TOOLS_MISTRAL_ARGS: put(&b, "root ::= \"[TOOL_CALLS]\" call%s\n", t->parallel ? " (\"[TOOL_CALLS]\" call)*" : ""); break;
+    case RB_TOOLS_MISTRAL: put(&b, "root ::= \"[TOOL_CALLS][\" call (\", \" call)%s \"]\"\n", more); break;
+    case RB_TOOLS_MISTRAL_ARGS:
+        put(&b, "root ::= \"[TOOL_CALLS]\" call (\"[TOOL_CALLS]\" call)%s\n", more);
+        break;
     case RB_TOOLS_NONE:
         free(b.p);
         return rb_error_set(err, RB_E_UNSUPPORTED, "the chat template has no tool-call syntax");

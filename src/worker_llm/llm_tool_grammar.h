@@ -10,6 +10,10 @@
  *    template renders a single call per assistant turn).
  *  - Hermes: <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>,
  *    then with parallel_tool_calls more such blocks each after a "\n".
+ * With parallel_tool_calls (the default) a forced output holds at most
+ * LLM_MAX_FORCED_CALLS calls: a grammar that allowed any number would let a
+ * model that never stops on its own write calls until max_tokens cut the
+ * last one.
  *  - Mistral: [TOOL_CALLS][{"name": "N", "arguments": ARGS}, ...].
  *  - Mistral with [ARGS]: [TOOL_CALLS]N[ARGS]ARGS, repeated when parallel.
  * "required" allows any of the request's functions, a named choice only
@@ -20,6 +24,8 @@
 
 #include "rbee/status.h"
 #include "worker_llm/llm_tools.h"
+
+#define LLM_MAX_FORCED_CALLS 8
 
 /* *gbnf: malloc'ed NUL-terminated GBNF with root rule "root". On an error
  * *bad_tool is the index of the function whose schema failed (-1 when the

@@ -120,6 +120,14 @@ static void test_families(void **state) {
     no(g, &t, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"x\": 1}}\n</tool_call>");
     no(g, &t, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
     no(g, &t, "Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    /* at most LLM_MAX_FORCED_CALLS calls */
+    char many[4096] = "";
+    for (int i = 0; i < LLM_MAX_FORCED_CALLS; i++)
+        strcat(many, i ? "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>"
+                       : "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>");
+    yes(g, &t, many, LLM_MAX_FORCED_CALLS);
+    strcat(many, "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>");
+    no(g, &t, many);
     rb_grammar_free(g);
     llm_tools_free(&t);
     /* Hermes, named, one call */

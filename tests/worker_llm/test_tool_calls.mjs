@@ -21,6 +21,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { killAll, request, startWorker } from './worker_harness.mjs';
 
@@ -150,7 +151,7 @@ const stripIds = (calls) => (calls ?? []).map((c) => ({ type: c.type, function: 
 
 test('auto on output that is no call: plain content, and the stream equals the full answer', async () => {
   for (const k of ['llama', 'qwen']) {
-    for (let seed = 1; seed <= 4; seed++) {
+    for (let seed = 1; seed <= 2; seed++) {
       const body = { messages: MSGS, tools: TOOLS, max_tokens: 20, temperature: 1, seed };
       const full = await clients[k].chat.completions.create(body);
       const m = full.choices[0].message;
@@ -165,6 +166,82 @@ test('auto on output that is no call: plain content, and the stream equals the f
   }
 });
 
+const ajv = new Ajv({ strict: true, allErrors: true });
+const validators = Object.fromEntries(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+
+// Checks one forced call: a known (or the named) function, arguments valid for its schema.
+function checkCall(c, family, named) {
+  assert.match(c.id, family === 'mistral' ? /^[A-Za-z0-9]{9}$/ : /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(c.type, 'function');
+  if (named) assert.equal(c.function.name, named);
+  const v = validators[c.function.name];
+  assert.ok(v, `unknown function ${c.function.name}`);
+  const args = JSON.parse(c.function.arguments);
+  assert.ok(v(args), `${c.function.name}(${c.function.arguments}): ${ajv.errorsText(v.errors)}`);
+}
+
+async function forced(k, extra, seeds) {
+  const names = new Set();
+  for (const seed of seeds) {
+    const body = { messages: MSGS, tools: TOOLS, max_tokens: 300, temperature: 1, seed, ...extra };
+    const full = await clients[k].chat.completions.create(body);
+    const ch = full.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', `${k} seed ${seed}: ${JSON.stringify(ch.message)}`);
+    assert.equal(ch.message.content, null);
+    assert.ok(ch.message.tool_calls.length >= 1);
+    if (extra.parallel_tool_calls === false) assert.equal(ch.message.tool_calls.length, 1);
+    const named = extra.tool_choice?.function?.name;
+    for (const c of ch.message.tool_calls) {
+      checkCall(c, k, named);
+      names.add(c.function.name);
+    }
+    // the stream reassembles to the same calls
+    const s = await streamed(clients[k], body);
+    assert.equal(s.finish_reason, 'tool_calls');
+    assert.equal(s.content, null);
+    assert.deepEqual(stripIds(s.tool_calls), stripIds(ch.message.tool_calls), `${k} seed ${seed}`);
+    for (const c of s.tool_calls) checkCall(c, k, named);
+    // the call and a result go back through the template
+    const next = await clients[k].chat.completions.create({
+      messages: [...MSGS, { role: 'assistant', content: null, tool_calls: ch.message.tool_calls.slice(0, 1) },
+        { role: 'tool', tool_call_id: ch.message.tool_calls[0].id, content: '{"ok": true}' }],
+      tools: TOOLS, max_tokens: 2, temperature: 0,
+    });
+    assert.ok(next.usage.prompt_tokens > full.usage.prompt_tokens);
+  }
+  return names;
+}
+
+test('required: a call of one of the two functions, arguments valid for its schema, stream = full answer', async () => {
+  for (const k of ['llama', 'qwen']) {
+    const names = await forced(k, { tool_choice: 'required', parallel_tool_calls: false }, [1, 2, 3]);
+    assert.ok(names.size >= 1);
+  }
+});
+
+test('a named function: every call is that function', async () => {
+  for (const k of ['llama', 'qwen']) {
+    const names = await forced(k, { tool_choice: { type: 'function', function: { name: 'get_time' } }, parallel_tool_calls: false }, [11]);
+    assert.deepEqual([...names], ['get_time']);
+  }
+  // the legacy fields
+  const r = await clients.qwen.chat.completions.create({
+    messages: MSGS, functions: TOOLS.map((t) => t.function), function_call: { name: 'get_weather' }, max_tokens: 1000, seed: 5,
+  });
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  checkCall(r.choices[0].message.tool_calls[0], 'qwen', 'get_weather');
+});
+
+test('required with parallel calls (Qwen): one or more calls, each valid', async () => {
+  const counts = [];
+  for (const seed of [21]) {
+    await forced('qwen', { tool_choice: 'required', parallel_tool_calls: true, max_tokens: 1200 }, [seed]);
+    const r = await clients.qwen.chat.completions.create({ messages: MSGS, tools: TOOLS, tool_choice: 'required', max_tokens: 1200, seed });
+    counts.push(r.choices[0].message.tool_calls.length);
+  }
+  assert.ok(counts.every((n) => n >= 1 && n <= 8), String(counts)); // at most 8 forced calls
+});
+
 test('bad tool fields are 400s naming the field', async () => {
   const c = clients.qwen;
   const cases = [
@@ -175,6 +252,8 @@ test('bad tool fields are 400s naming the field', async () => {
     [{ tool_choice: 'required' }, 'tool_choice'],
     [{ tools: TOOLS, parallel_tool_calls: 1 }, 'parallel_tool_calls'],
     [{ messages: [{ role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'f', arguments: 3 } }] }] }, 'messages[0]'],
+    [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'array' } } }], tool_choice: 'required' }, 'tools[0].function.parameters'],
+    [{ tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice'],
   ];
   for (const [extra, field] of cases) {
     await assert.rejects(
