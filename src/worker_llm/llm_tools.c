@@ -107,7 +107,9 @@ static void read_tool_list(json_t *arr, bool legacy, llm_tools *out, wk_errors *
         snprintf(field, sizeof field, "%s[%zu]", key, i);
         if (legacy) {
             read_function(t, field, out, errs);
-            if (json_is_object(t)) json_array_append_new(shown, json_pack("{s:s,s:O}", "type", "function", "function", t));
+            if (json_is_object(t) &&
+                json_array_append_new(shown, json_pack("{s:s,s:O}", "type", "function", "function", t)) != 0)
+                wk_errors_add(errs, key, "memory", "out of memory");
             continue;
         }
         json_t *type = json_object_get(t, "type");

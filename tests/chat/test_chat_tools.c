@@ -4,7 +4,9 @@
  * templates), malformed output that must stay content, and the stream
  * hold-back: fed byte by byte (and in random pieces), what may be sent is
  * always a prefix of the final parse's content and never shrinks. Expected
- * values are written out by hand from the formats the templates document. */
+ * values are written out by hand from the formats the templates document;
+ * the families of the official templates in tests/data/chat_tools/templates.json
+ * are those of the models' documented call syntax. */
 #include "testutil.h"
 
 #include "rbee/chat_tools.h"
@@ -153,7 +155,7 @@ static void stream_once(rb_tool_family f, const char *text, const size_t *cuts, 
         const size_t h = rb_tool_calls_hold(f, text, upto, sent, &started);
         assert_true(h >= sent && h <= upto);
         sent = h;
-        if (sent > clen || memcmp(text, content, sent) != 0)
+        if (sent > clen || (sent && memcmp(text, content, sent) != 0))
             fail_msg("%s: sent %zu bytes of \"%s\", content \"%.*s\"", rb_tool_family_name(f), sent, text, (int)clen,
                      content ? content : "");
     }
@@ -243,6 +245,23 @@ static void test_detect(void **state) {
             fail_msg("%s: %s, wanted %s", real[i].file, rb_tool_family_name(f), rb_tool_family_name(real[i].want));
         free(t);
     }
+    /* more official templates (tests/data/chat_tools/templates.json) */
+    char path[1024];
+    json_error_t je;
+    json_t *d = json_load_file(tu_data(path, sizeof path, "chat_tools/templates.json"), 0, &je);
+    if (!d) fail_msg("%s", je.text);
+    size_t i, n_llama = 0;
+    json_t *row;
+    json_array_foreach(json_object_get(d, "templates"), i, row) {
+        const char *t = json_string_value(json_object_get(row, "template"));
+        const char *want = json_string_value(json_object_get(row, "family"));
+        const char *got = rb_tool_family_name(rb_tool_family_detect(t, strlen(t)));
+        if (strcmp(got, want) != 0) fail_msg("%s: %s, wanted %s", json_string_value(json_object_get(row, "file")), got, want);
+        n_llama += strcmp(want, "llama3") == 0;
+    }
+    assert_int_equal(i, 11);
+    assert_int_equal(n_llama, 3);
+    json_decref(d);
     const char *args = "{% if m.tool_calls %}[TOOL_CALLS]{{ c.name }}[ARGS]{{ c.arguments }}{% endif %}";
     assert_int_equal(rb_tool_family_detect(args, strlen(args)), RB_TOOLS_MISTRAL_ARGS);
     assert_int_equal(rb_tool_family_detect(NULL, 0), RB_TOOLS_NONE);

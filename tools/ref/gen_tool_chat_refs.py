@@ -11,6 +11,7 @@
 # first into the second. Writes tests/data/chat_tools/llama3_1.json.
 #
 # usage: gen_tool_chat_refs.py TEMPLATE.jinja OUT.json
+#        gen_tool_chat_refs.py --templates LLAMA_CPP_GIT_DIR OUT.json  (see templates_main)
 import copy
 import hashlib
 import json
@@ -83,5 +84,44 @@ def main():
         f.write("\n")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1:2] != ["--templates"]:
     main()
+
+
+# `gen_tool_chat_refs.py --templates LLAMA_CPP_GIT_DIR OUT.json`: the official
+# templates of more tool-calling models (llama.cpp's models/templates at the
+# bundle's HEAD) with the family each one's call syntax belongs to, for the
+# family detector's test (tests/data/chat_tools/templates.json).
+TEMPLATE_FAMILIES = [
+    ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3"),
+    ("meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3"),
+    ("meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3"),
+    ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes"),
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes"),
+    ("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"),
+    ("Qwen-Qwen3-0.6B.jinja", "hermes"),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"),
+    ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral_args"),
+    ("google-gemma-2-2b-it.jinja", "none"),
+    ("microsoft-Phi-3.5-mini-instruct.jinja", "none"),
+]
+
+
+def templates_main(git_dir, out):
+    import subprocess
+    rows = []
+    for name, family in TEMPLATE_FAMILIES:
+        text = subprocess.run(["git", "-C", git_dir, "show", "HEAD:models/templates/" + name], check=True,
+                              capture_output=True).stdout.decode("utf-8")
+        rows.append({"file": name, "sha256": hashlib.sha256(text.encode()).hexdigest(), "family": family,
+                     "template": text})
+    doc = {"source": "node-llama-cpp@3.22.1 llama/gitRelease.bundle models/templates/",
+           "notes": "family: the tool-call syntax of the model's documented output (rb_tool_family_name)",
+           "templates": rows}
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--templates":
+    templates_main(sys.argv[2], sys.argv[3])
