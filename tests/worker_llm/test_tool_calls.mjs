@@ -232,7 +232,7 @@ test('a named function: every call is that function', async () => {
   }
   // the legacy fields
   const r = await clients.qwen.chat.completions.create({
-    messages: MSGS, functions: TOOLS.map((t) => t.function), function_call: { name: 'get_weather' }, max_tokens: 1000, seed: 5,
+    messages: MSGS, functions: TOOLS.map((t) => t.function), function_call: { name: 'get_weather' }, parallel_tool_calls: false, max_tokens: 300, seed: 5,
   });
   assert.equal(r.choices[0].finish_reason, 'tool_calls');
   checkCall(r.choices[0].message.tool_calls[0], 'qwen', 'get_weather');
