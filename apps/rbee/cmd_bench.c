@@ -9,9 +9,13 @@
  * needed; the file is unlinked as soon as the model has mapped it.
  * --compare-eager repeats the decode tests with graph capture off
  * (rb_model_set_eager_decode, which applies to KV caches created after it),
- * so one model load gives both figures. */
+ * so one model load gives both figures. --grammar / --json-schema add a
+ * sampled decode test with and without the grammar's token mask
+ * (bench_grammar.c; --tokenizer supplies the vocabulary of a random model). */
+#include "bench_grammar.h"
 #include "bench_model.h"
 #include "cli_common.h"
+#include "cli_grammar.h"
 #include "commands.h"
 
 #include "rbee/gguf.h"
@@ -178,7 +182,11 @@ static void usage(FILE *f) {
             "  --random SHAPE       synthesize random weights of a named shape: %s\n"
             "  --type T             weight type for --random: %s\n"
             "  --seed S             seed for --random (default 1)\n"
-            "  --compare-eager      repeat the decode tests with graph capture off (as RBEE_NO_GRAPH=1)\n",
+            "  --compare-eager      repeat the decode tests with graph capture off (as RBEE_NO_GRAPH=1)\n"
+            "  --grammar FILE       also time sampled decode with and without this GBNF grammar's token mask\n"
+            "  --json-schema FILE   the same with a JSON schema\n"
+            "  --tokenizer PATH     tokenizer for the grammar test (tokenizer.json folder, HF folder or GGUF;\n"
+            "                       default: the model's)\n",
             rb_bench_shape_names(), rb_bench_type_names());
 }
 
@@ -241,7 +249,8 @@ static void print_human(const char *model, const char *backend, int threads, con
     }
 }
 
-enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL, OPT_EAGER };
+enum { OPT_BACKEND = 1000, OPT_THREADS, OPT_JSON, OPT_RANDOM, OPT_TYPE, OPT_SEED, OPT_PARALLEL, OPT_EAGER, OPT_GRAMMAR, OPT_SCHEMA,
+       OPT_TOKENIZER };
 
 #define BENCH_MAX_PARALLEL_RUNS 8
 
@@ -260,6 +269,7 @@ static bool parse_parallel(const char *s, int *out, int *n) {
 
 int rb_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *shape = NULL, *type = NULL;
+    const char *grammar_path = NULL, *schema_path = NULL, *tok_path = NULL;
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 5, threads = 0, seed = 1, iv;
     bool json = false, compare_eager = false;
     int par[BENCH_MAX_PARALLEL_RUNS], n_par = 0;
@@ -272,6 +282,8 @@ int rb_cmd_bench(int argc, char **argv) {
         {"json", no_argument, 0, OPT_JSON},       {"random", required_argument, 0, OPT_RANDOM},
         {"type", required_argument, 0, OPT_TYPE}, {"seed", required_argument, 0, OPT_SEED},
         {"compare-eager", no_argument, 0, OPT_EAGER},
+        {"grammar", required_argument, 0, OPT_GRAMMAR}, {"json-schema", required_argument, 0, OPT_SCHEMA},
+        {"tokenizer", required_argument, 0, OPT_TOKENIZER},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     optind = 1;
     int c;
@@ -286,6 +298,9 @@ int rb_cmd_bench(int argc, char **argv) {
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 4096, &threads)) return 2; break;
         case OPT_JSON: json = true; break;
         case OPT_EAGER: compare_eager = true; break;
+        case OPT_GRAMMAR: grammar_path = optarg; break;
+        case OPT_SCHEMA: schema_path = optarg; break;
+        case OPT_TOKENIZER: tok_path = optarg; break;
         case OPT_PARALLEL:
             if (!parse_parallel(optarg, par, &n_par)) {
                 fprintf(stderr, "bench: --parallel expects up to %d comma-separated counts in 1..256\n",
@@ -319,6 +334,13 @@ int rb_cmd_bench(int argc, char **argv) {
         return 2;
     }
 
+    rb_grammar *grammar = NULL;
+    if (!cli_load_grammar(grammar_path, schema_path, &grammar)) return 2;
+    if (grammar && n_gen == 0) {
+        fprintf(stderr, "bench: the grammar test needs decode steps (-n > 0)\n");
+        rb_grammar_free(grammar);
+        return 2;
+    }
     char tmp_path[4096] = "";
     int64_t n_params = 0;
     if (shape) {
@@ -327,6 +349,7 @@ int rb_cmd_bench(int argc, char **argv) {
         if (rb_bench_write_random_model(shape, type, (uint64_t)seed, tmp_path, sizeof tmp_path, &n_params, &err) !=
             RB_OK) {
             fprintf(stderr, "bench: %s\n", err.msg);
+            rb_grammar_free(grammar);
             return 2;
         }
         model = tmp_path;
@@ -335,7 +358,10 @@ int rb_cmd_bench(int argc, char **argv) {
     cli_model cm;
     const bool opened = cli_open_model(model, backend, (int)threads, false, &cm);
     if (tmp_path[0]) unlink(tmp_path); /* the mapping stays valid; nothing is left on disk */
-    if (!opened) return 1;
+    if (!opened) {
+        rb_grammar_free(grammar);
+        return 1;
+    }
 
     const rb_model_config *cfg = rb_model_get_config(cm.model);
     if (!shape) n_params = rb_bench_count_params(cfg);
@@ -422,6 +448,24 @@ int rb_cmd_bench(int argc, char **argv) {
         if (json) print_json(name, rb_backend_name(cm.be), n_threads, cm.model, n_params, res, nres);
         else print_human(name, rb_backend_name(cm.be), n_threads, cm.model, res, nres);
     }
+    if (rc == 0 && grammar) {
+        rb_tokenizer *own = NULL;
+        const rb_tokenizer *tok = cm.tok;
+        if (tok_path) {
+            if (!cli_open_tokenizer(tok_path, &own)) rc = 1;
+            tok = own;
+        }
+        if (rc == 0 && !tok) {
+            fprintf(stderr, "bench: the model has no tokenizer: give --tokenizer\n");
+            rc = 1;
+        }
+        if (rc == 0 && (fill_depth(cm.model, kv, toks, depth, logits, &err) != RB_OK ||
+                        !rb_bench_grammar_decode(cm.model, kv, tok, grammar, depth, toks[depth] % rb_tokenizer_n_vocab(tok),
+                                                 n_gen, (int)reps, (uint64_t)seed, logits)))
+            rc = 1;
+        rb_tokenizer_free(own);
+    }
+    rb_grammar_free(grammar);
     rb_kv_cache_free(kv);
     free(toks);
     rb_backend_host_free(cm.be, logits);

@@ -4,6 +4,7 @@
 #include "cli_common.h"
 #include "commands.h"
 
+#include "cli_grammar.h"
 #include "rbee/generate.h"
 
 #include <getopt.h>
@@ -22,6 +23,8 @@ static void usage(FILE *f) {
             "  --stop TEXT               stop string (repeatable, up to %d)\n"
             "  -c, --ctx N               context size (default: prompt + max tokens)\n"
             "  --ignore-eos              keep generating past end-of-sequence tokens\n"
+            "  --grammar FILE            constrain the output to a GBNF grammar (rule root)\n"
+            "  --json-schema FILE        constrain the output to JSON valid for a JSON schema\n"
             "  --backend SPEC  --threads N\n",
             RB_GEN_MAX_STOP);
 }
@@ -37,10 +40,10 @@ static bool on_text(void *user, const char *text, size_t len, int32_t token) {
 }
 
 enum { OPT_TOPK = 1000, OPT_TOPP, OPT_MINP, OPT_REP, OPT_FREQ, OPT_PRES, OPT_LASTN, OPT_SEED, OPT_STOP, OPT_TEMP,
-       OPT_IGNORE_EOS, OPT_BACKEND, OPT_THREADS };
+       OPT_IGNORE_EOS, OPT_BACKEND, OPT_THREADS, OPT_GRAMMAR, OPT_SCHEMA };
 
 int rb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *backend = NULL;
+    const char *model = NULL, *prompt = NULL, *backend = NULL, *grammar_path = NULL, *schema_path = NULL;
     int64_t threads = 0, ctx = 0, iv = 0;
     double fv = 0;
     rb_gen_params gp = rb_gen_default_params();
@@ -55,6 +58,7 @@ int rb_cmd_generate(int argc, char **argv) {
         {"repeat-last-n", required_argument, 0, OPT_LASTN},
         {"seed", required_argument, 0, OPT_SEED},    {"stop", required_argument, 0, OPT_STOP},
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+        {"grammar", required_argument, 0, OPT_GRAMMAR}, {"json-schema", required_argument, 0, OPT_SCHEMA},
         {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     int c;
@@ -81,6 +85,8 @@ int rb_cmd_generate(int argc, char **argv) {
             gp.stop[gp.n_stop++] = optarg;
             break;
         case OPT_IGNORE_EOS: gp.ignore_eos = true; break;
+        case OPT_GRAMMAR: grammar_path = optarg; break;
+        case OPT_SCHEMA: schema_path = optarg; break;
         case OPT_BACKEND: backend = optarg; break;
         case OPT_THREADS: if (!cli_parse_int("--threads", optarg, 0, 1024, &threads)) return 2; break;
         case 'h': usage(stdout); return 0;
@@ -91,8 +97,14 @@ int rb_cmd_generate(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    rb_grammar *grammar = NULL;
+    if (!cli_load_grammar(grammar_path, schema_path, &grammar)) return 2;
+    gp.grammar = grammar;
     cli_model cm;
-    if (!cli_open_model(model, backend, (int)threads, true, &cm)) return 1;
+    if (!cli_open_model(model, backend, (int)threads, true, &cm)) {
+        rb_grammar_free(grammar);
+        return 1;
+    }
     int rc = 1;
     rb_error err;
     rb_error_clear(&err);
@@ -121,5 +133,6 @@ done:
     free(ids);
     rb_kv_cache_free(kv);
     cli_close_model(&cm);
+    rb_grammar_free(grammar);
     return rc;
 }

@@ -6,6 +6,7 @@
 #ifndef RBEE_GENERATE_H
 #define RBEE_GENERATE_H
 
+#include "rbee/grammar.h"
 #include "rbee/model.h"
 #include "rbee/sampler.h"
 #include "rbee/tokenizer.h"
@@ -33,6 +34,11 @@ typedef struct rb_gen_params {
     const char *stop[RB_GEN_MAX_STOP]; /* NUL-terminated, non-empty */
     int n_stop;
     bool ignore_eos;
+    /* Structured output (NULL: free text): tokens the grammar cannot take
+     * next are masked before sampling, end of sequence only where it is
+     * complete; generation stops (RB_STOP_EOS) once nothing more fits. Needs
+     * a tokenizer. */
+    const rb_grammar *grammar;
 } rb_gen_params;
 
 rb_gen_params rb_gen_default_params(void);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GM_MASK_CACHE_BYTES (32u << 20)
+#define GM_MASK_CACHE_BYTES (8u << 20) /* per matcher: 512 masks of a 128k vocabulary */
 
 struct rb_grammar_matcher {
     const rb_grammar *g;
@@ -213,13 +213,20 @@ rb_status rb_grammar_matcher_mask_logits(rb_grammar_matcher *m, float *logits, s
         any = x != 0;
     }
     if (!any) return rb_error_set(err, RB_E_INVALID, "grammar matcher: no token of the vocabulary fits the grammar here");
-    for (size_t w = 0; w < (n + 31) / 32; w++) {
-        uint32_t x = bits[w];
+    const size_t full = n / 32;
+    for (size_t w = 0; w < full; w++) { /* whole words: all-allowed and all-masked ones are the common case */
+        const uint32_t x = bits[w];
+        float *l = logits + w * 32;
         if (x == 0xFFFFFFFFu) continue;
-        size_t end = (w + 1) * 32 < n ? (w + 1) * 32 : n;
-        for (size_t i = w * 32; i < end; i++)
-            if (!(x >> (i & 31) & 1u)) logits[i] = -INFINITY;
+        if (x == 0) {
+            for (int j = 0; j < 32; j++) l[j] = -INFINITY;
+            continue;
+        }
+        for (int j = 0; j < 32; j++)
+            if (!(x >> j & 1u)) l[j] = -INFINITY;
     }
+    for (size_t i = full * 32; i < n; i++)
+        if (!(bits[i / 32] >> (i & 31) & 1u)) logits[i] = -INFINITY;
     for (size_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
     return RB_OK;
 }

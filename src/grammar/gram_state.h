@@ -47,7 +47,7 @@ typedef struct gram_store {
 /* Soft limits (the matcher rebuilds the store past them between steps) and
  * hard limits (a single step failing with RB_E_RANGE). */
 #define GRAM_SOFT_NODES (1u << 20)
-#define GRAM_SOFT_SETS (1u << 15)
+#define GRAM_SOFT_SETS (1u << 13)
 #define GRAM_HARD_NODES (1u << 23)
 #define GRAM_HARD_SETS (1u << 19)
 #define GRAM_MAX_SET_SIZE 4096

@@ -78,7 +78,10 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
     const rb_model_config *c = rb_model_get_config(m);
     const int64_t V = c->n_vocab;
     rb_status s;
+    if (gp->grammar && !tok) return rb_error_set(err, RB_E_INVALID, "rb_generate: a grammar needs a tokenizer");
     rb_sampler *smp = NULL;
+    rb_grammar_vocab *gv = NULL;
+    rb_grammar_matcher *gm = NULL;
     if ((s = rb_sampler_create(&gp->sampling, V, &smp, err)) != RB_OK) return s;
     rb_tokenizer_stream *ts = NULL;
     if (tok && (s = rb_tokenizer_stream_create(tok, RB_TOK_SKIP_SPECIAL, &ts, err)) != RB_OK) {
@@ -103,6 +106,16 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
     size_t n_hist = n_prompt;
     res->n_prompt = (int64_t)n_prompt;
 
+    if (gp->grammar) {
+        int32_t eog[sizeof c->eos_ids / sizeof c->eos_ids[0] + 1];
+        size_t n_eog = 0;
+        for (int i = 0; i < c->n_eos && i < (int)(sizeof c->eos_ids / sizeof c->eos_ids[0]); i++)
+            if (c->eos_ids[i] >= 0 && c->eos_ids[i] < rb_tokenizer_n_vocab(tok)) eog[n_eog++] = c->eos_ids[i];
+        if (rb_tokenizer_eos(tok) >= 0) eog[n_eog++] = rb_tokenizer_eos(tok);
+        if ((s = rb_grammar_vocab_create(tok, eog, n_eog, &gv, err)) != RB_OK ||
+            (s = rb_grammar_matcher_create(gp->grammar, gv, &gm, err)) != RB_OK)
+            goto out;
+    }
     double t0 = now_ms();
     if ((s = rb_model_forward(m, kv, prompt, (int64_t)n_prompt, false, logits, err)) != RB_OK) goto out;
     res->prefill_ms = now_ms() - t0;
@@ -114,10 +127,12 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
     const int64_t n_tok = tok ? rb_tokenizer_n_vocab(tok) : V;
     for (int64_t i = 0;; i++) {
         for (int64_t v = n_tok; v < V; v++) logits[v] = -INFINITY;
+        if (gm && (s = rb_grammar_matcher_mask_logits(gm, logits, (size_t)V, err)) != RB_OK) goto out;
         int32_t t = rb_sampler_sample(smp, logits, hist, n_hist);
         hist[n_hist++] = t;
         res->n_generated++;
-        if (!gp->ignore_eos && is_eos(c, tok, t)) {
+        if (gm && (s = rb_grammar_matcher_accept_token(gm, t, err)) != RB_OK) goto out;
+        if ((!gp->ignore_eos || gm) && is_eos(c, tok, t)) {
             why = RB_STOP_EOS;
             break;
         }
@@ -134,6 +149,7 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
         }
         if (g.stopped_by_string) { why = RB_STOP_STRING; break; }
         if (g.cancelled) { why = RB_STOP_CANCELLED; break; }
+        if (gm && rb_grammar_matcher_is_finished(gm)) { why = RB_STOP_EOS; break; }
         if (res->n_generated >= gp->max_tokens || rb_kv_cache_used(kv) >= rb_kv_cache_size(kv)) break;
         if ((s = rb_model_forward(m, kv, &t, 1, false, logits, err)) != RB_OK) goto out;
     }
@@ -152,6 +168,8 @@ rb_status rb_generate(rb_model *m, const rb_tokenizer *tok, rb_kv_cache *kv, con
     res->stop_reason = why;
     s = RB_OK;
 out:
+    rb_grammar_matcher_free(gm);
+    rb_grammar_vocab_free(gv);
     rb_stop_matcher_free(&g.sm);
     rb_tokenizer_stream_free(ts);
     rb_sampler_free(smp);

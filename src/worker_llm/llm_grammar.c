@@ -28,7 +28,11 @@ static void schema_grammar(json_t *schema, const char *field, llm_gen_request *r
     if (!json_is_object(schema) && !json_is_boolean(schema)) {
         wk_errors_add(errs, field, "invalid_json_schema", "%s must be a JSON schema object", field);
     } else if (rb_grammar_from_json_schema(schema, &req->grammar, &err) != RB_OK) {
-        wk_errors_add(errs, field, err.code == RB_E_NOMEM ? "memory" : "invalid_json_schema", "%s: %s", field, bare(err.msg));
+        wk_errors_add(errs, field,
+                      err.code == RB_E_NOMEM         ? "memory"
+                      : err.code == RB_E_UNSUPPORTED ? "unsupported_parameter"
+                                                     : "invalid_json_schema",
+                      "%s: %s", field, bare(err.msg));
     }
     json_decref(owned);
 }

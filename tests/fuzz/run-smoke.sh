@@ -31,6 +31,14 @@ printf '\001 {"name": "get_weather", "parameters": {"city": "Paris"}}; {"name":"
 printf '\202Hm.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>\n<tool_call>{"name":"f","arguments":{"a":[1,{"b":"}"}]}}</tool_call>' >"$CORPUS/tool_calls/hermes"
 printf '\003[TOOL_CALLS][{"name": "f", "arguments": {"x": null}, "id": "abc123XYZ"}]' >"$CORPUS/tool_calls/mistral"
 printf '\004ok [TOOL_CALLS]f[ARGS]{"x": 1}[TOOL_CALLS]get_time[ARGS]{}' >"$CORPUS/tool_calls/mistral_args"
+# request grammars: GBNF texts and JSON schemas
+mkdir -p "$CORPUS/gbnf" "$CORPUS/json_schema"
+printf 'root ::= ("yes" | "no") ", " word{1,3} "."\nword ::= [a-z]{1,5} " "? # c\n' >"$CORPUS/gbnf/words"
+printf 'root ::= obj\nobj ::= "{" ( str ":" val ("," str ":" val)* )? "}"\nval ::= obj | str | [0-9]+\nstr ::= "\\"" [^"\\\\]* "\\""\n' >"$CORPUS/gbnf/json"
+printf 'root ::= [\\u00e0-\\u00ff\\U0001F600]{2,} . [^\\n]? "\\x41"\n' >"$CORPUS/gbnf/classes"
+printf '{"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"enum":[1,"x",null]},"c":{"type":"array","items":{"$ref":"#/$defs/d"},"minItems":1,"maxItems":2}},"required":["a"],"additionalProperties":{"type":"integer"},"$defs":{"d":{"anyOf":[{"type":"boolean"},{"format":"date-time"}]}}}' >"$CORPUS/json_schema/object"
+printf '{"type":["string","null"],"minLength":1,"format":"uuid"}' >"$CORPUS/json_schema/types"
+printf '{"type":"array","prefixItems":[{"const":{"k":[1]}},{"type":"number"}],"items":false}' >"$CORPUS/json_schema/tuple"
 run() { # target corpus-subdir max_len
     local t=$1 dir="$CORPUS/$2" max=$3 art="$BUILD/fuzz-artifacts/$1/" dict="$HERE/$2.dict"
     mkdir -p "$art"
@@ -54,6 +62,8 @@ run fuzz_sd_gguf sd_gguf 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
 run fuzz_tool_calls tool_calls 8192
+run fuzz_gbnf gbnf 8192
+run fuzz_json_schema json_schema 8192
 if [ -x "$FUZZ/fuzz_sd_request" ]; then run fuzz_sd_request sd_request 16384; fi
 if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
 exit $status

@@ -158,6 +158,30 @@ static void test_limits(void **state) {
     assert_int_equal(st, RB_OK); /* equal stacks merge: this stays small */
     rb_grammar_matcher_free(m);
     rb_grammar_free(g);
+
+    /* every position of a long bounded repetition is its own state: past the
+     * store's soft limit the matcher rebuilds it from the current state and
+     * goes on counting correctly */
+    g = gt_parse("root ::= [a-c]{0,9500} \"!\"");
+    assert_int_equal(rb_grammar_matcher_create(g, NULL, &m, NULL), RB_OK);
+    for (int i = 0; i < 9500 && st == RB_OK; i++) st = rb_grammar_matcher_accept_bytes(m, &"abc"[i % 3], 1, NULL);
+    assert_int_equal(st, RB_OK);
+    assert_int_equal(rb_grammar_matcher_accept_bytes(m, "a", 1, NULL), RB_E_INVALID); /* the 9501st */
+    assert_int_equal(rb_grammar_matcher_accept_bytes(m, "!", 1, NULL), RB_OK);
+    assert_true(rb_grammar_matcher_is_finished(m));
+    rb_grammar_matcher_free(m);
+    rb_grammar_free(g);
+
+    /* exponential ambiguity (every nullable choice of a 2000-deep chain) ends in an error, not a hang */
+    g = gt_parse("root ::= (\"a\"? \"b\"?){0,2000} \"c\"");
+    rb_error err = {0};
+    st = rb_grammar_matcher_create(g, NULL, &m, &err);
+    if (st == RB_OK) {
+        st = rb_grammar_matcher_accept_bytes(m, "c", 1, &err);
+        rb_grammar_matcher_free(m);
+    }
+    assert_true(st == RB_OK || st == RB_E_RANGE);
+    rb_grammar_free(g);
 }
 
 int main(void) {

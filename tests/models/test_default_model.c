@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +303,98 @@ static void test_padded_vocab(void **state) {
     unload(&L);
 }
 
+typedef struct text_acc {
+    char buf[4096];
+    size_t n;
+} text_acc;
+
+static bool collect(void *user, const char *text, size_t len, int32_t token) {
+    (void)token;
+    text_acc *a = user;
+    if (a->n + len < sizeof a->buf) {
+        memcpy(a->buf + a->n, text, len);
+        a->n += len;
+        a->buf[a->n] = '\0';
+    }
+    return true;
+}
+
+/* rb_generate with a grammar (sampling at temperature 1.2 on the KJV model):
+ * the text matches a POSIX regular expression written for the same
+ * language, or, for a JSON schema, parses (jansson) with the members it
+ * demands; it ends with EOS (the grammar finished), not max_tokens. */
+static void test_grammar_generate(void **state) {
+    (void)state;
+    loaded L = {0};
+    load(&L, HF_DIR);
+    const char *gbnf = "root ::= (\"And \" | \"But \") [A-Z] [a-z]{1,6} (\", \" [a-z]{1,6}){1,3} \".\"";
+    rb_grammar *g = NULL;
+    TU_OK(rb_grammar_parse(gbnf, strlen(gbnf), NULL, &g, NULL));
+    regex_t re;
+    assert_int_equal(regcomp(&re, "^(And|But) [A-Z][a-z]{1,6}(, [a-z]{1,6}){1,3}\\.$", REG_EXTENDED | REG_NOSUB), 0);
+    const int32_t prompt[] = {0, 298, 388, 390};
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        rb_kv_cache *kv = NULL;
+        TU_OK(rb_kv_cache_create(L.m, 256, RB_F16, &kv, NULL));
+        rb_gen_params gp = rb_gen_default_params();
+        gp.max_tokens = 100;
+        gp.sampling.temperature = 1.2f;
+        gp.sampling.seed = seed;
+        gp.grammar = g;
+        text_acc a = {.n = 0};
+        rb_gen_result res;
+        rb_error err;
+        if (rb_generate(L.m, L.tok, kv, prompt, 4, &gp, collect, &a, &res, &err) != RB_OK) fail_msg("%s", err.msg);
+        if (regexec(&re, a.buf, 0, NULL, 0) != 0) fail_msg("seed %d: '%s' does not match", (int)seed, a.buf);
+        assert_int_equal(res.stop_reason, RB_STOP_EOS);
+        rb_kv_cache_free(kv);
+    }
+    regfree(&re);
+    rb_grammar_free(g);
+
+    json_t *schema = json_loads("{\"type\":\"object\",\"properties\":{\"who\":{\"enum\":[\"God\",\"Moses\"]},"
+                                "\"n\":{\"type\":\"integer\"},\"w\":{\"type\":\"string\",\"maxLength\":5}},"
+                                "\"required\":[\"who\",\"n\"],\"additionalProperties\":false}",
+                                0, NULL);
+    assert_non_null(schema);
+    TU_OK(rb_grammar_from_json_schema(schema, &g, NULL));
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        rb_kv_cache *kv = NULL;
+        TU_OK(rb_kv_cache_create(L.m, 256, RB_F16, &kv, NULL));
+        rb_gen_params gp = rb_gen_default_params();
+        gp.max_tokens = 200;
+        gp.sampling.temperature = 1.2f;
+        gp.sampling.seed = seed;
+        gp.grammar = g;
+        text_acc a = {.n = 0};
+        rb_gen_result res;
+        rb_error err;
+        if (rb_generate(L.m, L.tok, kv, prompt, 4, &gp, collect, &a, &res, &err) != RB_OK) fail_msg("%s", err.msg);
+        json_t *doc = json_loads(a.buf, 0, NULL);
+        if (!doc) fail_msg("seed %d: not JSON: %s", (int)seed, a.buf);
+        const char *who = json_string_value(json_object_get(doc, "who"));
+        assert_true(who && (!strcmp(who, "God") || !strcmp(who, "Moses")));
+        assert_true(json_is_integer(json_object_get(doc, "n")));
+        assert_true(json_object_size(doc) <= 3);
+        assert_int_equal(res.stop_reason, RB_STOP_EOS);
+        json_decref(doc);
+        rb_kv_cache_free(kv);
+    }
+    rb_grammar_free(g);
+    json_decref(schema);
+    /* a grammar needs a tokenizer */
+    rb_kv_cache *kv = NULL;
+    TU_OK(rb_kv_cache_create(L.m, 64, RB_F16, &kv, NULL));
+    rb_gen_params gp = rb_gen_default_params();
+    TU_OK(rb_grammar_json_object(&g, NULL));
+    gp.grammar = g;
+    rb_gen_result res;
+    assert_int_equal(rb_generate(L.m, NULL, kv, prompt, 4, &gp, NULL, NULL, &res, NULL), RB_E_INVALID);
+    rb_grammar_free(g);
+    rb_kv_cache_free(kv);
+    unload(&L);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer),
@@ -309,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_hf_perplexity),
         cmocka_unit_test(test_gguf_q8_0),
         cmocka_unit_test(test_padded_vocab),
+        cmocka_unit_test(test_grammar_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -258,8 +258,7 @@ invalid() { # invalid NAME ROUTE BODY FIELD: a 400 naming FIELD
 }
 invalid "chat tool_choice required without tools" /v1/chat/completions "{$M,\"tool_choice\":\"required\"}" tool_choice
 invalid "chat function_call of a function not given" /v1/chat/completions "{$M,\"function_call\":{\"name\":\"f\"}}" function_call
-refused "chat response_format json_object" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_object\"}}" response_format
-refused "chat response_format json_schema" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}" response_format
+refused "chat json_schema with a pattern" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}" response_format.json_schema.schema
 refused "chat audio" /v1/chat/completions "{$M,\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}}" audio
 refused "chat modalities with audio" /v1/chat/completions "{$M,\"modalities\":[\"text\",\"audio\"]}" modalities
 refused "chat prediction" /v1/chat/completions "{$M,\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}" prediction

@@ -120,7 +120,8 @@ test('errors: asking for what the worker does not implement is a 400 naming the 
   const msgs = [{ role: 'user', content: 'hi' }];
   const cases = [
     [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] }, 'tools'],
-    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } }, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } } },
+      'response_format.json_schema.schema'],
   ];
   for (const [extra, field] of cases) {
     await assert.rejects(

@@ -193,19 +193,21 @@ test('bad schemas and grammars are 400s naming the field', async () => {
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a$' } } } },
       'response_format.json_schema.schema', /unsupported keyword 'pattern'/],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', minProperties: 2 } } } },
-      'response_format.json_schema.schema', /unsupported keyword 'minProperties'/],
+      'response_format.json_schema.schema', /unsupported keyword 'minProperties'/, 'unsupported_parameter'],
+    [{ json_schema: { type: 'string', minLength: 3, maxLength: 2 } }, 'json_schema', /minLength > maxLength/, 'invalid_json_schema'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x' } } }, 'response_format.json_schema.schema', /required/],
     [{ response_format: { type: 'yaml' } }, 'response_format', /json_object or json_schema/],
     [{ guided_json: '{not json' }, 'guided_json', /not JSON/],
     [{ json_schema: { $ref: '#/$defs/nope' } }, 'json_schema', /points nowhere/],
     [{ grammar: 'root ::= "a"', guided_json: {} }, 'guided_json', /give one/],
   ];
-  for (const [extra, param, msg] of cases) {
+  for (const [extra, param, msg, code] of cases) {
     const r = await request(w, 'POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, ...extra },
       { Authorization: `Bearer ${TOKEN}` });
     assert.equal(r.status, 400, r.body);
     const err = JSON.parse(r.body).error;
     assert.equal(err.param, param, r.body);
     assert.match(err.message, msg);
+    if (code) assert.equal(err.code, code);
   }
 });
