@@ -42,7 +42,8 @@ static void force_call(llm_gen_request *req, json_t *body, wk_errors *errs) {
     if (bad >= 0 && legacy) snprintf(field, sizeof field, "functions[%d].parameters", bad);
     else if (bad >= 0) snprintf(field, sizeof field, "tools[%d].function.parameters", bad);
     else snprintf(field, sizeof field, "%s", legacy ? "function_call" : "tool_choice");
-    wk_errors_add(errs, field, s == RB_E_UNSUPPORTED ? "unsupported_schema" : "schema",
+    wk_errors_add(errs, field,
+                  s == RB_E_UNSUPPORTED ? "unsupported_parameter" : s == RB_E_NOMEM ? "memory" : "invalid_json_schema",
                   "a forced tool call needs a grammar for the arguments: %s", err.msg);
 }
 

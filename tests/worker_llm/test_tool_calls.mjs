@@ -260,6 +260,7 @@ test('bad tool fields are 400s naming the field', async () => {
     [{ messages: [{ role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'f', arguments: 3 } }] }] }, 'messages[0]'],
     [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'array' } } }], tool_choice: 'required' }, 'tools[0].function.parameters'],
     [{ tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice'],
+    [{ tools: [TIME, { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: 'x' } } } } }], tool_choice: 'required' }, 'tools[1].function.parameters'],
   ];
   for (const [extra, field] of cases) {
     await assert.rejects(
