@@ -2,7 +2,8 @@
 // serving the bundled default model (its float32 HF folder) with the REAL chat
 // templates of Llama 3.1 (tests/data/chat_tools/llama3_1.json, llama.cpp's copy
 // of Meta's template) and Qwen 2.5 (tests/data/chat/qwen2_5.json) put in its
-// tokenizer_config.json. The model's output is random text, so:
+// tokenizer_config.json, and for one forced call Mistral Nemo's (whose template
+// takes back only 9-character call ids). The model's output is random text, so:
 // - history with tools, assistant tool_calls (arguments as JSON text) and tool
 //   results renders as the references say: usage.prompt_tokens equals the
 //   token count of the reference render (jinja2's / transformers' text,
@@ -30,6 +31,7 @@ if (!SRC) throw new Error('RBEE_SOURCE_DIR is not set');
 const HF = path.join(SRC, 'models/default/hf');
 const llamaRef = JSON.parse(fs.readFileSync(path.join(SRC, 'tests/data/chat_tools/llama3_1.json'), 'utf8'));
 const qwenRef = JSON.parse(fs.readFileSync(path.join(SRC, 'tests/data/chat/qwen2_5.json'), 'utf8'));
+const mistralRef = JSON.parse(fs.readFileSync(path.join(SRC, 'tests/data/chat/mistral_nemo.json'), 'utf8'));
 
 const WEATHER = {
   type: 'function',
@@ -71,11 +73,12 @@ function modelWith(template) {
 }
 
 before(async () => {
-  const [l, q] = await Promise.all([
+  const [l, q, m] = await Promise.all([
     startWorker(['--local-mode', '--parallel', '2', '--ctx-size', '4096', '--model', modelWith(llamaRef.template)]),
     startWorker(['--local-mode', '--parallel', '2', '--ctx-size', '4096', '--model', modelWith(qwenRef.template)]),
+    startWorker(['--local-mode', '--parallel', '1', '--ctx-size', '4096', '--model', modelWith(mistralRef.template)]),
   ]);
-  Object.assign(workers, { llama: l, qwen: q });
+  Object.assign(workers, { llama: l, qwen: q, mistral: m });
   for (const [k, w] of Object.entries(workers))
     clients[k] = new OpenAI({ apiKey: 'x', baseURL: `${w.url}/v1`, maxRetries: 0, timeout: 120000 });
 });
@@ -221,8 +224,8 @@ async function forced(k, extra, seeds) {
 }
 
 test('required: a call of one of the two functions, arguments valid for its schema, stream = full answer', async () => {
-  for (const k of ['llama', 'qwen']) {
-    const { names } = await forced(k, { tool_choice: 'required', parallel_tool_calls: false }, seeds([1, 2]));
+  for (const [k, list] of [['llama', seeds([1, 2])], ['qwen', seeds([1, 2])], ['mistral', [1]]]) {
+    const { names } = await forced(k, { tool_choice: 'required', parallel_tool_calls: false }, list);
     assert.ok(names.size >= 1);
   }
 });
