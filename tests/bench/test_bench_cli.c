@@ -199,6 +199,10 @@ static void test_bad_arguments(void **state) {
         "bench --random tiny -d -1",                 /* negative depth */
         "bench --random tiny -d deep",               /* not a number */
         "bench --random tiny -d 2000000",            /* beyond the largest depth taken */
+        "bench --random tiny --grammar /nonexistent.gbnf",   /* grammar file missing */
+        "bench --random tiny --json-schema /nonexistent.json",
+        "bench --random tiny --grammar /dev/null --json-schema /dev/null", /* both */
+        "bench --random tiny --grammar /dev/null",   /* no rule root in an empty file */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
@@ -211,8 +215,38 @@ static void test_bad_arguments(void **state) {
     rmdir(dir);
 }
 
+/* --grammar: the sampled and constrained decode lines, through a tokenizer
+ * whose ids fit the tiny shape's 512 (the llama.cpp fixture's 259). */
+static void test_grammar(void **state) {
+    (void)state;
+    char dir[] = "/tmp/rb-bench-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char tok[1024], gpath[1200], args[3000];
+    tu_fixture(tok, sizeof tok, "llamacpp/tiny-f32.gguf");
+    snprintf(gpath, sizeof gpath, "%s/g.gbnf", dir);
+    FILE *f = fopen(gpath, "w");
+    assert_non_null(f);
+    fputs("root ::= [a-z ]{1,12} \".\"\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "bench --random tiny --type q8_0 -p 0 -n 6 -r 1 --grammar '%s' --tokenizer '%s'", gpath,
+             tok);
+    char *out = NULL;
+    assert_int_equal(run(dir, args, &out), 0);
+    assert_non_null(strstr(out, "grammar decode (tg6"));
+    assert_non_null(strstr(out, "constrained:"));
+    free(out);
+    /* -n 0 leaves no decode steps to constrain */
+    snprintf(args, sizeof args, "bench --random tiny -p 4 -n 0 --grammar '%s' --tokenizer '%s'", gpath, tok);
+    assert_int_not_equal(run(dir, args, &out), 0);
+    free(out);
+    unlink(gpath);
+    assert_int_equal(count_entries(dir), 0);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grammar),
         cmocka_unit_test(test_random_tiny_json),
         cmocka_unit_test(test_parallel),
         cmocka_unit_test(test_depth),

@@ -79,47 +79,65 @@ function checkDoc(text, what) {
   assert.ok(validate(doc), `${what}: ${ajv.errorsText(validate.errors)}: ${text}`);
 }
 
-// n = 5 choices per request (choice i samples with seed + i): 10 requests make 50 seeds.
+async function chatTexts(req) {
+  if (!req.stream) {
+    const r = await client.chat.completions.create(req);
+    return r.choices.map((c) => ({ i: c.index, text: c.message.content, fin: c.finish_reason }));
+  }
+  const out = [];
+  for await (const chunk of await client.chat.completions.create(req)) {
+    for (const c of chunk.choices) {
+      out[c.index] ??= { i: c.index, text: '', fin: null };
+      out[c.index].text += c.delta?.content ?? '';
+      if (c.finish_reason) out[c.index].fin = c.finish_reason;
+    }
+  }
+  return out;
+}
+
+async function completionTexts(req) {
+  if (!req.stream) {
+    const r = await client.completions.create(req);
+    return r.choices.map((c) => ({ i: c.index, text: c.text, fin: c.finish_reason }));
+  }
+  const out = [];
+  for await (const chunk of await client.completions.create(req)) {
+    for (const c of chunk.choices) {
+      out[c.index] ??= { i: c.index, text: '', fin: null };
+      out[c.index].text += c.text ?? '';
+      if (c.finish_reason) out[c.index].fin = c.finish_reason;
+    }
+  }
+  return out;
+}
+
+// n = 5 choices per request (choice i samples with seed + i): 10 requests make
+// 50 seeds, chat and completions, streamed and not (each kind on some seeds).
 test('json_schema: 50 seeds at temperature 1 validate, chat and completions, streamed and not', async () => {
   let checked = 0;
   for (let s = 0; s < 10; s++) {
     const seed = 1000 + 5 * s;
-    const common = { max_tokens: 480, temperature: 1, seed, n: 5 };
-    if (s % 2 === 0) {
-      const full = await client.chat.completions.create({ messages: [{ role: 'user', content: 'Who?' }], response_format: rf, ...common });
-      for (const c of full.choices) {
-        assert.equal(c.finish_reason, 'stop', c.message.content);
-        checkDoc(c.message.content, `chat seed ${seed + c.index}`);
-        checked++;
-      }
-      const stream = await client.chat.completions.create({ messages: [{ role: 'user', content: 'Who?' }], response_format: rf, stream: true, ...common });
-      const texts = ['', '', '', '', ''];
-      const fin = [];
-      for await (const chunk of stream) {
-        for (const c of chunk.choices) {
-          texts[c.index] += c.delta?.content ?? '';
-          if (c.finish_reason) fin[c.index] = c.finish_reason;
-        }
-      }
-      texts.forEach((t, i) => {
-        assert.equal(fin[i], 'stop');
-        checkDoc(t, `chat stream seed ${seed + i}`);
-        assert.equal(t, full.choices[i].message.content); // same seed, same text
-      });
-    } else {
-      const full = await client.completions.create({ prompt: 'And God said', response_format: rf, ...common });
-      const stream = await client.completions.create({ prompt: 'And God said', response_format: rf, stream: true, ...common });
-      const texts = ['', '', '', '', ''];
-      for await (const chunk of stream) for (const c of chunk.choices) texts[c.index] += c.text ?? '';
-      for (const c of full.choices) {
-        assert.equal(c.finish_reason, 'stop', c.text);
-        checkDoc(c.text, `completion seed ${seed + c.index}`);
-        checkDoc(texts[c.index], `completion stream seed ${seed + c.index}`);
-        checked++;
-      }
+    const stream = s % 2 === 1;
+    const chat = s % 4 < 2;
+    const common = { max_tokens: 480, temperature: 1, seed, n: 5, response_format: rf, stream };
+    const outs = chat ? await chatTexts({ messages: [{ role: 'user', content: 'Who?' }], ...common })
+      : await completionTexts({ prompt: 'And God said', ...common });
+    assert.equal(outs.length, 5);
+    for (const o of outs) {
+      assert.equal(o.fin, 'stop', o.text);
+      checkDoc(o.text, `${chat ? 'chat' : 'completion'}${stream ? ' stream' : ''} seed ${seed + o.i}`);
+      checked++;
     }
   }
   assert.equal(checked, 50);
+});
+
+test('json_schema: a stream gives the same documents as the same request unstreamed', async () => {
+  const req = { messages: [{ role: 'user', content: 'Who?' }], max_tokens: 480, temperature: 1, seed: 77, n: 3, response_format: rf };
+  const full = await chatTexts(req);
+  const streamed = await chatTexts({ ...req, stream: true });
+  assert.deepEqual(streamed.map((o) => o.text), full.map((o) => o.text));
+  for (const o of full) checkDoc(o.text, `seed ${77 + o.i}`);
 });
 
 async function tokenId(text) {
