@@ -51,7 +51,8 @@ static json_t *logprobs_object(bool chat, json_t *entries, int64_t *offset) {
     return legacy_logprobs(entries, offset);
 }
 
-json_t *llm_openai_chunk_delta(const wk_job *j, int choice, json_t *delta, json_t *entries, const char *finish) {
+/* A chat stream chunk with the given delta object (consumed; NULL: {}). */
+static json_t *llm_openai_chunk_delta(const wk_job *j, int choice, json_t *delta, json_t *entries, const char *finish) {
     const llm_task *t = llm_job_task(j);
     json_t *lp = logprobs_object(true, entries, NULL);
     json_t *c = json_pack("{s:i,s:o,s:o,s:s?}", "index", choice, "delta", delta ? delta : json_object(), "logprobs", lp,
@@ -206,6 +207,24 @@ static json_t *take_pending(sse_ctx *c, const llm_task *t, int i) {
     return p ? p : json_array();
 }
 
+/* The end of choice i of a chat whose tool calls are parsed: what the
+ * stream held back (content, calls), then the finish chunk. */
+static void tool_stream_end(sse_ctx *c, const wk_job *j, int i, rb_stop_reason why, wk_sse_out *o) {
+    const llm_task *t = llm_job_task(j);
+    const char *finish = llm_openai_finish_reason(why);
+    json_t *deltas = json_array();
+    if (!deltas || !llm_tool_stream_end(&c->tools[i], t, deltas, &finish)) {
+        json_decref(deltas);
+        wk_sse_put(o, NULL); /* out of memory: the stream breaks */
+        return;
+    }
+    size_t k;
+    json_t *d;
+    json_array_foreach(deltas, k, d) wk_sse_put(o, llm_openai_chunk_delta(j, i, json_incref(d), NULL, NULL));
+    json_decref(deltas);
+    wk_sse_put(o, llm_openai_chunk_delta(j, i, NULL, take_pending(c, t, i), finish));
+}
+
 static void sse_event(void *ctx, const wk_job *j, const wk_event *e, wk_sse_out *o) {
     sse_ctx *c = ctx;
     const llm_task *t = llm_job_task(j);
@@ -232,7 +251,7 @@ static void sse_event(void *ctx, const wk_job *j, const wk_event *e, wk_sse_out 
         const int i = event_choice(e, c->n);
         const rb_stop_reason why = t->choices[i].stop_reason;
         if (why != RB_STOP_CANCELLED && c->tools)
-            llm_tool_stream_end(&c->tools[i], j, i, take_pending(c, t, i), llm_openai_finish_reason(why), o);
+            tool_stream_end(c, j, i, why, o);
         else if (why != RB_STOP_CANCELLED)
             wk_sse_put(o, llm_openai_chunk(j, i, NULL, 0, take_pending(c, t, i), &c->offset[i],
                                            llm_openai_finish_reason(why), false));

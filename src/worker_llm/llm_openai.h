@@ -23,8 +23,6 @@ const char *llm_openai_finish_reason(rb_stop_reason why);
  * *offset is the choice's legacy text_offset, advanced past the entries. */
 json_t *llm_openai_chunk(const wk_job *j, int choice, const char *text, size_t len, json_t *entries,
                          int64_t *offset, const char *finish, bool role_delta);
-/* A chat stream chunk with the given delta object (consumed; NULL: {}). */
-json_t *llm_openai_chunk_delta(const wk_job *j, int choice, json_t *delta, json_t *entries, const char *finish);
 json_t *llm_openai_usage(const wk_job *j);
 /* The whole answer from the job's events (call with the job's mutex held). */
 json_t *llm_openai_full(const wk_job *j);

@@ -1,7 +1,6 @@
 /* Implementation of llm_openai_tools.h. */
 #include "worker_llm/llm_openai_tools.h"
 #include "worker/wk_util.h"
-#include "worker_llm/llm_openai.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,44 +84,33 @@ static size_t fragment_end(const char *a, size_t i, size_t n) {
     return e;
 }
 
-void llm_tool_stream_end(llm_tool_stream *s, const wk_job *j, int choice, json_t *entries, const char *finish,
-                         wk_sse_out *o) {
-    const llm_task *t = llm_job_task(j);
+bool llm_tool_stream_end(llm_tool_stream *s, const llm_task *t, json_t *deltas, const char **finish) {
     rb_tool_parse p;
     memset(&p, 0, sizeof p);
-    if (parse(t, s->buf ? s->buf : "", s->len, &p) != RB_OK) {
-        json_decref(entries);
-        wk_sse_put(o, NULL); /* out of memory: the stream breaks */
-        return;
-    }
+    if (parse(t, s->buf ? s->buf : "", s->len, &p) != RB_OK) return false;
+    bool ok = true;
     if (p.n_calls == 0) {
-        if (s->len > s->sent) wk_sse_put(o, llm_openai_chunk_delta(j, choice, content_delta(s->buf + s->sent, s->len - s->sent), NULL, NULL));
+        if (s->len > s->sent) ok = json_array_append_new(deltas, content_delta(s->buf + s->sent, s->len - s->sent)) == 0;
     } else {
         if (p.content_len > s->sent)
-            wk_sse_put(o, llm_openai_chunk_delta(j, choice, content_delta(p.content + s->sent, p.content_len - s->sent),
-                                                 NULL, NULL));
-        for (size_t k = 0; k < p.n_calls; k++) {
+            ok = json_array_append_new(deltas, content_delta(p.content + s->sent, p.content_len - s->sent)) == 0;
+        for (size_t k = 0; ok && k < p.n_calls; k++) {
             char id[32];
             llm_tools_call_id(t->req.tools.family, id);
-            wk_sse_put(o, llm_openai_chunk_delta(j, choice,
-                                                 json_pack("{s:[{s:I,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index",
-                                                           (json_int_t)k, "id", id, "type", "function", "function",
-                                                           "name", p.calls[k].name, "arguments", ""),
-                                                 NULL, NULL));
+            ok = json_array_append_new(deltas, json_pack("{s:[{s:I,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index",
+                                                         (json_int_t)k, "id", id, "type", "function", "function",
+                                                         "name", p.calls[k].name, "arguments", "")) == 0;
             const char *a = p.calls[k].arguments;
             const size_t n = strlen(a);
-            for (size_t i = 0; i < n;) {
+            for (size_t i = 0; ok && i < n;) {
                 const size_t e = fragment_end(a, i, n);
-                wk_sse_put(o, llm_openai_chunk_delta(j, choice,
-                                                     json_pack("{s:[{s:I,s:{s:o}}]}", "tool_calls", "index",
-                                                               (json_int_t)k, "function", "arguments",
-                                                               wk_json_text(a + i, e - i)),
-                                                     NULL, NULL));
+                ok = json_array_append_new(deltas, json_pack("{s:[{s:I,s:{s:o}}]}", "tool_calls", "index", (json_int_t)k,
+                                                             "function", "arguments", wk_json_text(a + i, e - i))) == 0;
                 i = e;
             }
         }
-        finish = "tool_calls";
+        *finish = "tool_calls";
     }
     rb_tool_parse_free(&p);
-    wk_sse_put(o, llm_openai_chunk_delta(j, choice, NULL, entries, finish));
+    return ok;
 }

@@ -13,7 +13,6 @@
 #ifndef RBEE_LLM_OPENAI_TOOLS_H
 #define RBEE_LLM_OPENAI_TOOLS_H
 
-#include "worker/wk_sse.h"
 #include "worker_llm/llm_job.h"
 
 /* The message of a finished chat choice: {role, content} or, when the
@@ -35,9 +34,10 @@ void llm_tool_stream_free(llm_tool_stream *s);
  * out of memory. */
 bool llm_tool_stream_push(llm_tool_stream *s, rb_tool_family f, const char *text, size_t len, const char **out,
                           size_t *out_len);
-/* The end of the choice: the chunks left (content, calls, then the finish
- * chunk with entries, consumed, and finish, or "tool_calls") put on o. */
-void llm_tool_stream_end(llm_tool_stream *s, const wk_job *j, int choice, json_t *entries, const char *finish,
-                         wk_sse_out *o);
+/* The end of the choice: the deltas left (content, then per call its
+ * {id, type, name} delta and its arguments fragments) appended to deltas
+ * (a JSON array), and *finish set to "tool_calls" when the text holds calls
+ * (else left as the choice's own reason). false: out of memory. */
+bool llm_tool_stream_end(llm_tool_stream *s, const llm_task *t, json_t *deltas, const char **finish);
 
 #endif
