@@ -46,10 +46,14 @@ void rb_grammar_free(rb_grammar *g);
  * as long as no other rule there starts with `rule_name-`.
  * Supported: type (string, number, integer, boolean, null, object, array,
  * or a list of them), properties, required, additionalProperties
- * (false/true/schema), enum, const, anyOf, oneOf (as anyOf: alternatives
- * must not overlap for oneOf to hold), items, prefixItems, minItems,
- * maxItems, minLength, maxLength, format (date, time, date-time, uuid),
- * $ref to #/$defs/... and #/definitions/..., and the annotations (title,
+ * (false/true/schema; absent: no extra members when properties are
+ * given), enum, const, anyOf, oneOf (only where no value can match two
+ * alternatives: different JSON types, objects told apart by a required
+ * property pinned to different const/enum values, or disjoint enums),
+ * allOf of one schema, items, prefixItems (and draft 7's items array with
+ * additionalItems), minItems, maxItems, minLength, maxLength (characters),
+ * format (date, time, date-time, uuid), $ref to #, #/$defs/... and
+ * #/definitions/..., and the annotations (title,
  * description, default, examples, $schema, $id, $comment, ...). A schema of
  * true / {} is any JSON value; {"type":"object"} any JSON object.
  * Properties come in the order the schema lists them; whitespace is bounded

@@ -25,6 +25,7 @@ typedef struct js_ctx {
     js_buf out;
     int counter;
     unsigned formats;
+    bool need_kchar; /* P-kchar, emitted once */
     const json_t *root;
     js_ref *refs;
     size_t n_refs, cap_refs;
@@ -281,7 +282,7 @@ static bool gen_object(js_ctx *c, const json_t *s, const char *path, js_buf *b) 
             else js_addf(&c->out, "%s-string", c->p);
             if (extra_val >= 0) js_addf(&c->out, " %s-ws \":\" %s-ws %s-%d\n", c->p, c->p, c->p, extra_val);
             else js_addf(&c->out, " %s-ws \":\" %s-ws %s-value\n", c->p, c->p, c->p);
-            if (extra_key >= 0) js_addf(&c->out, "%s-kchar ::= [^\"\\\\\\x00-\\x1F]\n", c->p);
+            if (extra_key >= 0) c->need_kchar = true;
         }
         /* T_i: members i.. after at least one member; F_i: before any. */
         int base = c->counter;
@@ -497,6 +498,178 @@ static bool gen_ref(js_ctx *c, const char *ref, const char *path, js_buf *b) {
     return ok;
 }
 
+/* JSON types a schema may produce, as bits (integer and number share one),
+ * following $ref and the type this compiler infers without "type". */
+enum { JT_NULL = 1, JT_BOOL = 2, JT_NUM = 4, JT_STR = 8, JT_ARR = 16, JT_OBJ = 32, JT_ALL = 63 };
+
+static const json_t *resolve(js_ctx *c, const char *ref, const char *path);
+
+static unsigned value_type(const json_t *v) {
+    if (json_is_null(v)) return JT_NULL;
+    if (json_is_boolean(v)) return JT_BOOL;
+    if (json_is_number(v)) return JT_NUM;
+    if (json_is_string(v)) return JT_STR;
+    if (json_is_array(v)) return JT_ARR;
+    return JT_OBJ;
+}
+
+static unsigned type_name_bits(const char *t) {
+    if (!t) return JT_ALL;
+    if (!strcmp(t, "null")) return JT_NULL;
+    if (!strcmp(t, "boolean")) return JT_BOOL;
+    if (!strcmp(t, "integer") || !strcmp(t, "number")) return JT_NUM;
+    if (!strcmp(t, "string")) return JT_STR;
+    if (!strcmp(t, "array")) return JT_ARR;
+    if (!strcmp(t, "object")) return JT_OBJ;
+    return JT_ALL;
+}
+
+static unsigned type_mask(js_ctx *c, const json_t *s, int depth) {
+    if (!json_is_object(s) || depth > 16) return JT_ALL;
+    const json_t *ref = json_object_get(s, "$ref");
+    if (json_is_string(ref)) {
+        rb_error *saved = c->err;
+        rb_status st = c->st;
+        c->err = NULL;
+        const json_t *t = resolve(c, json_string_value(ref), "");
+        c->err = saved;
+        c->st = st; /* a bad $ref is reported where it is compiled */
+        return t ? type_mask(c, t, depth + 1) : JT_ALL;
+    }
+    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (cn) return value_type(cn);
+    if (json_is_array(en)) {
+        unsigned m = 0;
+        for (size_t i = 0; i < json_array_size(en); i++) m |= value_type(json_array_get(en, i));
+        return m;
+    }
+    const char *const lists[] = {"anyOf", "oneOf", "allOf"};
+    for (int k = 0; k < 3; k++) {
+        const json_t *l = json_object_get(s, lists[k]);
+        if (!json_is_array(l)) continue;
+        unsigned m = 0;
+        for (size_t i = 0; i < json_array_size(l); i++) m |= type_mask(c, json_array_get(l, i), depth + 1);
+        return m;
+    }
+    const json_t *type = json_object_get(s, "type");
+    if (json_is_string(type)) return type_name_bits(json_string_value(type));
+    if (json_is_array(type)) {
+        unsigned m = 0;
+        for (size_t i = 0; i < json_array_size(type); i++) m |= type_name_bits(json_string_value(json_array_get(type, i)));
+        return m;
+    }
+    if (has_any(s, object_kw)) return JT_OBJ;
+    if (has_any(s, array_kw)) return JT_ARR;
+    if (has_any(s, string_kw)) return JT_STR;
+    return JT_ALL;
+}
+
+/* The values a required property P is pinned to (const or enum) in an
+ * object alternative, or NULL. */
+static const json_t *pinned(js_ctx *c, const json_t *s, const char *p, int depth, bool *is_enum) {
+    const json_t *ref = json_object_get(s, "$ref");
+    if (json_is_string(ref) && depth < 16) {
+        rb_error *saved = c->err;
+        rb_status st = c->st;
+        c->err = NULL;
+        const json_t *t = resolve(c, json_string_value(ref), "");
+        c->err = saved;
+        c->st = st;
+        return t ? pinned(c, t, p, depth + 1, is_enum) : NULL;
+    }
+    const json_t *req = json_object_get(s, "required");
+    bool is_req = false;
+    for (size_t i = 0; json_is_array(req) && i < json_array_size(req); i++)
+        if (json_is_string(json_array_get(req, i)) && !strcmp(json_string_value(json_array_get(req, i)), p)) is_req = true;
+    const json_t *ps = json_object_get(json_object_get(s, "properties"), p);
+    if (!is_req || !json_is_object(ps)) return NULL;
+    *is_enum = json_object_get(ps, "enum") != NULL;
+    return *is_enum ? json_object_get(ps, "enum") : json_object_get(ps, "const");
+}
+
+/* Do two value sets share a value? Each is an enum's array (ea) or one const value. */
+static bool values_meet(const json_t *a, bool ea, const json_t *b, bool eb) {
+    if (!a || !b || (ea && !json_is_array(a)) || (eb && !json_is_array(b))) return true; /* unknown: assume so */
+    size_t na = ea ? json_array_size(a) : 1, nb = eb ? json_array_size(b) : 1;
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            if (json_equal(ea ? json_array_get(a, i) : (json_t *)a, eb ? json_array_get(b, j) : (json_t *)b)) return true;
+    return false;
+}
+
+/* oneOf holds only if no value matches two alternatives: accepted when that
+ * is evident (different JSON types; objects told apart by a required
+ * property pinned to different values; enums/consts without common values). */
+static bool one_of_disjoint(js_ctx *c, const json_t *list) {
+    size_t n = json_array_size(list);
+    unsigned *m = calloc(n ? n : 1, sizeof *m);
+    if (!m) return false;
+    bool by_type = true;
+    for (size_t i = 0; i < n; i++) {
+        m[i] = type_mask(c, json_array_get(list, i), 0);
+        for (size_t j = 0; j < i; j++)
+            if (m[i] & m[j]) by_type = false;
+    }
+    bool ok = by_type;
+    if (!ok) { /* objects with a discriminating property */
+        bool all_obj = true;
+        for (size_t i = 0; i < n; i++) all_obj = all_obj && m[i] == JT_OBJ;
+        const json_t *first = json_array_get(list, 0);
+        const json_t *props = NULL;
+        if (all_obj) {
+            const json_t *f = first;
+            for (int d = 0; d < 16 && json_is_string(json_object_get(f, "$ref")); d++) {
+                rb_error *saved = c->err;
+                rb_status st = c->st;
+                c->err = NULL;
+                f = resolve(c, json_string_value(json_object_get(f, "$ref")), "");
+                c->err = saved;
+                c->st = st;
+                if (!f) break;
+            }
+            props = f ? json_object_get(f, "properties") : NULL;
+        }
+        const char *key;
+        json_t *unused;
+        if (json_is_object(props)) {
+            json_object_foreach((json_t *)props, key, unused) {
+                bool good = true;
+                for (size_t i = 0; i < n && good; i++) {
+                    bool ei = false, ej = false;
+                    const json_t *vi = pinned(c, json_array_get(list, i), key, 0, &ei);
+                    if (!vi) good = false;
+                    for (size_t j = 0; j < i && good; j++) {
+                        const json_t *vj = pinned(c, json_array_get(list, j), key, 0, &ej);
+                        if (values_meet(vi, ei, vj, ej)) good = false;
+                    }
+                }
+                if (good) { ok = true; break; }
+            }
+        }
+    }
+    if (!ok) { /* enums / consts only */
+        bool lits = true;
+        for (size_t i = 0; i < n && lits; i++) {
+            const json_t *a = json_array_get(list, i);
+            lits = json_is_object(a) && (json_object_get(a, "enum") || json_object_get(a, "const"));
+        }
+        ok = lits;
+        for (size_t i = 0; i < n && ok; i++) {
+            const json_t *a = json_array_get(list, i);
+            const bool ea = json_object_get(a, "enum") != NULL;
+            const json_t *va = ea ? json_object_get(a, "enum") : json_object_get(a, "const");
+            for (size_t j = 0; j < i && ok; j++) {
+                const json_t *b = json_array_get(list, j);
+                const bool eb = json_object_get(b, "enum") != NULL;
+                const json_t *vb = eb ? json_object_get(b, "enum") : json_object_get(b, "const");
+                if (values_meet(va, ea, vb, eb)) ok = false;
+            }
+        }
+    }
+    free(m);
+    return ok;
+}
+
 static bool js_gen_body(js_ctx *c, const json_t *s, const char *path, js_buf *b) {
     if (c->st != RB_OK || c->out.oom) return false;
     if (json_is_true(s)) { js_addf(b, "%s-value", c->p); return true; }
@@ -555,6 +728,10 @@ static bool js_gen_body(js_ctx *c, const json_t *s, const char *path, js_buf *b)
         const char *kw = any ? "anyOf" : one ? "oneOf" : "allOf";
         if (!json_is_array(list) || !json_array_size(list)) ok = js_fail(c, RB_E_INVALID, path, "'%s' must be a non-empty array", kw);
         else if (all && json_array_size(list) != 1) ok = js_fail(c, RB_E_UNSUPPORTED, path, "%s", "allOf with more than one schema");
+        else if (one && !one_of_disjoint(c, list))
+            ok = js_fail(c, RB_E_UNSUPPORTED, path, "%s",
+                         "oneOf whose alternatives may overlap (a value matching two would be accepted; use anyOf, or "
+                         "tell them apart by type or by a required property with different const/enum values)");
         for (size_t i = 0; ok && i < json_array_size(list); i++) {
             char sub[1024];
             snprintf(sub, sizeof sub, "%s/%s/%zu", path, kw, i);
@@ -619,6 +796,7 @@ rb_status rb_json_schema_to_gbnf(const json_t *schema, const char *rule_name, ch
         js_addf(&c.out, "%s ::= %s\n", p, body.p);
         js_emit_base(&c.out, p);
         js_emit_formats(&c.out, p, c.formats);
+        if (c.need_kchar) js_addf(&c.out, "%s-kchar ::= [^\"\\\\\\x00-\\x1F]\n", p);
     }
     free(body.p);
     for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].ref);

@@ -79,7 +79,12 @@ void js_emit_base(js_buf *b, const char *p) {
     js_addf(b, "%s-array ::= \"[\" %s-ws ( %s-value ( %s-ws \",\" %s-ws %s-value )* %s-ws )? \"]\"\n", p, p, p, p,
             p, p, p);
     js_addf(b, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", p, p);
-    js_addf(b, "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n", p);
+    /* \u escapes of surrogates are left out: a pair would be one character to
+     * JSON Schema's lengths but two here (raw UTF-8 spells those characters) */
+    js_addf(b,
+            "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+            "[dD] [0-7] [0-9a-fA-F]{2} ) )\n",
+            p);
     js_addf(b, "%s-integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n", p);
     js_addf(b, "%s-number ::= %s-integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n", p, p);
     js_addf(b, "%s-boolean ::= \"true\" | \"false\"\n", p);

@@ -147,6 +147,12 @@ static void test_objects(void **state) {
     REJ(g, "{\"ab\":1}");
     REJ(g, "{\"a\":1}");
     rb_grammar_free(g);
+    /* two objects with declared names and extra members share one helper rule (a fuzz find) */
+    g = must("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2}},"
+             "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"integer\"}}");
+    ACC(g, "{\"a\":[{\"a\":[],\"b\":1}],\"ab\":2}");
+    REJ(g, "{\"a\":[],\"a\":1}");
+    rb_grammar_free(g);
     g = must("{\"type\":\"object\",\"additionalProperties\":false}");
     ACC(g, "{}");
     REJ(g, "{\"a\":1}");
@@ -167,6 +173,8 @@ static void test_strings_and_formats(void **state) {
     REJ(g, "\"abcd\"");
     REJ(g, "\"a\nb\""); /* raw control character */
     REJ(g, "\"\\x\"");
+    REJ(g, "\"\\ud83d\\ude00\""); /* an escaped surrogate pair: one character to JSON Schema */
+    ACC(g, "\"\\uD7FF\\uE000\"");
     rb_grammar_free(g);
 
     g = must("{\"type\":\"string\",\"format\":\"date\"}");
@@ -236,6 +244,26 @@ static void test_arrays_refs_types(void **state) {
     ACC(g, "{\"k\":[true]}");
     REJ(g, "{\"k\":[false]}");
     rb_grammar_free(g);
+    /* oneOf: only where no value can match two alternatives */
+    g = must("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":2},{\"enum\":[null,true]}]}");
+    ACC(g, "7");
+    ACC(g, "\"ab\"");
+    ACC(g, "true");
+    REJ(g, "false");
+    rb_grammar_free(g);
+    g = must("{\"oneOf\":[{\"$ref\":\"#/$defs/cat\"},{\"$ref\":\"#/$defs/dog\"}],\"$defs\":{"
+             "\"cat\":{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},\"lives\":{\"type\":\"integer\"}},"
+             "\"required\":[\"kind\"],\"additionalProperties\":false},"
+             "\"dog\":{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"dog\",\"puppy\"]}},"
+             "\"required\":[\"kind\"],\"additionalProperties\":false}}}");
+    ACC(g, "{\"kind\":\"cat\",\"lives\":9}");
+    ACC(g, "{\"kind\":\"puppy\"}");
+    REJ(g, "{\"kind\":\"puppy\",\"lives\":9}");
+    rb_grammar_free(g);
+    g = must("{\"oneOf\":[{\"const\":[1]},{\"const\":[2]},{\"enum\":[3,\"x\"]}]}");
+    ACC(g, "[2]");
+    ACC(g, "\"x\"");
+    rb_grammar_free(g);
     g = must("true");
     ACC(g, "[{\"a\":\"\\u12ab\"},-0.5e+10,false,null]");
     REJ(g, "[1,]");
@@ -264,6 +292,13 @@ static void test_refusals(void **state) {
     expect_refusal("{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", RB_E_INVALID, "minLength > maxLength");
     expect_refusal("{\"type\":\"array\",\"maxItems\":-1}", RB_E_INVALID, "'maxItems' must be a non-negative integer");
     expect_refusal("{\"enum\":[]}", RB_E_INVALID, "'enum'");
+    expect_refusal("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":3}]}", RB_E_UNSUPPORTED,
+                   "oneOf whose alternatives may overlap");
+    expect_refusal("{\"oneOf\":[{\"const\":[]},{\"const\":[]}]}", RB_E_UNSUPPORTED, "oneOf");
+    expect_refusal("{\"oneOf\":[{\"enum\":[1,2]},{\"enum\":[2,3]}]}", RB_E_UNSUPPORTED, "oneOf");
+    expect_refusal("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}}},"
+                   "{\"type\":\"object\",\"properties\":{\"k\":{\"const\":2}}}]}",
+                   RB_E_UNSUPPORTED, "oneOf"); /* k not required: {} matches both */
     expect_refusal("false", RB_E_UNSUPPORTED, "schema false");
     expect_refusal("[1]", RB_E_INVALID, "must be an object or a boolean");
     /* a self-reference that consumes nothing would loop: refused as left recursion */
