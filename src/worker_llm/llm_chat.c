@@ -32,6 +32,7 @@ rb_status llm_chat_init(llm_chat *c, const rb_tokenizer *tok, rb_error *err) {
             rb_error_prefix(err, "the model's chat template: ");
             return s;
         }
+        c->family = rb_tool_family_detect(src, strlen(src));
     } else {
         c->is_fallback = true;
         s = rb_chat_template_parse(llm_chat_fallback_template, strlen(llm_chat_fallback_template), &c->tpl, err);
@@ -49,11 +50,12 @@ void llm_chat_destroy(llm_chat *c) {
     memset(c, 0, sizeof *c);
 }
 
-rb_status llm_chat_render(llm_chat *c, const char *messages_json, rb_chat_rendered *out, unsigned *flags,
-                          rb_error *err) {
+rb_status llm_chat_render(llm_chat *c, const char *messages_json, const char *tools_json, rb_chat_rendered *out,
+                          unsigned *flags, rb_error *err) {
     rb_chat_options o;
     memset(&o, 0, sizeof o);
     o.add_generation_prompt = true;
+    o.tools_json = tools_json;
     o.limits.max_output_bytes = (size_t)4 << 20;
     o.limits.max_memory_bytes = (size_t)64 << 20;
     pthread_mutex_lock(&c->mu);

@@ -185,6 +185,13 @@ static int32_t sample_row(llm_engine *e, llm_seq *q, float *raw, bool keep) {
     return rb_sampler_sample(q->smp, work, q->hist, q->n_hist);
 }
 
+/* Whether t is a special token the request's output keeps as text. */
+static bool is_kept(const llm_gen_request *r, int32_t t) {
+    for (int i = 0; i < r->n_keep; i++)
+        if (r->keep_ids[i] == t) return true;
+    return false;
+}
+
 /* Handles a sampled token; raw is the row it was sampled from, before any
  * change (for the log probabilities; NULL when not asked for). Returns true
  * if the sequence finished. */
@@ -220,12 +227,22 @@ static bool take_token(llm_engine *e, llm_seq *q, int32_t t, const float *raw) {
     size_t plen = 0;
     rb_error err;
     rb_error_clear(&err);
-    if (rb_tokenizer_stream_push(q->ts, t, &piece, &plen, &err) != RB_OK) {
+    bool oom = false, hit = false;
+    if (is_kept(&task->req, t)) { /* a tool-call marker: the text so far, then its own text */
+        size_t tl = 0;
+        const char *tt = rb_tokenizer_token_text(e->tok, t, &tl);
+        if (rb_tokenizer_stream_flush(q->ts, &piece, &plen, &err) != RB_OK) {
+            fail_seq(e, q, "DECODE_FAILED", err.msg);
+            return true;
+        }
+        hit = emit_text(e, q, piece, plen, &oom);
+        if (!hit && !oom && tt) hit = emit_text(e, q, tt, tl, &oom);
+    } else if (rb_tokenizer_stream_push(q->ts, t, &piece, &plen, &err) != RB_OK) {
         fail_seq(e, q, "DECODE_FAILED", err.msg);
         return true;
+    } else {
+        hit = emit_text(e, q, piece, plen, &oom);
     }
-    bool oom = false;
-    bool hit = emit_text(e, q, piece, plen, &oom);
     if (oom) {
         fail_seq(e, q, "OUT_OF_MEMORY", "out of memory while streaming text");
         return true;

@@ -12,6 +12,7 @@ void llm_gen_request_free(llm_gen_request *r) {
     free(r->bias);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->model);
+    llm_tools_free(&r->tools);
     rb_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }

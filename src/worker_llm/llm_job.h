@@ -16,6 +16,7 @@
 #include "rbee/grammar.h"
 #include "rbee/sampler.h"
 #include "worker/wk_job.h"
+#include "worker_llm/llm_tools.h"
 
 #define LLM_MAX_STOP 16          /* stop strings per request */
 #define LLM_MAX_STOP_BYTES 100   /* bytes of one stop string */
@@ -44,6 +45,11 @@ typedef struct llm_gen_request {
     bool ignore_eos;    /* keep generating past end-of-sequence (benchmarks) */
     char *model;        /* model name as the client gave it (echoed back), may be NULL */
     rb_grammar *grammar; /* structured output: every choice's tokens follow it (owned; NULL: free text) */
+    llm_tools tools;    /* chat tool calling (choice LLM_TOOLS_OFF: none) */
+    /* special tokens the output keeps as text though special tokens are
+     * otherwise dropped: the tool-call markers of the model's family */
+    int32_t keep_ids[4];
+    int n_keep;
 } llm_gen_request;
 
 void llm_gen_request_free(llm_gen_request *r);

@@ -1,5 +1,6 @@
 /* Implementation of llm_openai.h. */
 #include "worker_llm/llm_openai.h"
+#include "worker_llm/llm_openai_tools.h"
 #include "worker/wk_util.h"
 
 #include <stdlib.h>
@@ -50,12 +51,22 @@ static json_t *logprobs_object(bool chat, json_t *entries, int64_t *offset) {
     return legacy_logprobs(entries, offset);
 }
 
+/* A chat stream chunk with the given delta object (consumed; NULL: {}). */
+static json_t *llm_openai_chunk_delta(const wk_job *j, int choice, json_t *delta, json_t *entries, const char *finish) {
+    const llm_task *t = llm_job_task(j);
+    json_t *lp = logprobs_object(true, entries, NULL);
+    json_t *c = json_pack("{s:i,s:o,s:o,s:s?}", "index", choice, "delta", delta ? delta : json_object(), "logprobs", lp,
+                          "finish_reason", finish);
+    if (c && !finish) json_object_set_new(c, "finish_reason", json_null());
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
+                     (json_int_t)j->created_unix, "model", t->model_name, "choices", c);
+}
+
 json_t *llm_openai_chunk(const wk_job *j, int choice, const char *text, size_t len, json_t *entries,
                          int64_t *offset, const char *finish, bool role_delta) {
     const llm_task *t = llm_job_task(j);
     json_t *c;
     const bool chat = t->api == LLM_API_CHAT;
-    json_t *lp = logprobs_object(chat, entries, offset);
     if (chat) {
         json_t *delta = json_object();
         if (role_delta) {
@@ -64,8 +75,9 @@ json_t *llm_openai_chunk(const wk_job *j, int choice, const char *text, size_t l
         } else if (text) {
             json_object_set_new(delta, "content", wk_json_text(text, len));
         }
-        c = json_pack("{s:i,s:o,s:o,s:s?}", "index", choice, "delta", delta, "logprobs", lp, "finish_reason", finish);
+        return llm_openai_chunk_delta(j, choice, delta, entries, finish);
     } else {
+        json_t *lp = logprobs_object(chat, entries, offset);
         c = json_pack("{s:i,s:o,s:o,s:s?}", "index", choice, "text", text ? wk_json_text(text, len) : json_string(""),
                       "logprobs", lp, "finish_reason", finish);
     }
@@ -126,11 +138,15 @@ json_t *llm_openai_full(const wk_job *j) {
         int64_t offset = t->req.prompt_chars;
         json_t *lp = logprobs_object(chat, entries[c], &offset);
         entries[c] = NULL;
-        json_t *body = wk_json_text(text[c].p ? text[c].p : "", text[c].len);
-        json_t *o = chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", c, "message", "role", "assistant", "content",
-                                     body, "logprobs", lp, "finish_reason", finish)
-                         : json_pack("{s:i,s:o,s:o,s:s}", "index", c, "text", body, "logprobs", lp, "finish_reason",
-                                     finish);
+        json_t *o;
+        if (chat) {
+            json_t *msg = llm_openai_tool_message(t, text[c].p ? text[c].p : "", text[c].len, &finish);
+            o = msg ? json_pack("{s:i,s:o,s:o,s:s}", "index", c, "message", msg, "logprobs", lp, "finish_reason", finish)
+                    : NULL;
+        } else {
+            o = json_pack("{s:i,s:o,s:o,s:s}", "index", c, "text", wk_json_text(text[c].p ? text[c].p : "", text[c].len),
+                          "logprobs", lp, "finish_reason", finish);
+        }
         ok = o && json_array_append_new(choices, o) == 0;
     }
     for (int c = 0; text && c < n; c++) free(text[c].p);
@@ -152,14 +168,17 @@ typedef struct sse_ctx {
     int n;
     json_t **pending; /* per choice: entries whose text has not been sent */
     int64_t *offset;  /* per choice: the legacy text_offset */
+    llm_tool_stream *tools; /* per choice, when the chat's tool calls are parsed; else NULL */
 } sse_ctx;
 
 static void sse_ctx_free(void *p) {
     sse_ctx *c = p;
     if (!c) return;
     for (int i = 0; c->pending && i < c->n; i++) json_decref(c->pending[i]);
+    for (int i = 0; c->tools && i < c->n; i++) llm_tool_stream_free(&c->tools[i]);
     free(c->pending);
     free(c->offset);
+    free(c->tools);
     free(c);
 }
 
@@ -170,7 +189,8 @@ void *llm_openai_sse_ctx(const wk_job *j) {
     c->n = llm_gen_choices(&t->req);
     c->pending = calloc((size_t)c->n, sizeof *c->pending);
     c->offset = calloc((size_t)c->n, sizeof *c->offset);
-    if (!c->pending || !c->offset) {
+    if (t->api == LLM_API_CHAT && llm_tools_parsing(&t->req.tools)) c->tools = calloc((size_t)c->n, sizeof *c->tools);
+    if (!c->pending || !c->offset || (llm_tools_parsing(&t->req.tools) && t->api == LLM_API_CHAT && !c->tools)) {
         sse_ctx_free(c);
         return NULL;
     }
@@ -187,6 +207,24 @@ static json_t *take_pending(sse_ctx *c, const llm_task *t, int i) {
     return p ? p : json_array();
 }
 
+/* The end of choice i of a chat whose tool calls are parsed: what the
+ * stream held back (content, calls), then the finish chunk. */
+static void tool_stream_end(sse_ctx *c, const wk_job *j, int i, rb_stop_reason why, wk_sse_out *o) {
+    const llm_task *t = llm_job_task(j);
+    const char *finish = llm_openai_finish_reason(why);
+    json_t *deltas = json_array();
+    if (!deltas || !llm_tool_stream_end(&c->tools[i], t, deltas, &finish)) {
+        json_decref(deltas);
+        wk_sse_put(o, NULL); /* out of memory: the stream breaks */
+        return;
+    }
+    size_t k;
+    json_t *d;
+    json_array_foreach(deltas, k, d) wk_sse_put(o, llm_openai_chunk_delta(j, i, json_incref(d), NULL, NULL));
+    json_decref(deltas);
+    wk_sse_put(o, llm_openai_chunk_delta(j, i, NULL, take_pending(c, t, i), finish));
+}
+
 static void sse_event(void *ctx, const wk_job *j, const wk_event *e, wk_sse_out *o) {
     sse_ctx *c = ctx;
     const llm_task *t = llm_job_task(j);
@@ -198,13 +236,23 @@ static void sse_event(void *ctx, const wk_job *j, const wk_event *e, wk_sse_out 
         if (!c->pending[i]) c->pending[i] = json_array();
         if (!c->pending[i] || json_array_append(c->pending[i], json_object_get(e->data, "entry")) != 0)
             wk_sse_put(o, NULL); /* out of memory: the stream breaks */
+    } else if (!strcmp(e->type, "token") && c->tools) {
+        const int i = event_choice(e, c->n);
+        const char *out = NULL;
+        size_t n = 0;
+        if (!llm_tool_stream_push(&c->tools[i], t->req.tools.family, e->raw, e->raw_len, &out, &n))
+            wk_sse_put(o, NULL);
+        else if (n > 0)
+            wk_sse_put(o, llm_openai_chunk(j, i, out, n, take_pending(c, t, i), &c->offset[i], NULL, false));
     } else if (!strcmp(e->type, "token")) {
         const int i = event_choice(e, c->n);
         wk_sse_put(o, llm_openai_chunk(j, i, e->raw, e->raw_len, take_pending(c, t, i), &c->offset[i], NULL, false));
     } else if (!strcmp(e->type, "choice_end")) {
         const int i = event_choice(e, c->n);
         const rb_stop_reason why = t->choices[i].stop_reason;
-        if (why != RB_STOP_CANCELLED)
+        if (why != RB_STOP_CANCELLED && c->tools)
+            tool_stream_end(c, j, i, why, o);
+        else if (why != RB_STOP_CANCELLED)
             wk_sse_put(o, llm_openai_chunk(j, i, NULL, 0, take_pending(c, t, i), &c->offset[i],
                                            llm_openai_finish_reason(why), false));
     } else if (!strcmp(e->type, "error")) {

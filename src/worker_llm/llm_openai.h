@@ -8,7 +8,8 @@
  * text_offset counts characters from the start of the prompt. In a stream a
  * token's entry rides on the chunk that carries its text (or, for text held
  * back and never sent, such as a stop string, on the choice's finish chunk),
- * so a stream's entries are the same as the full answer's. */
+ * so a stream's entries are the same as the full answer's. A chat whose
+ * tool calls are parsed gets its message and stream from llm_openai_tools.h. */
 #ifndef RBEE_LLM_OPENAI_H
 #define RBEE_LLM_OPENAI_H
 

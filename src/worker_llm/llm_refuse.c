@@ -5,7 +5,9 @@
  * change nothing (user, metadata, service_tier, parallel_tool_calls
  * without tools) pass. logprobs, top_logprobs, logit_bias and n are
  * implemented and checked by llm_request_read_params; response_format and
- * the other structured-output fields by llm_grammar_read. */
+ * the other structured-output fields by llm_grammar_read; tools,
+ * tool_choice, functions and function_call on chat completions by
+ * llm_tools_read. */
 #include "worker_llm/llm_request.h"
 
 #include <string.h>
@@ -29,16 +31,18 @@ static bool is_empty(json_t *v) {
 void llm_request_refuse_unsupported(json_t *o, llm_api api, wk_errors *errs) {
     json_t *v;
     if (api == LLM_API_RBEE) return;
-    if (!is_empty(json_object_get(o, "tools"))) refuse(errs, "tools", "tool calls");
-    if (!is_empty(json_object_get(o, "functions"))) refuse(errs, "functions", "function calls");
-    v = json_object_get(o, "tool_choice");
-    if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
-                                               !strcmp(json_string_value(v), "auto"))))
-        refuse(errs, "tool_choice", "tool calls");
-    v = json_object_get(o, "function_call");
-    if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
-                                               !strcmp(json_string_value(v), "auto"))))
-        refuse(errs, "function_call", "function calls");
+    if (api != LLM_API_CHAT) { /* chat completions read them (llm_tools_read) */
+        if (!is_empty(json_object_get(o, "tools"))) refuse(errs, "tools", "tool calls: use /v1/chat/completions");
+        if (!is_empty(json_object_get(o, "functions"))) refuse(errs, "functions", "function calls: use /v1/chat/completions");
+        v = json_object_get(o, "tool_choice");
+        if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
+                                                   !strcmp(json_string_value(v), "auto"))))
+            refuse(errs, "tool_choice", "tool calls: use /v1/chat/completions");
+        v = json_object_get(o, "function_call");
+        if (present(v) && !(json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
+                                                   !strcmp(json_string_value(v), "auto"))))
+            refuse(errs, "function_call", "function calls: use /v1/chat/completions");
+    }
     v = json_object_get(o, "best_of");
     if (present(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) refuse(errs, "best_of", "only best_of = 1");
     if (json_is_true(json_object_get(o, "echo"))) refuse(errs, "echo", "echoing the prompt");

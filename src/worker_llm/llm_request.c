@@ -317,7 +317,25 @@ json_t *llm_request_read_chat(json_t *o, wk_errors *errs) {
         } else {
             wk_errors_add(errs, field, "type:string", "%s.content must be a string or an array of text parts", field);
         }
-        if (text) json_array_append_new(out, json_pack("{s:O,s:o}", "role", role, "content", text));
+        if (!text) continue;
+        json_t *msg = json_pack("{s:O,s:o}", "role", role, "content", text);
+        if (!msg || json_array_append_new(out, msg) != 0) {
+            wk_errors_add(errs, field, "memory", "out of memory");
+            break;
+        }
+        /* tool calling: an assistant's calls, a tool result's call id and name */
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls)) {
+            json_t *tc = llm_tools_message_calls(calls, field, errs);
+            if (tc) json_object_set_new(msg, "tool_calls", tc);
+        }
+        static const char *const keys[] = {"tool_call_id", "name"};
+        for (size_t k = 0; k < 2; k++) {
+            json_t *v = json_object_get(m, keys[k]);
+            if (!v || json_is_null(v)) continue;
+            if (!json_is_string(v)) wk_errors_add(errs, field, "type:string", "%s.%s must be a string", field, keys[k]);
+            else json_object_set(msg, keys[k], v);
+        }
     }
     if (errs->n > 0) {
         json_decref(out);

@@ -33,7 +33,8 @@ void llm_request_read_params(json_t *obj, llm_api api, const llm_limits *lim, ll
                              wk_errors *errs);
 
 /* OpenAI fields that ask for behaviour not implemented yet: tools /
- * tool_choice / functions / function_call, best_of, echo, suffix, audio / modalities, prediction,
+ * tool_choice / functions / function_call outside chat completions,
+ * best_of, echo, suffix, audio / modalities, prediction,
  * web_search_options, reasoning_effort, store. Each present one that asks
  * for something is an error {field, "unsupported_parameter"}. */
 void llm_request_refuse_unsupported(json_t *obj, llm_api api, wk_errors *errs);
@@ -44,8 +45,10 @@ void llm_request_read_rbee(json_t *obj, const char **prompt, wk_errors *errs);
 /* OpenAI completions body: prompt is a string or an array of one string. */
 void llm_request_read_completion(json_t *obj, const char **prompt, wk_errors *errs);
 /* OpenAI chat body: messages must be a non-empty array of {role, content}
- * objects (content a string or an array of {type:"text", text} parts).
- * Returns a new JSON array of {role, content-string} messages or NULL. */
+ * objects (content a string or an array of {type:"text", text} parts, null
+ * for ""), with tool_calls (llm_tools_message_calls), tool_call_id and name
+ * kept. Returns a new JSON array of {role, content-string, ...} messages or
+ * NULL. */
 json_t *llm_request_read_chat(json_t *obj, wk_errors *errs);
 
 /* Tokenizes text into req->prompt and checks it against ctx_size: the

@@ -25,6 +25,12 @@ printf '\003{"prompt":"x","n":2,"size":"64x64","response_format":"b64_json","out
 printf '\004a cat\nNegative prompt: dog\nSteps: 20, Sampler: Euler, Size: 512x768, Note: "a, b"' >"$CORPUS/sd_request/infotext"
 printf '\005data:image/png;base64,Zm9vYmFy' >"$CORPUS/sd_request/base64"
 { printf '\006'; cat "$HERE/../data/image/gray8_trns.png"; printf '\377\377a cat\37764'; } >"$CORPUS/sd_request/form"
+# model output for the tool-call parser: the first byte picks the family (fuzz_tool_calls.c)
+mkdir -p "$CORPUS/tool_calls"
+printf '\001 {"name": "get_weather", "parameters": {"city": "Paris"}}; {"name":"f","parameters":{}}' >"$CORPUS/tool_calls/llama"
+printf '\202Hm.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>\n<tool_call>{"name":"f","arguments":{"a":[1,{"b":"}"}]}}</tool_call>' >"$CORPUS/tool_calls/hermes"
+printf '\003[TOOL_CALLS][{"name": "f", "arguments": {"x": null}, "id": "abc123XYZ"}]' >"$CORPUS/tool_calls/mistral"
+printf '\004ok [TOOL_CALLS]f[ARGS]{"x": 1}[TOOL_CALLS]get_time[ARGS]{}' >"$CORPUS/tool_calls/mistral_args"
 # request grammars: GBNF texts and JSON schemas
 mkdir -p "$CORPUS/gbnf" "$CORPUS/json_schema"
 printf 'root ::= ("yes" | "no") ", " word{1,3} "."\nword ::= [a-z]{1,5} " "? # c\n' >"$CORPUS/gbnf/words"
@@ -55,6 +61,7 @@ run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
+run fuzz_tool_calls tool_calls 8192
 run fuzz_gbnf gbnf 8192
 run fuzz_json_schema json_schema 8192
 if [ -x "$FUZZ/fuzz_sd_request" ]; then run fuzz_sd_request sd_request 16384; fi

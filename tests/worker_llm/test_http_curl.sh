@@ -248,10 +248,17 @@ refused() { # refused NAME ROUTE BODY FIELD
         $(jget error.type <"$TMP/b") == invalid_request_error ]]; then ok "refused: $1"; else bad "refused: $1 (got $code $(head -c 300 "$TMP/b"))"; fi
 }
 M='"messages":[{"role":"user","content":"hi"}],"max_tokens":2'
+# the bundled model's plain template shows no tool-call syntax: tools are refused
 refused "chat tools" /v1/chat/completions "{$M,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}" tools
-refused "chat tool_choice required" /v1/chat/completions "{$M,\"tool_choice\":\"required\"}" tool_choice
 refused "chat functions" /v1/chat/completions "{$M,\"functions\":[{\"name\":\"f\"}]}" functions
-refused "chat function_call by name" /v1/chat/completions "{$M,\"function_call\":{\"name\":\"f\"}}" function_call
+refused "completions tools" /v1/completions "{\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}" tools
+invalid() { # invalid NAME ROUTE BODY FIELD: a 400 naming FIELD
+  local code
+  code=$(curl -s -o "$TMP/b" -w '%{http_code}' "${AUTH[@]}" "$U$2" -d "$3")
+  if [[ $code == 400 && $(jget error.param <"$TMP/b") == "$4" ]]; then ok "invalid: $1"; else bad "invalid: $1 (got $code $(head -c 300 "$TMP/b"))"; fi
+}
+invalid "chat tool_choice required without tools" /v1/chat/completions "{$M,\"tool_choice\":\"required\"}" tool_choice
+invalid "chat function_call of a function not given" /v1/chat/completions "{$M,\"function_call\":{\"name\":\"f\"}}" function_call
 refused "chat json_schema with a pattern" /v1/chat/completions "{$M,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}" response_format.json_schema.schema
 refused "chat audio" /v1/chat/completions "{$M,\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}}" audio
 refused "chat modalities with audio" /v1/chat/completions "{$M,\"modalities\":[\"text\",\"audio\"]}" modalities

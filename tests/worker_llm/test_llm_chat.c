@@ -36,7 +36,7 @@ static void prompt_of(llm_chat *c, const rb_tokenizer *tok, const char *messages
     rb_chat_rendered r;
     unsigned flags = 0;
     rb_error e;
-    if (llm_chat_render(c, messages, &r, &flags, &e) != RB_OK) fail_msg("render: %s", e.msg);
+    if (llm_chat_render(c, messages, NULL, &r, &flags, &e) != RB_OK) fail_msg("render: %s", e.msg);
     wk_errors errs = {.n = 0};
     memset(req, 0, sizeof *req);
     llm_request_set_prompt(req, tok, r.text, r.len, flags, r.request, r.n_request, 512, 0, &errs);

@@ -8,7 +8,7 @@
  * rb_model_forward's logits of the prompt and the chosen tokens, whatever
  * sampling transforms and logit biases chose them; logit biases steer the
  * choice; embedding jobs equal their hidden states pooled and normalized
- * here. Also: stop strings, cancellation latency, the bounded queue, and bad
+ * here; special tokens a request keeps (tool-call markers) come out as text. Also: stop strings, cancellation latency, the bounded queue, and bad
  * arguments. Uses the bundled default model (KJV, byte-level BPE). */
 #include "testutil.h"
 
@@ -581,6 +581,37 @@ static void test_logit_bias_steers(void **state) {
     wk_job_unref(j);
 }
 
+/* A special token a request keeps (a tool-call marker such as Mistral's
+ * [TOOL_CALLS]) comes out as its text between the text around it; without
+ * keeping it is dropped like every special token. The bundled model's
+ * <|begin_of_text|> (id 0, special, not end-of-sequence) plays the marker,
+ * forced with logit_bias. */
+static void test_kept_special_token(void **state) {
+    fixture *f = *state;
+    assert_true(rb_tokenizer_is_special(f->tok, 0));
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 64, .queue_depth = 4, .step = NULL};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    const rb_logit_bias up = {0, 100.0f};
+    wk_job *kept = make_openai_job(f, "And God said", 3, 0.0f, 1, 1, -1, &up, 1);
+    llm_job_task(kept)->req.keep_ids[0] = 0;
+    llm_job_task(kept)->req.n_keep = 1;
+    wk_job *dropped = make_openai_job(f, "And God said", 3, 0.0f, 1, 1, -1, &up, 1);
+    TU_OK(llm_engine_submit(e, kept));
+    TU_OK(llm_engine_submit(e, dropped));
+    wait_done(kept, 60000);
+    wait_done(dropped, 60000);
+    llm_engine_destroy(e);
+    char text[256];
+    size_t len = choice_text(kept, 0, text, sizeof text);
+    assert_int_equal(len, 3 * 17);
+    assert_memory_equal(text, "<|begin_of_text|><|begin_of_text|><|begin_of_text|>", 3 * 17);
+    assert_int_equal(choice_text(dropped, 0, text, sizeof text), 0);
+    wk_job_unref(kept);
+    wk_job_unref(dropped);
+}
+
 static wk_job *make_embed_job(fixture *f, const char *const *texts, size_t n, llm_pooling pool) {
     llm_embed_request er;
     memset(&er, 0, sizeof er);
@@ -665,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_fast),           cmocka_unit_test(test_queue_bound),
         cmocka_unit_test(test_bad_args),              cmocka_unit_test(test_choices_match_alone),
         cmocka_unit_test(test_logprobs_match_logits), cmocka_unit_test(test_logit_bias_steers),
+        cmocka_unit_test(test_kept_special_token),
         cmocka_unit_test(test_embeddings),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
