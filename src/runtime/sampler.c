@@ -1,15 +1,22 @@
 /* Implementation of include/rbee/sampler.h. Candidates are kept as (id,
- * logit) pairs; filters shrink the candidate set; the draw uses a per-sampler
- * xoshiro256** generator. */
+ * logit, probability) triples; filters shrink the candidate set; the draw
+ * uses a per-sampler xoshiro256** generator. Nothing sorts the whole
+ * vocabulary (a qsort of 128k candidates cost ~14 ms a token): top-k selects
+ * its k in linear time and sorts only them, min-p is a threshold, top-p
+ * sorts the best candidates in growing chunks until their mass reaches p,
+ * and a draw walks the kept set in whatever order it is in (the
+ * distribution does not depend on the order). */
 #include "rbee/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cand {
     int32_t id;
     float logit;
+    float prob;
 } cand;
 
 struct rb_sampler {
@@ -17,7 +24,6 @@ struct rb_sampler {
     int64_t n_vocab;
     uint64_t rng[4];
     cand *cands;
-    float *probs;
     uint16_t *counts; /* per-token counts within the penalty window (saturating) */
     rb_logit_bias *bias; /* a copy of p.logit_bias */
 };
@@ -95,9 +101,8 @@ rb_status rb_sampler_create(const rb_sampler_params *p, int64_t n_vocab, rb_samp
     s->p.logit_bias = s->bias;
     s->n_vocab = n_vocab;
     s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
-    s->probs = malloc(sizeof(float) * (size_t)n_vocab);
     s->counts = calloc((size_t)n_vocab, sizeof(uint16_t));
-    if (!s->cands || !s->probs || !s->counts) {
+    if (!s->cands || !s->counts) {
         rb_sampler_free(s);
         return rb_error_set(err, RB_E_NOMEM, "out of memory");
     }
@@ -109,7 +114,6 @@ rb_status rb_sampler_create(const rb_sampler_params *p, int64_t n_vocab, rb_samp
 void rb_sampler_free(rb_sampler *s) {
     if (!s) return;
     free(s->cands);
-    free(s->probs);
     free(s->counts);
     free(s->bias);
     free(s);
@@ -135,11 +139,49 @@ static void apply_penalties(rb_sampler *s, float *logits, const int32_t *hist, s
     }
 }
 
+/* The candidates' order: logit descending, then id ascending (a total order). */
+static inline bool before(const cand *x, const cand *y) {
+    return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
 static int cmp_cand_desc(const void *a, const void *b) {
     const cand *x = a, *y = b;
-    if (x->logit > y->logit) return -1;
-    if (x->logit < y->logit) return 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+    return before(x, y) ? -1 : before(y, x) ? 1 : 0;
+}
+
+static inline void swap_cand(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the k first candidates in the order above to c[0..k), in any order
+ * (quickselect, median-of-three pivots; linear on average). */
+static void select_first(cand *c, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi && k > lo && k <= hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (before(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (before(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (before(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
+        const cand pivot = c[mid]; /* median of three */
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (before(&c[i], &pivot)) i++;
+            while (before(&pivot, &c[j])) j--;
+            if (i <= j) swap_cand(&c[i++], &c[j--]);
+        }
+        /* c[lo..j] come before the pivot's place, c[i..hi] after */
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return;
+    }
+}
+
+/* Sorts the first k candidates of c[0..n) into c[0..k). */
+static void sort_first(cand *c, int64_t n, int64_t k) {
+    if (k < n) select_first(c, n, k);
+    qsort(c, (size_t)k, sizeof(cand), cmp_cand_desc);
 }
 
 int32_t rb_sampler_sample(rb_sampler *s, float *logits, const int32_t *history, size_t n_history) {
@@ -157,54 +199,70 @@ int32_t rb_sampler_sample(rb_sampler *s, float *logits, const int32_t *history, 
     /* Candidates keep the raw logits (same order as logits / T for T > 0);
      * the temperature divides differences to the maximum below, so a tiny
      * temperature cannot overflow a finite logit to +inf. */
+    cand *c = s->cands;
     int64_t n = 0;
+    float mx = -INFINITY;
     for (int64_t i = 0; i < V; i++) {
         float l = logits[i];
         if (l == -INFINITY || isnan(l)) continue;
-        s->cands[n].id = (int32_t)i;
-        s->cands[n].logit = l;
+        c[n].id = (int32_t)i;
+        c[n].logit = l;
         n++;
+        if (l > mx) mx = l;
     }
     if (n == 0) return 0; /* every logit -inf or NaN */
-    qsort(s->cands, (size_t)n, sizeof(cand), cmp_cand_desc);
-    if (p->top_k > 0 && n > p->top_k) n = p->top_k;
+    bool sorted = false; /* c[0..n) in the order above */
+    if (p->top_k > 0 && n > p->top_k) {
+        sort_first(c, n, p->top_k);
+        n = p->top_k;
+        sorted = true;
+    }
 
     /* softmax over the remaining candidates; +inf logits share all the mass */
-    const float mx = s->cands[0].logit;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
-        const float l = s->cands[i].logit;
-        if (mx == INFINITY) s->probs[i] = l == INFINITY ? 1.0f : 0.0f;
-        else s->probs[i] = expf((l - mx) / p->temperature);
-        sum += s->probs[i];
+        const float l = c[i].logit;
+        if (mx == INFINITY) c[i].prob = l == INFINITY ? 1.0f : 0.0f;
+        else c[i].prob = expf((l - mx) / p->temperature);
+        sum += c[i].prob;
     }
-    for (int64_t i = 0; i < n; i++) s->probs[i] = (float)(s->probs[i] / sum);
+    float pmax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        c[i].prob = (float)(c[i].prob / sum);
+        if (c[i].prob > pmax) pmax = c[i].prob;
+    }
 
-    if (p->top_p < 1.0f) { /* smallest prefix with cumulative probability >= top_p (keep at least one) */
+    if (p->min_p > 0.0f) { /* drop tokens below min_p times the top probability (keeps a sorted prefix sorted) */
+        const float thr = p->min_p * pmax;
+        int64_t keep = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (c[i].prob >= thr) c[keep++] = c[i];
+        n = keep > 0 ? keep : 1;
+    }
+    if (p->top_p < 1.0f) { /* smallest prefix in the order above with mass >= top_p (keep at least one) */
         double cum = 0;
         int64_t keep = n;
-        for (int64_t i = 0; i < n; i++) {
-            cum += s->probs[i];
-            if (cum >= p->top_p) {
-                keep = i + 1;
-                break;
+        for (int64_t lo = 0, chunk = 256; lo < n && keep == n; chunk *= 2) {
+            const int64_t k = n - lo < chunk ? n - lo : chunk;
+            if (!sorted) sort_first(c + lo, n - lo, k);
+            for (int64_t i = lo; i < lo + k; i++) {
+                cum += c[i].prob;
+                if (cum >= p->top_p) {
+                    keep = i + 1;
+                    break;
+                }
             }
+            lo += k;
         }
         n = keep;
     }
-    if (p->min_p > 0.0f) { /* drop tokens below min_p times the top probability */
-        const float thr = p->min_p * s->probs[0];
-        int64_t keep = 1;
-        while (keep < n && s->probs[keep] >= thr) keep++;
-        n = keep;
-    }
     double total = 0;
-    for (int64_t i = 0; i < n; i++) total += s->probs[i];
+    for (int64_t i = 0; i < n; i++) total += c[i].prob;
     double r = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * total;
     double cum = 0;
     for (int64_t i = 0; i < n; i++) {
-        cum += s->probs[i];
-        if (r < cum) return s->cands[i].id;
+        cum += c[i].prob;
+        if (r < cum) return c[i].id;
     }
-    return s->cands[n - 1].id;
+    return c[n - 1].id;
 }

@@ -8,6 +8,7 @@
 #include "rbee/sampler.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define V 8
@@ -257,8 +258,90 @@ static void test_non_finite_logits(void **state) {
     rb_sampler_free(s);
 }
 
+/* A real vocabulary's size (the filters select and sort only part of it):
+ * 20,000 random logits with ties; every draw lies in the support a full sort
+ * gives (top-k's k largest, top-p's smallest prefix of mass >= p, min-p's
+ * threshold, and their combinations), which a naive double computation here
+ * determines; every top-k member occurs, and the draws' frequencies follow
+ * the renormalized softmax. */
+#define BIGV 20000
+static const float *g_big;
+static int cmp_idx(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (g_big[x] != g_big[y]) return g_big[x] > g_big[y] ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+static void test_large_vocabulary(void **state) {
+    (void)state;
+    static float big[BIGV], work[BIGV];
+    static int order[BIGV];
+    tu_rng r;
+    tu_rng_seed(&r, 3);
+    for (int i = 0; i < BIGV; i++) big[i] = (float)((int)(tu_rng_normal(&r) * 40)) / 16.0f; /* ties */
+    g_big = big;
+    for (int i = 0; i < BIGV; i++) order[i] = i;
+    qsort(order, BIGV, sizeof order[0], cmp_idx);
+    const struct {
+        int top_k;
+        float top_p, min_p, temp;
+    } cases[] = {{40, 1.0f, 0.0f, 1.0f}, {0, 0.9f, 0.0f, 1.0f}, {0, 1.0f, 0.05f, 0.7f},
+                 {0, 0.5f, 0.02f, 1.3f}, {300, 0.95f, 0.0f, 1.0f}, {0, 0.999f, 0.0f, 2.0f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        /* the support by a full sort, in double */
+        int n = cases[ci].top_k > 0 ? cases[ci].top_k : BIGV;
+        const double mx = big[order[0]];
+        double z = 0;
+        for (int i = 0; i < n; i++) z += exp((big[order[i]] - mx) / cases[ci].temp);
+        int keep = n;
+        double cum = 0;
+        for (int i = 0; i < n && cases[ci].top_p < 1.0f; i++) {
+            cum += exp((big[order[i]] - mx) / cases[ci].temp) / z;
+            if (cum >= cases[ci].top_p) { keep = i + 1; break; }
+        }
+        if (cases[ci].min_p > 0) {
+            int k = 0;
+            const double thr = (double)cases[ci].min_p * (1.0 / z); /* the top token's probability is 1 / z */
+            while (k < keep && exp((big[order[k]] - mx) / cases[ci].temp) / z >= thr) k++;
+            keep = k > 0 ? k : 1;
+        }
+        static char in_support[BIGV];
+        memset(in_support, 0, sizeof in_support);
+        double zk = 0;
+        for (int i = 0; i < keep; i++) {
+            in_support[order[i]] = 1;
+            zk += exp((big[order[i]] - mx) / cases[ci].temp);
+        }
+        rb_sampler_params p = rb_sampler_default_params();
+        p.temperature = cases[ci].temp;
+        p.top_k = cases[ci].top_k;
+        p.top_p = cases[ci].top_p;
+        p.min_p = cases[ci].min_p;
+        p.seed = 100 + ci;
+        rb_sampler *s = NULL;
+        TU_OK(rb_sampler_create(&p, BIGV, &s, NULL));
+        const int N = 1000;
+        static int counts[BIGV];
+        memset(counts, 0, sizeof counts);
+        for (int t = 0; t < N; t++) {
+            memcpy(work, big, sizeof work);
+            const int32_t tok = rb_sampler_sample(s, work, NULL, 0);
+            assert_true(tok >= 0 && tok < BIGV);
+            if (!in_support[tok]) fail_msg("case %zu: token %d (logit %g) outside the support of %d", ci, tok, big[tok], keep);
+            counts[tok]++;
+        }
+        /* the most likely token's frequency, and for top-k every member seen */
+        const double p0 = exp((big[order[0]] - mx) / cases[ci].temp) / zk, sd = sqrt(N * p0 * (1 - p0));
+        assert_true(fabs(counts[order[0]] - N * p0) < 5 * sd + 1);
+        if (cases[ci].top_k == 40)
+            for (int i = 0; i < 40; i++) assert_true(counts[order[i]] > 0);
+        rb_sampler_free(s);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_large_vocabulary),
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_seeded_reproducible),
         cmocka_unit_test(test_distribution_matches_softmax),
