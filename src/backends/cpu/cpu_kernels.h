@@ -35,6 +35,8 @@ typedef void (*rb_gemm_tile_fn)(int64_t n, int nr, int nc, const void *x, size_t
 #define RB_CPU_TILE_MAX 8
 /* Most weight rows per call when nc == 1 (matrix-vector runs). */
 #define RB_CPU_MATVEC_RUN 256
+/* products of at most this many activation rows skip the packed kernels (matmul_plan.c) */
+#define RB_CPU_PACKED_MIN_ROWS 4
 
 /* Optional packed prefill path (used for several activation rows when both
  * entries exist): pack_rows stores nr <= RB_CPU_PACK_ROWS weight rows in an

@@ -42,11 +42,14 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     /* prefill with a packed kernel: 16-row groups packed once, then every
      * activation row streams past them 8 at a time */
     p->packed = p->M > 1 && !a_strided && p->k->pack_rows[a->dtype] != NULL && p->k->gemm_packed[a->dtype] != NULL;
-    /* batch-invariant: the weight types whose several-row kernels sum in
-     * another order than their one-row kernel (those with packed kernels)
-     * take each activation row alone, through the one-row kernel, over runs
-     * of weight rows that stay in cache while every row passes */
-    if (p->packed && cb->batch_invariant && p->M <= RB_BATCH_INVARIANT_ROWS) {
+    /* The weight types with packed kernels take each activation row alone,
+     * through the one-row kernel, over runs of weight rows that stay in cache
+     * while every row passes: for a few rows, where repacking every weight
+     * group per call does not pay (2-4 decode streams run 1.2-4x faster this
+     * way on AVX-512, docs/PERFORMANCE.md), and, batch-invariant, up to
+     * RB_BATCH_INVARIANT_ROWS rows, since the packed kernels sum in another
+     * order than the one-row kernel. */
+    if (p->packed && (p->M <= RB_CPU_PACKED_MIN_ROWS || (cb->batch_invariant && p->M <= RB_BATCH_INVARIANT_ROWS))) {
         p->packed = false;
         p->tile_c = 1;
         int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
