@@ -7,6 +7,8 @@
  * reason to skip the tokenizer's own BOS. */
 #include "testutil.h"
 
+#include "llm_test_tokenizer.h"
+
 #include "worker_llm/llm_chat.h"
 #include "worker_llm/llm_request.h"
 
@@ -14,22 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The default tokenizer with tokenizer_config.json's chat_template set to tpl. */
-static rb_tokenizer *tokenizer_with_template(const char *tpl) {
-    size_t jl = 0;
-    char *tj = tu_read_file(RBEE_DEFAULT_MODEL_DIR "/hf/tokenizer.json", &jl);
-    json_t *cfg = json_pack("{s:s, s:s, s:s}", "bos_token", "<|begin_of_text|>", "eos_token", "<|end_of_text|>",
-                            "chat_template", tpl);
-    char *cj = json_dumps(cfg, 0);
-    rb_tokenizer *tok = NULL;
-    rb_error e;
-    if (rb_tokenizer_load_hf_memory(tj, jl, cj, strlen(cj), &tok, &e) != RB_OK) fail_msg("%s", e.msg);
-    free(cj);
-    json_decref(cfg);
-    free(tj);
-    return tok;
-}
 
 /* Runs the worker's path: render, then tokenize into a request of a 512 context. */
 static void prompt_of(llm_chat *c, const rb_tokenizer *tok, const char *messages, llm_gen_request *req) {
@@ -50,7 +36,7 @@ static void test_hf_prompt_ids(void **state) {
     json_error_t je;
     json_t *d = json_load_file(tu_data(path, sizeof path, "chat_tokens/rbee_default.json"), 0, &je);
     if (!d) fail_msg("%s", je.text);
-    rb_tokenizer *tok = tokenizer_with_template(json_string_value(json_object_get(d, "template")));
+    rb_tokenizer *tok = llm_test_tokenizer_with_template(json_string_value(json_object_get(d, "template")));
     llm_chat c;
     rb_error e;
     TU_OK(llm_chat_init(&c, tok, &e));
@@ -84,7 +70,7 @@ static void test_hf_prompt_ids(void **state) {
  * the tokenizer's BOS (id 0) in front and its own text as plain tokens. */
 static void test_bos_text_in_message(void **state) {
     (void)state;
-    rb_tokenizer *tok = tokenizer_with_template("{% for m in messages %}{{ m['content'] }}{% endfor %}");
+    rb_tokenizer *tok = llm_test_tokenizer_with_template("{% for m in messages %}{{ m['content'] }}{% endfor %}");
     llm_chat c;
     rb_error e;
     TU_OK(llm_chat_init(&c, tok, &e));
@@ -102,7 +88,7 @@ static void test_bos_text_in_message(void **state) {
     /* the same text from the template itself: its BOS and EOS are control tokens, no extra BOS */
     llm_chat_destroy(&c);
     rb_tokenizer_free(tok);
-    tok = tokenizer_with_template("<|begin_of_text|>{% for m in messages %}{{ m['content'] }}{% endfor %}<|end_of_text|>");
+    tok = llm_test_tokenizer_with_template("<|begin_of_text|>{% for m in messages %}{{ m['content'] }}{% endfor %}<|end_of_text|>");
     TU_OK(llm_chat_init(&c, tok, &e));
     prompt_of(&c, tok, "[{\"role\":\"user\",\"content\":\"hi\"}]", &req);
     int32_t *hi = NULL;

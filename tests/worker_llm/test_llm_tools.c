@@ -14,6 +14,8 @@
  *   or output that is not a call. */
 #include "testutil.h"
 
+#include "llm_test_tokenizer.h"
+
 #include "worker_llm/llm_chat.h"
 #include "worker_llm/llm_openai_tools.h"
 #include "worker_llm/llm_prompt.h"
@@ -22,22 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The default tokenizer with tokenizer_config.json's chat_template set to tpl. */
-static rb_tokenizer *tokenizer_with_template(const char *tpl) {
-    size_t jl = 0;
-    char *tj = tu_read_file(RBEE_DEFAULT_MODEL_DIR "/hf/tokenizer.json", &jl);
-    json_t *cfg = json_pack("{s:s, s:s, s:s}", "bos_token", "<|begin_of_text|>", "eos_token", "<|end_of_text|>",
-                            "chat_template", tpl);
-    char *cj = json_dumps(cfg, 0);
-    rb_tokenizer *tok = NULL;
-    rb_error e;
-    if (rb_tokenizer_load_hf_memory(tj, jl, cj, strlen(cj), &tok, &e) != RB_OK) fail_msg("%s", e.msg);
-    free(cj);
-    json_decref(cfg);
-    free(tj);
-    return tok;
-}
 
 static json_t *load_data(const char *rel) {
     char path[1024];
@@ -94,7 +80,7 @@ static char *render_body(llm_chat *c, json_t *body) {
  * (convert them) or it carries messages_openai. */
 static void check_renders(const char *rel, rb_tool_family family, int want_cases) {
     json_t *d = load_data(rel);
-    rb_tokenizer *tok = tokenizer_with_template(json_string_value(json_object_get(d, "template")));
+    rb_tokenizer *tok = llm_test_tokenizer_with_template(json_string_value(json_object_get(d, "template")));
     llm_chat c;
     rb_error e;
     TU_OK(llm_chat_init(&c, tok, &e));
