@@ -1,7 +1,7 @@
 /* A stand-in GPU backend module for test_backend_modules: the registry's
  * module loading, checking and dispatch without a GPU. Built several times
  * (tests/ops/CMakeLists.txt): FAKE_KIND picks the kind it claims, and
- * FAKE_VERSION the build it says it comes from. create makes a minimal
+ * RBEE_VERSION the build it says it comes from. create makes a minimal
  * backend named "fake:N" (only destroy works), or refuses index 7 with a
  * message; list reports one device; tune records that it was called. */
 #include "backends/backend_module.h"
@@ -9,10 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef FAKE_VERSION
-#define FAKE_VERSION RBEE_VERSION
-#endif
 
 static void destroy(rb_backend *be) { free(be); }
 static const rb_backend_vtable k_vt = {.destroy = destroy};
@@ -48,9 +44,7 @@ static rb_status tune(rb_backend *be, const rb_gpu_tuning *t) {
 
 __attribute__((visibility("default"))) extern const rb_backend_module rb_backend_module_v1;
 const rb_backend_module rb_backend_module_v1 = {
-    .stamp = {RB_BACKEND_MODULE_ABI, FAKE_VERSION, (unsigned)sizeof(struct rb_backend), (unsigned)sizeof(rb_tensor),
-              (unsigned)sizeof(struct rb_buffer), (unsigned)sizeof(rb_backend_config),
-              (unsigned)sizeof(rb_backend_vtable), (unsigned)sizeof(rb_error)},
+    .stamp = RB_BACKEND_MODULE_STAMP,
     .kind = FAKE_KIND,
     .create = create,
     .list = list,
