@@ -7,6 +7,14 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* Weight rows per one-row-kernel call: long runs (up to max) so per-call
+ * activation preparation is amortized, as long as every thread still gets
+ * several runs. */
+static int run_rows(const rb_mm_plan *p, int max) {
+    const int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
+    return per_thread >= max ? max : per_thread >= 64 ? 64 : per_thread >= 16 ? 16 : 8;
+}
+
 rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *dst, const rb_tensor *a,
                           const rb_tensor *b) {
     memset(p, 0, sizeof *p);
@@ -24,18 +32,9 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     p->vt = p->k->vec_dot_type[a->dtype];
     p->row_b = rb_dtype_row_size(p->vt, p->K);
     p->nth = cb->pool ? rb_threadpool_size(cb->pool) : 1;
-    /* prefill: 4 x 4 tiles. decode: long runs of weight rows per call (up to
-     * RB_CPU_MATVEC_RUN) so per-call activation preparation is amortized, as
-     * long as every thread still gets several runs. */
+    /* prefill: 4 x 4 tiles. decode: runs of up to RB_CPU_MATVEC_RUN weight rows */
     p->tile_c = 4;
-    p->tile_r = 4;
-    if (p->M == 1) {
-        int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
-        p->tile_r = per_thread >= RB_CPU_MATVEC_RUN ? RB_CPU_MATVEC_RUN
-                    : per_thread >= 64             ? 64
-                    : per_thread >= 16             ? 16
-                                                   : 8;
-    }
+    p->tile_r = p->M == 1 ? run_rows(p, RB_CPU_MATVEC_RUN) : 4;
     p->a_row = rb_dtype_row_size(a->dtype, p->K);
     const rb_dtype_traits *ta = rb_dtype_info((int)a->dtype);
     bool a_strided = a->nb[0] != ta->type_size;
@@ -52,8 +51,7 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     if (p->packed && (p->M <= RB_CPU_PACKED_MIN_ROWS || (cb->batch_invariant && p->M <= RB_BATCH_INVARIANT_ROWS))) {
         p->packed = false;
         p->tile_c = 1;
-        int64_t per_thread = p->N * p->B2 * p->B3 / (4 * p->nth);
-        p->tile_r = per_thread >= 64 ? 64 : per_thread >= 16 ? 16 : 8;
+        p->tile_r = run_rows(p, 64);
     }
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
