@@ -136,9 +136,9 @@ static bool run_batched(rb_model *m, const int32_t *toks, bench_result *r) {
     rb_error_clear(&err);
     bool ok = kvs && step && logits;
     if (!ok) rb_error_set(&err, RB_E_NOMEM, "out of memory");
-    for (int i = 0; ok && i < P; i++)
-        ok = rb_kv_cache_create(m, depth + n + 2, RB_F16, &kvs[i], &err) == RB_OK &&
-             fill_depth(m, kvs[i], toks, depth, logits, &err) == RB_OK;
+    /* made together, as the worker's slots are: one attention op a layer for the batch */
+    ok = ok && rb_kv_cache_create_many(m, P, depth + n + 2, RB_F16, kvs, &err) == RB_OK;
+    for (int i = 0; ok && i < P; i++) ok = fill_depth(m, kvs[i], toks, depth, logits, &err) == RB_OK;
     toks += depth;
     double c0 = 0, w0 = 0;
     for (int rep = -1; ok && rep < r->reps; rep++) { /* rep -1: warm-up */

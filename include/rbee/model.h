@@ -123,6 +123,14 @@ const char *rb_model_hf_dir(const rb_model *m);
 typedef struct rb_kv_cache rb_kv_cache;
 /* dtype RB_F16 (default) or RB_F32; n_ctx slots. */
 rb_status rb_kv_cache_create(rb_model *m, int64_t n_ctx, rb_dtype dtype, rb_kv_cache **out, rb_error *err);
+/* n caches of n_ctx positions each in one allocation (all or none: out[0..n)
+ * set, or none on error). A batched step over caches made together
+ * (rb_model_forward_batch) writes their keys and values and attends to them
+ * with one op per layer for the whole batch, instead of one per sequence.
+ * Each is used and freed like rb_kv_cache_create's; the memory goes with the
+ * last of them. */
+rb_status rb_kv_cache_create_many(rb_model *m, int64_t n, int64_t n_ctx, rb_dtype dtype, rb_kv_cache **out,
+                                  rb_error *err);
 void rb_kv_cache_free(rb_kv_cache *kv);
 int64_t rb_kv_cache_size(const rb_kv_cache *kv); /* n_ctx */
 int64_t rb_kv_cache_used(const rb_kv_cache *kv); /* positions filled */
@@ -151,8 +159,10 @@ rb_status rb_model_forward_hidden(rb_model *m, rb_kv_cache *kv, const int32_t *t
 
 /* One decode step for n sequences at once (continuous batching): tokens[i] is
  * appended to kvs[i] at that cache's own next position. The matrix products
- * run as one batch of n rows; attention runs per sequence. Writes n rows of
- * n_vocab logits. Each KV cache may appear once; all belong to m. */
+ * run as one batch of n rows; attention runs per sequence, or in one op for
+ * the batch where the caches were made together (rb_kv_cache_create_many).
+ * Writes n rows of n_vocab logits. Each KV cache may appear once; all belong
+ * to m. */
 rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
                                  float *logits, rb_error *err);
 

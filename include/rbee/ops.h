@@ -219,14 +219,20 @@ typedef struct rb_attn_params {
     int window;            /* > 0: also require pos(i) - j < window (sliding window) */
     int64_t q_pos0;        /* absolute position of query 0; query i is at q_pos0 + i */
     const rb_tensor *mask; /* nullable additive mask f32/f16 [Tk, Tq] (broadcast over heads) */
-    /* nullable i32 [Tq] on the backend: absolute position of each query, read
-     * on the device (replaces q_pos0; needs causal). k/v may then span a whole
-     * cache: keys past a query's position are invisible to it, so one launch
-     * with fixed shapes serves every decode step (graph replay). Positions
-     * must lie in [0, Tk). */
+    /* nullable i32 [Tq] or [Tq, B] on the backend: absolute position of each
+     * query (of each batch item with [Tq, B]), read on the device (replaces
+     * q_pos0; needs causal). k/v may then span a whole cache: keys past a
+     * query's position are invisible to it, so one launch with fixed shapes
+     * serves every decode step (graph replay). Positions must lie in [0, Tk). */
     const rb_tensor *q_pos;
+    /* nullable i32 [B] on the backend: batch item b attends to k's and v's
+     * slice kv_index[b] along dim 3 (their dim 3 may then differ from B: the
+     * caches of many sequences, of which a batch uses some, in any order). An
+     * index outside [0, k->ne[3]) gives that item no keys. Read on the device,
+     * like q_pos: one launch serves every batch of those caches. */
+    const rb_tensor *kv_index;
     /* With q_pos: no op queued ahead of this one writes k/v rows below the
-     * lowest query position, nor q_pos itself (a KV cache a decode step
+     * lowest query position, nor q_pos or kv_index themselves (a KV cache a decode step
      * appends to). A backend may then read those rows before the ops ahead
      * have finished. */
     bool keys_settled;
@@ -238,6 +244,7 @@ typedef struct rb_attn_params {
 
 /* Scaled dot-product attention with grouped-query heads:
  *   q [D, Tq, Hq, B], k [D, Tk, Hkv, B], v [Dv, Tk, Hkv, B] (Hq % Hkv == 0;
+ *   with kv_index, k and v [.., .., Hkv, any] and batch item b reads slice kv_index[b];
  *   query head h uses kv head h / (Hq/Hkv)); f32/f16/bf16, any strides.
  *   dst [Dv, Hq, Tq, B] f32 (or f16, bf16: the f32 result rounded once):
  *   ready to reshape to [Dv*Hq, Tq, B].

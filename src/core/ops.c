@@ -789,7 +789,13 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
     if (v->ne[1] != Tk || v->ne[2] != Hkv || v->ne[3] != k->ne[3])
         return fail(&c, RB_E_INVALID, "v %s must be [Dv, %lld, %lld, %lld] like k %s", D(v).s, (long long)Tk,
                     (long long)Hkv, (long long)k->ne[3], D(k).s);
-    if (k->ne[3] != B) return fail(&c, RB_E_INVALID, "batch of k %s differs from q %s", D(k).s, D(q).s);
+    if (p->kv_index) {
+        TRY(check_dtype(&c, "kv_index", p->kv_index, RB_I32));
+        if (!nelem_is(p->kv_index, B))
+            return fail(&c, RB_E_INVALID, "kv_index %s must be [B = %lld]", D(p->kv_index).s, (long long)B);
+    } else if (k->ne[3] != B) {
+        return fail(&c, RB_E_INVALID, "batch of k %s differs from q %s", D(k).s, D(q).s);
+    }
     if (Hkv == 0 || Hq % Hkv)
         return fail(&c, RB_E_INVALID, "q heads %lld not a multiple of kv heads %lld", (long long)Hq, (long long)Hkv);
     if (dst->ne[0] != Dv || dst->ne[1] != Hq || dst->ne[2] != Tq || dst->ne[3] != B)
@@ -816,8 +822,10 @@ rb_status rb_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, const
     if (p->q_pos) {
         TRY(check_dtype(&c, "q_pos", p->q_pos, RB_I32));
         if (!p->causal) return fail(&c, RB_E_INVALID, "q_pos needs a causal mask");
-        if (p->q_pos->ne[0] != Tq || p->q_pos->ne[1] != 1 || p->q_pos->ne[2] != 1 || p->q_pos->ne[3] != 1)
-            return fail(&c, RB_E_INVALID, "q_pos %s must be [Tq = %lld]", D(p->q_pos).s, (long long)Tq);
+        if (p->q_pos->ne[0] != Tq || (p->q_pos->ne[1] != 1 && p->q_pos->ne[1] != B) || p->q_pos->ne[2] != 1 ||
+            p->q_pos->ne[3] != 1)
+            return fail(&c, RB_E_INVALID, "q_pos %s must be [Tq = %lld] or [Tq, B = %lld]", D(p->q_pos).s,
+                        (long long)Tq, (long long)B);
     }
     TRY(writable(&c, "dst", dst));
     return be->vt->attention(be, dst, q, k, v, p);

@@ -1,7 +1,8 @@
 /* The entry points of the forward pass (transformer.c): rb_model_forward
  * runs a prompt in micro-batches of the arena's size and a single token as a
  * decode step; rb_model_forward_batch runs one token of each of n sequences
- * as one micro-batch. On a backend created batch-invariant, a batch gives
+ * as one micro-batch (whose attention is one op a layer where the caches
+ * share a pool: rb_kv_cache_create_many). On a backend created batch-invariant, a batch gives
  * each sequence the bits its step alone would: products of up to
  * RB_BATCH_INVARIANT_ROWS rows keep rows apart on a backend whose products
  * honour that (larger batches run in chunks of that size), and on another
@@ -201,19 +202,31 @@ static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_
     rb_kv_cache *lead = kvs[0];
     rb_status s = rb_fwd_ensure_arena(lead, n, err);
     if (s != RB_OK) return s;
-    uint64_t *key = malloc(sizeof(uint64_t) * (size_t)n);
+    uint64_t *key = malloc(sizeof(uint64_t) * (size_t)(n > 3 ? n : 3));
     if (!key) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-    bool want = true;
+    bool want = true, pooled = n > 1;
     for (int64_t i = 0; i < n; i++) {
         key[i] = kvs[i]->serial;
         want = want && decode_graphs(m, kvs[i]);
+        pooled = pooled && kvs[i]->pool == lead->pool;
+    }
+    /* caches of one pool: the step's ops name the pool and read which of its
+     * caches from the inputs, so its graph serves any n of them (key: 0,
+     * which no cache has, the pool, n) */
+    int64_t n_key = n;
+    if (pooled) {
+        key[0] = 0;
+        key[1] = lead->pool->serial;
+        key[2] = (uint64_t)n;
+        n_key = 3;
     }
     fwd_bufs b;
     rb_fwd_layout(&m->cfg, n, true, lead->arena, &b);
     b.in_host = lead->in_host;
     const bool direct = direct_logits(lead, logits, n, &b);
     s = rb_fwd_upload_inputs(be, &b, tokens, n, grp, n, err);
-    if (s == RB_OK) s = graph_step(m, lead, &lead->bat, key, n, direct ? logits : NULL, want, false, &b, n, grp, n, err);
+    if (s == RB_OK)
+        s = graph_step(m, lead, &lead->bat, key, n_key, direct ? logits : NULL, want, false, &b, n, grp, n, err);
     free(key);
     if (s != RB_OK) return s;
     s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));

@@ -16,7 +16,11 @@
 /* The activations of a micro-batch, at offsets of one arena buffer. q and k
  * are rotated in place in qkv (no separate roped copies). */
 typedef struct fwd_bufs {
-    rb_tensor ids, pos, x, h, qkv, att, o, g, u, logits;
+    /* inputs (one upload): token ids, positions, and each row's pool row
+     * (slot n_ctx + position: where its keys and values go in its cache's
+     * pool) and slot (rb_kv_pool_rows, kv_cache_internal.h) */
+    rb_tensor ids, pos, kvrow, kvslot;
+    rb_tensor x, h, qkv, att, o, g, u, logits;
     /* mixture of experts: router logits [E, T], top-k weights and ids [k, T],
      * gate/up [F, k, T], down [H, k, T], gathered biases [max(F, H), k T], sums [1, T] */
     rb_tensor rl, tw, ti, eg, eu, ey, eb, es;
@@ -36,11 +40,11 @@ typedef struct seq_group {
 /* Lays out every activation tensor of a T-token micro-batch at offsets of
  * buf (NULL: only computes the total size); returns the size. */
 size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_buffer *buf, fwd_bufs *fb);
-/* Bytes from the ids to the end of the positions: what one copy fills. */
+/* Bytes from the ids to the end of the slots: what one copy fills. */
 size_t rb_fwd_inputs_span(const fwd_bufs *b);
 /* Makes kv's arena hold a micro-batch of T tokens (reallocating drops its graphs). */
 rb_status rb_fwd_ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err);
-/* Token ids and positions of the micro-batch into the arena, in one copy
+/* Token ids, positions, pool rows and slots of the micro-batch into the arena, in one copy
  * (with b->in_host: written there, for the pass to queue the copy). */
 rb_status rb_fwd_upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err);

@@ -31,13 +31,27 @@ typedef struct rb_decode_graph {
     char error[RB_ERROR_MSG_MAX];
 } rb_decode_graph;
 
+/* The memory of caches made together (rb_kv_cache_create_many; a lone cache
+ * has a pool of one): per layer, the slots' blocks of n_ctx [k row | v row]
+ * pairs one after another, so one layer of every slot is a single tensor
+ * (rb_kv_pool_layer) that a batched step writes by pool row (slot n_ctx +
+ * position) and attends to with kv_index = slot. */
+typedef struct rb_kv_pool {
+    rb_buffer *buf;
+    int64_t n_slots, n_ctx;
+    size_t slot_bytes; /* one slot's block of a layer: 2 row sizes x n_ctx */
+    uint64_t serial;   /* unique among the pools of this process */
+    _Atomic int refs;  /* caches alive */
+} rb_kv_pool;
+
 struct rb_kv_cache {
     rb_model *m;
     int64_t n_ctx;
     int64_t used;
     rb_dtype dtype;
     rb_tensor *k, *v; /* per layer [head_dim * n_kv_heads, n_ctx], rows interleaved: k, v, k, v, ... */
-    rb_buffer *buf;
+    rb_kv_pool *pool;
+    int64_t slot; /* this cache's block in each layer of the pool */
     size_t bytes;
     /* activation scratch for forward passes of up to arena_tokens tokens */
     rb_buffer *arena;
@@ -63,6 +77,13 @@ struct rb_kv_cache {
     rb_decode_mode decode_mode;
     rb_decode_graph dec, bat;
 };
+
+/* Layer il of every cache of kv's pool: rows [2 head_dim n_kv_heads] of
+ * [k | v], n_ctx rows a slot (slot s at rows s n_ctx ..). */
+rb_tensor rb_kv_pool_rows(const rb_kv_cache *kv, int il);
+/* Its keys (at element 0 of a row) or values (at head_dim n_kv_heads) as
+ * [head_dim, n_ctx, n_kv_heads, n_slots]: rb_attention's k / v with kv_index. */
+rb_tensor rb_kv_pool_heads(const rb_kv_cache *kv, int il, bool values);
 
 /* Frees the captured graphs (if any) and forgets the warm-ups. */
 void rb_kv_cache_drop_graph(rb_kv_cache *kv);

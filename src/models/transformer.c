@@ -25,9 +25,11 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-size_t rb_fwd_inputs_span(const fwd_bufs *b) { return b->pos.offs + rb_tensor_nbytes_contig(&b->pos) - b->ids.offs; }
+size_t rb_fwd_inputs_span(const fwd_bufs *b) {
+    return b->kvslot.offs + rb_tensor_nbytes_contig(&b->kvslot) - b->ids.offs;
+}
 
-/* ids and pos come first and next to each other: one upload fills both. */
+/* The inputs (ids, pos, kvrow, kvslot) come first and next to each other: one upload fills them. */
 size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_buffer *buf, fwd_bufs *fb) {
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff;
     size_t off = 0;
@@ -41,6 +43,8 @@ size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_bu
     } while (0)
     PLACE(ids, RB_I32, T, 1, 1);
     PLACE(pos, RB_I32, T, 1, 1);
+    PLACE(kvrow, RB_I32, T, 1, 1);
+    PLACE(kvslot, RB_I32, T, 1, 1);
     PLACE(x, RB_F32, E, T, 1);
     PLACE(h, RB_F32, E, T, 1);
     PLACE(qkv, RB_F32, (Hq + 2 * Hkv) * D, T, 1);
@@ -87,15 +91,22 @@ rb_status rb_fwd_ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err) {
 
 rb_status rb_fwd_upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err) {
-    const size_t lo = b->ids.offs, pos_at = b->pos.offs - lo, n = rb_fwd_inputs_span(b);
+    const size_t lo = b->ids.offs, n = rb_fwd_inputs_span(b);
+    const size_t pos_at = b->pos.offs - lo, row_at = b->kvrow.offs - lo, slot_at = b->kvslot.offs - lo;
     char *tmp = b->in_host ? memset(b->in_host, 0, n) : calloc(1, n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     memcpy(tmp, tokens, sizeof(int32_t) * (size_t)T);
-    for (int64_t gi = 0; gi < n_grp; gi++)
+    for (int64_t gi = 0; gi < n_grp; gi++) {
+        const rb_kv_cache *kv = grp[gi].kv;
         for (int64_t i = 0; i < grp[gi].n; i++) {
-            const int32_t p = (int32_t)(grp[gi].p0 + i);
-            memcpy(tmp + pos_at + sizeof(int32_t) * (size_t)(grp[gi].row0 + i), &p, sizeof p);
+            const size_t at = sizeof(int32_t) * (size_t)(grp[gi].row0 + i);
+            const int32_t p = (int32_t)(grp[gi].p0 + i), slot = (int32_t)kv->slot;
+            const int32_t row = (int32_t)(kv->slot * kv->pool->n_ctx + grp[gi].p0 + i); /* < 2^31: create_many */
+            memcpy(tmp + pos_at + at, &p, sizeof p);
+            memcpy(tmp + row_at + at, &row, sizeof row);
+            memcpy(tmp + slot_at + at, &slot, sizeof slot);
         }
+    }
     if (b->in_host) return RB_OK;
     rb_status s = rb_buffer_set(b->ids.buf, lo, tmp, n);
     free(tmp);
@@ -129,6 +140,7 @@ typedef struct fwd {
     const seq_group *grp;  /* the sequences they belong to */
     int64_t n_grp;
     bool fixed;            /* position-independent form (rb_fwd_run) */
+    bool pooled;           /* a fixed batch of one row a sequence, all caches of one pool: one op a layer */
     bool fuse;             /* decode-sized: norms, gate and residual adds inside the products */
     bool head_norm_early;  /* the last layer's residual add applies the output norm too (into h) */
     rb_tensor *in;         /* a sublayer's input: the normed x in h, or x itself (olmo2 norms only outputs) */
@@ -194,8 +206,19 @@ typedef struct qkv_fusion {
 static qkv_fusion qkv_fusion_of(const fwd *f, const rb_layer_weights *L) {
     const rb_model_config *c = f->c;
     qkv_fusion q = {.rope = c->fused_qkv && f->fuse && !L->has_bqkv && !c->has_rope_long};
-    q.kv = q.rope && f->fixed && f->n_grp == 1 && f->grp[0].row0 == 0 && f->grp[0].n == f->T;
+    q.kv = q.rope && f->fixed && (f->pooled || (f->n_grp == 1 && f->grp[0].row0 == 0 && f->grp[0].n == f->T));
     return q;
+}
+
+/* The micro-batch is a fixed step of one row per sequence (row i: group i)
+ * whose caches share one pool: their keys and values go to the pool's rows
+ * at kvrow, and attention reads the pool's slices at kvslot, one op a layer
+ * for the whole batch. */
+static bool pooled_batch(const fwd *f) {
+    if (!f->fixed || f->n_grp < 2) return false;
+    for (int64_t gi = 0; gi < f->n_grp; gi++)
+        if (f->grp[gi].kv->pool != f->grp[0].kv->pool || f->grp[gi].n != 1 || f->grp[gi].row0 != gi) return false;
+    return true;
 }
 
 /* The layer's cache rows as one [2 kv row, n_ctx] view (k and v adjacent). */
@@ -211,11 +234,11 @@ static rb_status qkv_fused_product(fwd *f, const rb_layer_weights *L, const qkv_
     const rb_model_config *c = f->c;
     fwd_bufs *b = &f->b;
     rb_tensor kvdst = {0};
-    if (qf->kv) kvdst = cache_kv_rows(f->grp[0].kv, f->il);
+    if (qf->kv) kvdst = f->pooled ? rb_kv_pool_rows(f->grp[0].kv, f->il) : cache_kv_rows(f->grp[0].kv, f->il);
     const rb_matmul_fusion fu = {.norm = true, .norm_w = &L->attn_norm, .eps = c->norm_eps,
                                  .rope = qf->rope ? &f->rope : NULL, .rope_pos = &b->pos,
                                  .rope_head_dim = c->head_dim, .rope_heads = c->n_head + c->n_head_kv,
-                                 .store_dst = qf->kv ? &kvdst : NULL, .store_ids = &b->pos,
+                                 .store_dst = qf->kv ? &kvdst : NULL, .store_ids = f->pooled ? &b->kvrow : &b->pos,
                                  .store_row0 = c->n_head * c->head_dim, .tmp_in = &b->h};
     CK(rb_matmul_fused(f->be, &b->qkv, &L->wqkv, &b->x, &fu));
     return RB_OK;
@@ -386,6 +409,58 @@ static rb_status attend(fwd *f, const rb_layer_weights *L, const seq_group *g, c
     return RB_OK;
 }
 
+/* A pooled batch's keys and values into its pool at the rows kvrow names:
+ * one write of both where k and v are adjacent in each qkv row. */
+static rb_status append_kv_pooled(fwd *f, const rb_tensor *k, const rb_tensor *v) {
+    const rb_model_config *c = f->c;
+    const int64_t D = c->head_dim, kvrow = D * c->n_head_kv, T = f->T;
+    rb_tensor rows = rb_kv_pool_rows(f->grp[0].kv, f->il);
+    if (c->fused_qkv) {
+        const size_t row = qkv_row_bytes(c);
+        rb_tensor kvsrc =
+            view3(&f->b.qkv, (size_t)(c->n_head * D) * sizeof(float), 2 * kvrow, T, 1, row, row * (size_t)T);
+        CK(rb_set_rows(f->be, &rows, &kvsrc, &f->b.kvrow));
+        return RB_OK;
+    }
+    const size_t rs = rows.nb[1], half = rb_dtype_row_size(rows.dtype, kvrow);
+    rb_tensor kd = view3(&rows, 0, kvrow, rows.ne[1], 1, rs, rs * (size_t)rows.ne[1]);
+    rb_tensor vd = view3(&rows, half, kvrow, rows.ne[1], 1, rs, rs * (size_t)rows.ne[1]);
+    rb_tensor ks = view3(k, 0, kvrow, T, 1, k->nb[2], k->nb[2] * (size_t)T);
+    rb_tensor vs = view3(v, 0, kvrow, T, 1, v->nb[1], v->nb[1] * (size_t)T);
+    CK(rb_set_rows(f->be, &kd, &ks, &f->b.kvrow));
+    CK(rb_set_rows(f->be, &vd, &vs, &f->b.kvrow));
+    return RB_OK;
+}
+
+/* attend() for a whole pooled batch in one op: batch item i is row i's
+ * query, at position pos[i], over its cache's slice kvslot[i] of the pool. */
+static rb_status attend_pooled(fwd *f, const rb_layer_weights *L, const rb_tensor *q) {
+    const rb_model_config *c = f->c;
+    const rb_kv_cache *kv0 = f->grp[0].kv;
+    const int il = f->il;
+    const int64_t D = c->head_dim, Hq = c->n_head, T = f->T;
+    rb_tensor qa = view3(q, 0, D, 1, Hq, q->nb[2], q->nb[1]);
+    qa.ne[3] = T;
+    qa.nb[3] = q->nb[2];
+    rb_tensor ad = view3(&f->b.att, 0, D, Hq, 1, (size_t)D * sizeof(float), (size_t)(D * Hq) * sizeof(float));
+    ad.ne[3] = T;
+    ad.nb[3] = (size_t)(D * Hq) * sizeof(float);
+    rb_tensor qp = view3(&f->b.pos, 0, 1, T, 1, sizeof(int32_t), sizeof(int32_t) * (size_t)T);
+    const rb_tensor ka = rb_kv_pool_heads(kv0, il, false), va = rb_kv_pool_heads(kv0, il, true);
+    const rb_attn_params ap = {
+        .scale = c->attn_scale,
+        .softcap = c->attn_softcap,
+        .causal = true,
+        .window = rb_layer_uses_window(c, il) ? c->sliding_window : 0,
+        .q_pos = &qp,
+        .kv_index = &f->b.kvslot,
+        .keys_settled = true, /* this step writes rows at its own positions only */
+        .sinks = L->has_sinks ? &L->sinks : NULL,
+    };
+    CK(rb_attention(f->be, &ad, &qa, &ka, &va, &ap));
+    return RB_OK;
+}
+
 /* x += wo att (+ bo): in the fused form inside the product; else o = wo att,
  * normed after the sublayer where the model does (gemma2, olmo2), added to x
  * together with the feed-forward block's input norm. */
@@ -410,7 +485,7 @@ static rb_status attention_output(fwd *f, const rb_layer_weights *L) {
  *   q, k, v = projections of the normed x (h), biases added
  *   q, k    = rms_norm (qwen3, gemma3, olmo2), then rotated at the positions
  *   cache  += k, v (each sequence's own)
- *   att     = attention(q, cache) per sequence
+ *   att     = attention(q, cache) per sequence (a pooled batch: all at once)
  *   x      += wo att; h = the feed-forward block's norm of x */
 static rb_status attention_block(fwd *f) {
     const rb_layer_weights *L = &f->m->layers[f->il];
@@ -419,6 +494,11 @@ static rb_status attention_block(fwd *f) {
     TRY(project_qkv(f, L, &qf, &q, &k, &v));
     if (L->has_qk_norm) TRY(qk_norm(f, L, &q, &k));
     if (!qf.rope) TRY(rotate_qk(f, &q, &k));
+    if (f->pooled) {
+        if (!qf.kv) TRY(append_kv_pooled(f, &k, &v));
+        TRY(attend_pooled(f, L, &q));
+        return attention_output(f, L);
+    }
     for (int64_t gi = 0; gi < f->n_grp; gi++) {
         const seq_group *g = &f->grp[gi];
         rb_tensor ps;
@@ -597,6 +677,7 @@ rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_gro
                  .freq_factors = c->has_rope_factors ? &m->rope_factors : NULL},
     };
     fwd *f = &pass;
+    f->pooled = pooled_batch(f);
     f->head_norm_early = !f->fuse && head != RB_FWD_HEAD_NONE && (all_logits || T == 1);
     f->in = c->pre_norms ? &f->b.h : &f->b.x;
 

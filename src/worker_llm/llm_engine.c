@@ -94,14 +94,18 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
         llm_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
     }
-    for (int i = 0; i < P; i++) {
-        rb_status s = rb_kv_cache_create(m, o->ctx_size, RB_F16, &e->slots[i].kv, err);
-        if (s != RB_OK) {
-            rb_error_prefix(err, "KV cache slot %d of %d: ", i, P);
-            llm_engine_destroy(e);
-            return s;
-        }
+    /* the slots' caches made together: a batched step attends to all of them in one op a layer */
+    rb_kv_cache **kvs = calloc((size_t)P, sizeof *kvs);
+    rb_status s = kvs ? rb_kv_cache_create_many(m, P, o->ctx_size, RB_F16, kvs, err)
+                      : rb_error_set(err, RB_E_NOMEM, "out of memory");
+    if (s != RB_OK) {
+        free(kvs);
+        rb_error_prefix(err, "KV caches of %d slots: ", P);
+        llm_engine_destroy(e);
+        return s;
     }
+    for (int i = 0; i < P; i++) e->slots[i].kv = kvs[i];
+    free(kvs);
     *out = e;
     return RB_OK;
 }

@@ -492,6 +492,82 @@ static void test_attention_16bit(void **state) {
     rb_backend_destroy(g);
 }
 
+/* kv_index over a pool of caches: k/v [D, Tk, Hkv, S] in the cache layout,
+ * a batch of B items each naming its slice (one twice, one out of range:
+ * no keys, zeros) with its own positions (q_pos [Tq, B]), on the GPU
+ * against the CPU backend (whose kv_index is checked against a double
+ * reference in tests/ops). One query a sequence (the batched decode step:
+ * both decode kernels, early reads with keys_settled) and 16 (tensor
+ * cores), f32 K/V (generic kernel). Bounds as the kernels'. */
+static void kv_index_case(rb_backend *c, rb_backend *g, tu_rng *rng, int64_t D, int64_t Tq, int64_t Hq, int64_t Hkv,
+                          rb_dtype kvt, int window, bool settled) {
+    enum { S = 6, B = 5 };
+    const int64_t Tk = 700;
+    const int32_t idx[B] = {4, 0, 4, 7, 2};
+    int32_t pos[B * 16];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < Tq; i++) pos[b * Tq + i] = (int32_t)((b * 263 + i * 37 + 5) % Tk);
+    pos[1 * Tq] = (int32_t)Tk - 1;
+    pos[2 * Tq] = 0;
+    const int64_t qne[4] = {D, Hq, Tq, B}, kne[4] = {D, Hkv, Tk, S}, dne[4] = {D, Hq, Tq, B};
+    gp q = gp_make(c, g, rng, RB_F32, qne, GP_CONTIG, -2, 2);
+    gp k = gp_make(c, g, rng, kvt, kne, GP_CONTIG, -1, 1);
+    gp v = gp_make(c, g, rng, kvt, kne, GP_CONTIG, -1, 1);
+    gp d = gp_make(c, g, rng, RB_F32, dne, GP_SLICE, -5, 5);
+    swap12(&q);
+    swap12(&k);
+    swap12(&v);
+    gp qp = gp_ids(c, g, pos, Tq, B), ki = gp_ids(c, g, idx, B, 1);
+    poison_out(&d);
+    rb_attn_params pg = {.scale = 1.0f / sqrtf((float)D), .causal = true, .window = window, .q_pos = &qp.g,
+                         .kv_index = &ki.g, .keys_settled = settled};
+    TU_OK(rb_attention(g, &d.g, &q.g, &k.g, &v.g, &pg));
+    TU_OK(rb_backend_sync(g));
+    rb_attn_params pc = pg;
+    pc.q_pos = &qp.c;
+    pc.kv_index = &ki.c;
+    TU_OK(rb_attention(c, &d.c, &q.c, &k.c, &v.c, &pc));
+    char name[128];
+    snprintf(name, sizeof name, "kv_index D%lld Tq%lld H%lld/%lld %s window %d%s", (long long)D, (long long)Tq,
+             (long long)Hq, (long long)Hkv, rb_dtype_name(kvt), window, settled ? " settled" : "");
+    const bool tc = Tq >= 16 && kvt != RB_F32;
+    const double tol = tc ? (kvt == RB_BF16 ? 1e-2 : 2e-3) : 2e-5;
+    gp_expect_close(&d, tol, tc ? tol : 2e-6, name);
+    double *out = gp_read(&d, 1);
+    for (int64_t e = 0; e < D * Hq * Tq; e++) /* item 3 names slice 7 of 6: zeros */
+        if (out[3 * D * Hq * Tq + e] != 0.0) fail_msg("%s: item without keys gave %g", name, out[3 * D * Hq * Tq + e]);
+    free(out);
+    print_message("%s: matches the CPU\n", name);
+    gp_free(&qp);
+    gp_free(&ki);
+    gp_free(&q);
+    gp_free(&k);
+    gp_free(&v);
+    gp_free(&d);
+}
+
+static void test_attention_kv_index(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 4343);
+    const rb_gpu_tuning narrow = {.narrow_decode_att = true}, dflt = {0};
+    for (int pass = 0; pass < 2; pass++) { /* the wide decode kernel, then att_decode.cuh */
+        kv_index_case(c, g, &rng, 128, 1, 32, 8, RB_F16, 0, true);
+        kv_index_case(c, g, &rng, 64, 1, 32, 8, RB_BF16, 0, false);
+        kv_index_case(c, g, &rng, 128, 1, 8, 8, RB_F16, 200, true);
+        kv_index_case(c, g, &rng, 80, 1, 4, 1, RB_F16, 0, true);
+        assert_int_equal(rb_gpu_backend_tune(g, pass ? &dflt : &narrow), RB_OK);
+    }
+    kv_index_case(c, g, &rng, 64, 16, 8, 2, RB_F16, 0, false);
+    kv_index_case(c, g, &rng, 128, 16, 4, 4, RB_BF16, 100, false);
+    kv_index_case(c, g, &rng, 64, 2, 4, 2, RB_F32, 0, false);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
 /* Attention sinks (gpt-oss) in every kernel the dispatcher chooses, with
  * and without a window, causal or not, q_pos0 or device positions: the
  * generic kernel (f32 K/V; head dim 16 as the tiny gpt-oss model; key
@@ -663,6 +739,7 @@ static void test_attention_settled(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit),
                                        cmocka_unit_test(test_attention_settled),
-                                       cmocka_unit_test(test_attention_sinks)};
+                                       cmocka_unit_test(test_attention_sinks),
+                                       cmocka_unit_test(test_attention_kv_index)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

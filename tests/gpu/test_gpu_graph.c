@@ -197,8 +197,10 @@ typedef struct brun {
     bool direct; /* the first cache's steps wrote the logits in place at the end */
 } brun;
 
-/* (pin: every step's logits into that one NB x V buffer, then copied) */
-static brun greedy_batch_to(rb_model *m, const char *name, rb_decode_mode mode, float *pin) {
+/* (pin: every step's logits into that one NB x V buffer, then copied;
+ * pooled: the caches are slots 3, 0, 5 of six made together, so the step
+ * attends to them in one op a layer through kv_index) */
+static brun greedy_batch_pool(rb_model *m, const char *name, rb_decode_mode mode, float *pin, bool pooled) {
     char dir[1200];
     model_dir(dir, sizeof dir, name);
     size_t np = 0;
@@ -209,11 +211,17 @@ static brun greedy_batch_to(rb_model *m, const char *name, rb_decode_mode mode, 
     float *lg = malloc(sizeof(float) * (size_t)(V * NB));
     assert_non_null(r.logits);
     assert_non_null(lg);
-    rb_kv_cache *kv[NB];
+    rb_kv_cache *kv[NB], *all[6];
     int32_t tok[NB];
     rb_error err;
+    if (pooled) {
+        TU_OK(rb_kv_cache_create_many(m, 6, N_CTX, RB_F16, all, &err));
+        kv[0] = all[3];
+        kv[1] = all[0];
+        kv[2] = all[5];
+    }
     for (int i = 0; i < NB; i++) {
-        TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &kv[i], &err));
+        if (!pooled) TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &kv[i], &err));
         rb_kv_cache_set_decode_mode(kv[i], mode);
         const int64_t len = (int64_t)np - i; /* different positions per sequence */
         if (rb_model_forward(m, kv[i], prompt, len, false, lg, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
@@ -229,14 +237,18 @@ static brun greedy_batch_to(rb_model *m, const char *name, rb_decode_mode mode, 
     for (int i = 0; i < NB; i++) assert_int_equal(rb_kv_cache_used(kv[i]), (int64_t)np - i + N_GEN);
     r.state = rb_kv_cache_batch_graph_state(kv[0]);
     r.direct = pin && kv[0]->out_wrap && kv[0]->out_ptr == pin;
-    for (int i = 0; i < NB; i++) rb_kv_cache_free(kv[i]);
+    for (int i = 0; i < (pooled ? 6 : NB); i++) rb_kv_cache_free(pooled ? all[i] : kv[i]);
     free(lg);
     free(prompt);
     return r;
 }
 
+static brun greedy_batch_to(rb_model *m, const char *name, rb_decode_mode mode, float *pin) {
+    return greedy_batch_pool(m, name, mode, pin, false);
+}
+
 static brun greedy_batch(rb_model *m, const char *name, rb_decode_mode mode) {
-    return greedy_batch_to(m, name, mode, NULL);
+    return greedy_batch_pool(m, name, mode, NULL, false);
 }
 
 /* ---- CPU ---- */
@@ -442,6 +454,12 @@ static void test_cpu_fixed_equals_legacy(void **state) {
                      max_rel(b.logits, a.logits, (size_t)(Vb * NB * N_GEN)));
         print_message("cpu %s batched x%d: fixed vs per-step identical\n", MODELS[i], NB);
         assert_int_equal(b.state, RB_GRAPH_NONE);
+        brun c = greedy_batch_pool(mb, MODELS[i], RB_DECODE_FIXED, NULL, true); /* one attention op a layer */
+        if (memcmp(a.logits, c.logits, sizeof(float) * (size_t)(Vb * NB * N_GEN)) != 0)
+            fail_msg("cpu %s batched: pooled vs per-step differ (max rel %.3g)", MODELS[i],
+                     max_rel(c.logits, a.logits, (size_t)(Vb * NB * N_GEN)));
+        print_message("cpu %s batched x%d: pooled caches vs per-step identical\n", MODELS[i], NB);
+        free(c.logits);
         free(a.logits);
         free(b.logits);
         rb_model_free(mb);
@@ -592,6 +610,16 @@ static void test_gpu_graph_batch(void **state) {
                       MODELS[i], NB, (int)g.state, same ? "identical" : "DIFFERENT",
                       max_rel(g.logits, f.logits, n), egl);
         if (g.state != RB_GRAPH_READY || !same || egl > 1e-4) bad++;
+        /* caches of one pool: one attention op a layer, from a graph and eagerly */
+        brun pg = greedy_batch_pool(m, MODELS[i], RB_DECODE_AUTO, NULL, true);
+        brun pf = greedy_batch_pool(m, MODELS[i], RB_DECODE_FIXED, NULL, true);
+        const bool psame = memcmp(pg.logits, pf.logits, n * sizeof(float)) == 0;
+        const double epl = max_rel(pg.logits, l.logits, n);
+        print_message("gpu %-14s pooled batch x%d graph state %d; graph vs eager %s; vs per-step max rel %.3g\n",
+                      MODELS[i], NB, (int)pg.state, psame ? "identical" : "DIFFERENT", epl);
+        if (pg.state != RB_GRAPH_READY || !psame || epl > 1e-4) bad++;
+        free(pg.logits);
+        free(pf.logits);
         free(g.logits);
         free(f.logits);
         free(l.logits);
@@ -599,6 +627,66 @@ static void test_gpu_graph_batch(void **state) {
     }
     rb_backend_destroy(be);
     if (bad) fail_msg("%d models: batched graph decode differs (see above)", bad);
+}
+
+/* Caches of one pool: a batched step's graph serves another batch of the
+ * same size led by the same cache (its ops read which caches from the
+ * inputs), and every step's logits match each sequence decoded alone. */
+static void test_gpu_graph_pool_members(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    rb_model *m = load(be, MODELS[0]);
+    char dir[1200];
+    model_dir(dir, sizeof dir, MODELS[0]);
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
+    assert_true(np >= 4);
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    float *got = malloc(sizeof(float) * (size_t)(V * 3)), *want = malloc(sizeof(float) * (size_t)V);
+    assert_non_null(got);
+    assert_non_null(want);
+    rb_kv_cache *pool[4], *ref[4];
+    rb_error err;
+    TU_OK(rb_kv_cache_create_many(m, 4, N_CTX, RB_F16, pool, &err));
+    for (int i = 0; i < 4; i++) {
+        TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &ref[i], &err));
+        rb_kv_cache_set_decode_mode(ref[i], RB_DECODE_LEGACY);
+        TU_OK(rb_model_forward(m, pool[i], prompt, (int64_t)np - i, false, want, &err));
+        TU_OK(rb_model_forward(m, ref[i], prompt, (int64_t)np - i, false, want, &err));
+    }
+    static const int members[3][3] = {{0, 1, 2}, {0, 3, 2}, {0, 1, 3}};
+    const rb_graph *g0 = NULL;
+    double worst = 0;
+    for (int st = 0; st < 9; st++) {
+        const int *mb = members[st / 3];
+        rb_kv_cache *kvs[3] = {pool[mb[0]], pool[mb[1]], pool[mb[2]]};
+        int32_t tok[3];
+        for (int j = 0; j < 3; j++) tok[j] = (int32_t)((st * 31 + mb[j] * 7 + 1) % V);
+        if (rb_model_forward_batch(m, kvs, tok, 3, got, &err) != RB_OK) fail_msg("pooled step %d: %s", st, err.msg);
+        for (int j = 0; j < 3; j++) {
+            TU_OK(rb_model_forward(m, ref[mb[j]], &tok[j], 1, false, want, &err));
+            const double e = max_rel(got + (size_t)j * (size_t)V, want, (size_t)V);
+            worst = e > worst ? e : worst;
+            assert_int_equal(rb_kv_cache_used(pool[mb[j]]), rb_kv_cache_used(ref[mb[j]]));
+        }
+        if (st == 2) {
+            assert_int_equal(rb_kv_cache_batch_graph_state(pool[0]), RB_GRAPH_READY);
+            g0 = pool[0]->bat.graph;
+        }
+        if (st > 2) assert_ptr_equal(pool[0]->bat.graph, g0); /* other members: the same graph replayed */
+    }
+    print_message("gpu %s pooled batches of changing members: one graph, max rel vs alone %.3g\n", MODELS[0], worst);
+    assert_true(worst < 1e-4);
+    for (int i = 0; i < 4; i++) {
+        rb_kv_cache_free(pool[i]);
+        rb_kv_cache_free(ref[i]);
+    }
+    free(got);
+    free(want);
+    free(prompt);
+    rb_model_free(m);
+    rb_backend_destroy(be);
 }
 
 /* An out-of-range id reaching a replay (past the host check) is caught on
@@ -928,6 +1016,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_graph_rules),
         cmocka_unit_test(test_gpu_graph_decode),
         cmocka_unit_test(test_gpu_graph_batch),
+        cmocka_unit_test(test_gpu_graph_pool_members),
         cmocka_unit_test(test_gpu_graph_bad_token),
         cmocka_unit_test(test_gpu_graph_capture_fails),
     };

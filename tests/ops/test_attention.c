@@ -6,7 +6,9 @@
  * (q_pos): bit-identical to the q_pos0 form; k/v spanning a larger cache
  * whose tail and unreached rows hold huge finite values, unsorted positions
  * within one query tile, against a per-query reference, and the same bits
- * whatever the invisible rows hold; bad q_pos rejected.
+ * whatever the invisible rows hold; bad q_pos rejected. Per-item cache
+ * slices (kv_index) with per-item positions against the reference on the
+ * named slice; an index out of range gives zeros; bad kv_index rejected.
  * Bound: 1e-5 relative + 2e-5 absolute (outputs are O(1) averages of v). */
 #include "ref_ops.h"
 
@@ -379,6 +381,72 @@ static void test_attention_qpos_cache(void **state) {
     }
 }
 
+/* kv_index: batch item b attends to slice kv_index[b] of a pool of caches
+ * (k/v dim 3 = 5 slices, a batch of 4 naming slices 3, 0, 3 and 9 - out of
+ * range: no keys, zeros) with its own positions (q_pos [Tq, B]), against
+ * the per-query reference on the named slice. */
+static void test_attention_kv_index(void **state) {
+    (void)state;
+    enum { D = 16, Dv = 16, Tq = 2, Tk = 40, Hq = 4, Hkv = 2, S = 5, B = 4 };
+    const int32_t idx[B] = {3, 0, 3, 9};
+    const int32_t pos[B][Tq] = {{17, 5}, {39, 38}, {0, 30}, {4, 4}};
+    for (int ci = 0; ci < tf_ncfgs; ci++) {
+        rb_backend *be = tf_backend(&tf_cfgs[ci]);
+        for (int w = 0; w < 2; w++) {
+            tu_rng rng;
+            tu_rng_seed(&rng, 18300 + (uint64_t)w);
+            const int64_t qne[4] = {D, Tq, Hq, B}, kne[4] = {D, Tk, Hkv, S}, vne[4] = {Dv, Tk, Hkv, S};
+            const int64_t dne[4] = {Dv, Hq, Tq, B}, pne[4] = {Tq, B, 1, 1}, ine[4] = {B, 1, 1, 1};
+            tt q = tf_make(be, &rng, RB_F32, qne, TF_PERM, -1, 1);
+            tt k = tf_make(be, &rng, RB_F16, kne, TF_SLICE, -1, 1);
+            tt v = tf_make(be, &rng, RB_F16, vne, TF_PERM, -1, 1);
+            double pd[Tq * B], id[B];
+            for (int64_t b = 0; b < B; b++) {
+                id[b] = idx[b];
+                for (int64_t i = 0; i < Tq; i++) pd[b * Tq + i] = pos[b][i];
+            }
+            tt qp = tf_from(be, RB_I32, pne, TF_SLICE, pd);
+            tt ki = tf_from(be, RB_I32, ine, TF_CONTIG, id);
+            tt d = tf_make(be, &rng, RB_F32, dne, TF_SLICE, 5, 6);
+            rb_attn_params p = {.scale = 0.25f, .causal = true, .window = w ? 9 : 0, .q_pos = &qp.t,
+                                .kv_index = &ki.t};
+            TU_OK(rb_attention(be, &d.t, &q.t, &k.t, &v.t, &p));
+            double *got = tf_read(&d), *ref = calloc((size_t)d.n, sizeof(double));
+            const int64_t q1ne[4] = {D, Tq, Hq, 1}, k1ne[4] = {D, Tk, Hkv, 1}, y1ne[4] = {Dv, Hq, Tq, 1};
+            double *q1 = malloc(sizeof(double) * (size_t)(D * Tq * Hq)), *y1 = malloc(sizeof(double) * (size_t)(Dv * Hq * Tq));
+            assert_non_null(ref);
+            assert_non_null(q1);
+            assert_non_null(y1);
+            for (int64_t b = 0; b < B; b++) {
+                if (idx[b] < 0 || idx[b] >= S) continue; /* no keys: zeros */
+                for (int64_t i = 0; i < Tq; i++)
+                    for (int64_t h = 0; h < Hq; h++)
+                        for (int64_t e = 0; e < D; e++) q1[tf_idx(q1ne, e, i, h, 0)] = q.v[tf_idx(qne, e, i, h, b)];
+                const double *ks = k.v + tf_idx(kne, 0, 0, 0, idx[b]), *vs = v.v + tf_idx(vne, 0, 0, 0, idx[b]);
+                ref_attention_qpos(q1, ks, vs, q1ne, k1ne, Dv, p.scale, 0, p.window, pos[b], y1);
+                for (int64_t i = 0; i < Tq; i++)
+                    for (int64_t h = 0; h < Hq; h++)
+                        for (int64_t e = 0; e < Dv; e++) ref[tf_idx(dne, e, h, i, b)] = y1[tf_idx(y1ne, e, h, i, 0)];
+            }
+            char what[64];
+            snprintf(what, sizeof what, "attention kv_index window %d cfg %d", (int)p.window, ci);
+            tf_expect_close(got, ref, d.n, 1e-5, 2e-5, what);
+            assert_true(tf_pad_intact(&d));
+            free(got);
+            free(ref);
+            free(q1);
+            free(y1);
+            tf_free(&q);
+            tf_free(&k);
+            tf_free(&v);
+            tf_free(&qp);
+            tf_free(&ki);
+            tf_free(&d);
+        }
+        rb_backend_destroy(be);
+    }
+}
+
 static void test_attention_qpos_bad(void **state) {
     (void)state;
     rb_backend *be = tf_backend(&tf_cfgs[1]);
@@ -408,6 +476,12 @@ static void test_attention_qpos_bad(void **state) {
     assert_true(tf_unchanged(&d));
     p.causal = true;
     TU_OK(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p));
+    p.kv_index = &pl.t; /* B + 3 entries */
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    assert_non_null(strstr(rb_backend_last_error(be), "kv_index"));
+    p.kv_index = &pf.t; /* f32 */
+    assert_int_equal(rb_attention(be, &d.t, &q.t, &k.t, &k.t, &p), RB_E_INVALID);
+    p.kv_index = NULL;
     tf_free(&q);
     tf_free(&k);
     tf_free(&d);
@@ -426,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bad),
         cmocka_unit_test(test_attention_qpos_same),
         cmocka_unit_test(test_attention_qpos_cache),
+        cmocka_unit_test(test_attention_kv_index),
         cmocka_unit_test(test_attention_qpos_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

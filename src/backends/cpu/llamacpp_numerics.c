@@ -89,13 +89,6 @@ static float dot_tinyblas(const float *x, const float *y, int64_t n) {
     return reduce16(acc);
 }
 
-static int64_t f16acc_qpos(const rb_attn_params *p, int64_t i) {
-    if (!p->q_pos) return p->q_pos0 + i;
-    int32_t v;
-    memcpy(&v, rb_cpu_data(p->q_pos) + i * (int64_t)p->q_pos->nb[0], sizeof v);
-    return v;
-}
-
 /* One query row: query iq of head h in batch b. w holds D + D + 2 Dv floats. */
 static void f16acc_row(const f16acc_ctx *c, float *w, int64_t iq, int64_t h, int64_t b) {
     const rb_tensor *q = c->q, *k = c->k, *v = c->v;
@@ -111,8 +104,8 @@ static void f16acc_row(const f16acc_ctx *c, float *w, int64_t iq, int64_t h, int
 
     float scale = p->scale;
     if (p->softcap > 0.0f) scale /= p->softcap;
-    const int64_t pos = f16acc_qpos(p, iq);
-    int64_t kend = Tk, kbeg = 0;
+    const int64_t pos = rb_cpu_att_pos(p, iq, b), kb = rb_cpu_att_kv_slice(p, k, b);
+    int64_t kend = kb < 0 ? 0 : Tk, kbeg = 0;
     if (p->causal && pos + 1 < kend) kend = pos + 1 > 0 ? pos + 1 : 0;
     if (p->window > 0 && pos - p->window + 1 > kbeg) kbeg = pos - p->window + 1;
 
@@ -124,7 +117,7 @@ static void f16acc_row(const f16acc_ctx *c, float *w, int64_t iq, int64_t h, int
             mv = rb_cpu_load_f(mk->dtype, rb_cpu_data(mk) + j * mk->nb[0] + iq * mk->nb[1]);
             if (mv == -INFINITY) continue;
         }
-        rb_cpu_row_to_f32(cb, k->dtype, rb_cpu_row(k, j, g, b), k->nb[0], kf, D);
+        rb_cpu_row_to_f32(cb, k->dtype, rb_cpu_row(k, j, g, kb), k->nb[0], kf, D);
         float s = dot_f16_ggml(kf, qh, D) * scale;
         if (p->softcap > 0.0f) s = p->softcap * tanhf(s);
         s += mv;
@@ -138,7 +131,7 @@ static void f16acc_row(const f16acc_ctx *c, float *w, int64_t iq, int64_t h, int
         } else {
             vs = expf(s - M);
         }
-        rb_cpu_row_to_f32(cb, v->dtype, rb_cpu_row(v, j, g, b), v->nb[0], vf, Dv);
+        rb_cpu_row_to_f32(cb, v->dtype, rb_cpu_row(v, j, g, kb), v->nb[0], vf, Dv);
         for (int64_t d = 0; d < Dv; d++) acc[d] = round_f16(fmaf(vf[d], vs, acc[d]));
         S = fmaf(S, ms, vs);
     }

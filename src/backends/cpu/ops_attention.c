@@ -5,7 +5,8 @@
  * (grouped-query attention), so each key/value block is loaded once for the
  * whole group. Supports causal, sliding window, q_pos0 or per-query
  * positions (q_pos: keys past a query's position are never visited, so a
- * view over a whole KV cache costs what its filled part costs), additive mask,
+ * view over a whole KV cache costs what its filled part costs), per-item
+ * cache slices (kv_index), additive mask,
  * soft-capping, attention sinks (a per-head logit added to each softmax
  * denominator), f32/f16/bf16 inputs with any strides. Key rows with
  * contiguous elements are dotted in place by the ISA kernel table. */
@@ -57,14 +58,6 @@ static att_scr att_layout(float *base, int64_t R, int64_t D, int64_t Dv) {
     return s;
 }
 
-/* Absolute position of query i. */
-static int64_t att_qpos(const rb_attn_params *p, int64_t i) {
-    if (!p->q_pos) return p->q_pos0 + i;
-    int32_t v;
-    memcpy(&v, rb_cpu_data(p->q_pos) + i * (int64_t)p->q_pos->nb[0], sizeof v);
-    return v;
-}
-
 static void att_item(att_ctx *c, att_scr *w, int64_t item) {
     const rb_tensor *q = c->q, *k = c->k, *v = c->v;
     const rb_attn_params *p = c->p;
@@ -85,10 +78,11 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
     }
     memset(w->acc, 0, (size_t)(R * Dv) * sizeof(float));
 
-    /* keys any query of the tile may see */
-    int64_t kbeg = 0, kend = Tk, pos_lo = att_qpos(p, i0), pos_hi = pos_lo;
+    /* keys any query of the tile may see (none where kv_index names no slice) */
+    const int64_t kb = rb_cpu_att_kv_slice(p, k, b);
+    int64_t kbeg = 0, kend = kb < 0 ? 0 : Tk, pos_lo = rb_cpu_att_pos(p, i0, b), pos_hi = pos_lo;
     for (int64_t qi = 1; qi < nq; qi++) {
-        const int64_t pq = att_qpos(p, i0 + qi);
+        const int64_t pq = rb_cpu_att_pos(p, i0 + qi, b);
         pos_lo = pq < pos_lo ? pq : pos_lo;
         pos_hi = pq > pos_hi ? pq : pos_hi;
     }
@@ -101,17 +95,17 @@ static void att_item(att_ctx *c, att_scr *w, int64_t item) {
     for (int64_t j0 = kbeg; j0 < kend; j0 += ATT_KB) {
         const int64_t nk = kend - j0 < ATT_KB ? kend - j0 : ATT_KB;
         for (int64_t j = 0; j < nk; j++) {
-            const char *kr = rb_cpu_row(k, j0 + j, g, b);
+            const char *kr = rb_cpu_row(k, j0 + j, g, kb);
             if (c->k_direct) {
                 krow[j] = kr;
             } else {
                 rb_cpu_row_to_f32(cb, k->dtype, kr, k->nb[0], w->kf + j * D, D);
                 krow[j] = (const char *)(w->kf + j * D);
             }
-            rb_cpu_row_to_f32(cb, v->dtype, rb_cpu_row(v, j0 + j, g, b), v->nb[0], w->vf + j * Dv, Dv);
+            rb_cpu_row_to_f32(cb, v->dtype, rb_cpu_row(v, j0 + j, g, kb), v->nb[0], w->vf + j * Dv, Dv);
         }
         for (int64_t qi = 0; qi < nq; qi++) {
-            const int64_t iq = i0 + qi, pos = att_qpos(p, iq);
+            const int64_t iq = i0 + qi, pos = rb_cpu_att_pos(p, iq, b);
             for (int64_t hh = 0; hh < r; hh++) {
                 const int64_t row = qi * r + hh;
                 const float *qr = w->qf + row * D;
@@ -205,10 +199,11 @@ rb_status rb_cpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, c
     int64_t Tk_used = Tk; /* with q_pos, keys past the last position are never visited */
     if (p->q_pos) {
         Tk_used = 0;
-        for (int64_t i = 0; i < Tq; i++) {
-            const int64_t pq = att_qpos(p, i) + 1;
-            Tk_used = pq > Tk_used ? (pq < Tk ? pq : Tk) : Tk_used;
-        }
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < Tq; i++) {
+                const int64_t pq = rb_cpu_att_pos(p, i, b) + 1;
+                Tk_used = pq > Tk_used ? (pq < Tk ? pq : Tk) : Tk_used;
+            }
     }
     int nth = rb_cpu_threads_for(cb, B * Hq * Tq * (Tk_used + 1) * (D + Dv));
     if (items < 2) nth = 1; /* one work item: waking the pool buys nothing */

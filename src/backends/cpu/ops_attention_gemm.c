@@ -37,7 +37,7 @@ typedef struct ag_ctx {
 bool rb_cpu_attention_gemm_ok(const rb_cpu_backend *cb, const rb_tensor *q, const rb_tensor *k, const rb_tensor *v,
                               const rb_attn_params *p) {
     return q->dtype == RB_F32 && k->dtype == RB_F32 && v->dtype == RB_F32 && q->nb[0] == 4 && k->nb[0] == 4 &&
-           !p->mask && !p->causal && p->window == 0 && p->softcap == 0.0f && !p->q_pos && k->ne[1] >= 32 &&
+           !p->mask && !p->causal && p->window == 0 && p->softcap == 0.0f && !p->q_pos && !p->kv_index && k->ne[1] >= 32 &&
            q->ne[1] >= 8 && cb->kern->vec_dot[RB_F32] != NULL && cb->kern->vec_dot_type[RB_F32] == RB_F32;
 }
 

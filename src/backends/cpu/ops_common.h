@@ -123,6 +123,24 @@ static inline const char *rb_cpu_brow(const rb_tensor *t, int64_t i1, int64_t i2
            (t->ne[3] == 1 ? 0 : i3) * t->nb[3];
 }
 
+/* rb_attention's position of query i of batch item b: q_pos0 + i, or the
+ * q_pos entry ([Tq] shared by the batch, or [Tq, B]). */
+static inline int64_t rb_cpu_att_pos(const rb_attn_params *p, int64_t i, int64_t b) {
+    if (!p->q_pos) return p->q_pos0 + i;
+    int32_t v;
+    memcpy(&v, rb_cpu_data(p->q_pos) + i * (int64_t)p->q_pos->nb[0] + (p->q_pos->ne[1] > 1 ? b * (int64_t)p->q_pos->nb[1] : 0),
+           sizeof v);
+    return v;
+}
+/* The slice of k and v along dim 3 that batch item b reads (kv_index[b], or
+ * b), -1 where the index names none (the item sees no keys). */
+static inline int64_t rb_cpu_att_kv_slice(const rb_attn_params *p, const rb_tensor *k, int64_t b) {
+    if (!p->kv_index) return b;
+    int32_t v;
+    memcpy(&v, rb_cpu_data(p->kv_index) + b * (int64_t)p->kv_index->nb[0], sizeof v);
+    return v >= 0 && v < k->ne[3] ? v : -1;
+}
+
 /* ---- parallel loops ---- */
 /* [lo, hi) of n items for thread ith of nth. */
 static inline void rb_cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {

@@ -17,7 +17,11 @@ struct att_args {
     int causal, window;
     int64_t q_pos0;
     const char *qpos; /* nullable: i32 positions on the device; key splits are then absolute in [0, Tk) */
-    int64_t qpos_nb;  /* byte stride of qpos */
+    int64_t qpos_nb;  /* byte stride of qpos between queries */
+    int64_t qpos_nbb; /* and between batch items (0: one column for the batch) */
+    const char *kvidx; /* nullable: i32 k/v slice (dim 3) of each batch item (rb_attn_params.kv_index) */
+    int64_t kvidx_nb;  /* its byte stride */
+    int64_t kv_n;      /* k's dim 3: slices outside [0, kv_n) give the item no keys */
     int nsplit;       /* key splits per query row */
     int64_t kchunk;   /* keys per split */
     int kvec;         /* generic kernel: k rows are contiguous f16 with D % 8 == 0, 16-byte aligned */
@@ -34,14 +38,22 @@ struct att_args {
     int64_t sinks_nb;  /* its byte stride */
 };
 
-/* Absolute position of query i. The host keeps q_pos0 + Tq within int
- * range for the kernels that use this int form. */
-__device__ __forceinline__ int att_pos(const att_args &a, int64_t i) {
-    return a.qpos ? *(const int32_t *)(a.qpos + i * a.qpos_nb) : (int)(a.q_pos0 + i);
+/* Absolute position of query i of batch item b. The host keeps q_pos0 + Tq
+ * within int range for the kernels that use this int form. */
+__device__ __forceinline__ int att_pos(const att_args &a, int64_t i, int64_t b) {
+    return a.qpos ? *(const int32_t *)(a.qpos + i * a.qpos_nb + b * a.qpos_nbb) : (int)(a.q_pos0 + i);
 }
 
-__device__ __forceinline__ int64_t att_pos64(const att_args &a, int64_t i) {
-    return a.qpos ? (int64_t) * (const int32_t *)(a.qpos + i * a.qpos_nb) : a.q_pos0 + i;
+__device__ __forceinline__ int64_t att_pos64(const att_args &a, int64_t i, int64_t b) {
+    return a.qpos ? (int64_t) * (const int32_t *)(a.qpos + i * a.qpos_nb + b * a.qpos_nbb) : a.q_pos0 + i;
+}
+
+/* The k/v slice (dim 3) batch item b reads: kv_index[b], or b; -1 where
+ * the index names none (the item then sees no keys). */
+__device__ __forceinline__ int64_t att_kv_slice(const att_args &a, int64_t b) {
+    if (!a.kvidx) return b;
+    const int64_t s = *(const int32_t *)(a.kvidx + b * a.kvidx_nb);
+    return s >= 0 && s < a.kv_n ? s : -1;
 }
 
 /* The factor that turns a row's unnormalised sum of values into its

@@ -84,15 +84,18 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
     const int gk = (int)(t % (unsigned)Hkv);
     t /= (unsigned)Hkv;
     const int i = (int)(t % (unsigned)Tq), b = (int)(t / (unsigned)Tq), h = gk * R + hr;
-    const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb = v.p + gk * v.nb[2] + b * v.nb[3];
+    const int64_t kvs = att_kv_slice(a, b); /* -1: no keys */
+    const char *kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
+    const char *vb = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
 
     /* the keys [lo, hi) the query sees, in steps of KPW; this block's steps
      * [s0, s1); false when the row needs fewer blocks than this one's index */
     int pos = 0, lo = 0, hi = Tk, nbe = 1, s0 = 0, s1 = 0;
     auto range = [&]() {
-        pos = att_pos(a, i);
+        pos = att_pos(a, i, b);
         if (a.causal && pos + 1 < hi) hi = pos + 1;
         if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
+        if (kvs < 0) hi = lo;
         const int nst = hi > lo ? (hi - lo + KPW - 1) / KPW : 0;
         nbe = (int)att_dw_blocks(nst, NW);
         if (nbe > a.nsplit) nbe = a.nsplit;

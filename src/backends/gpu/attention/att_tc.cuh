@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
             tile_zero16(sV + r * LD + c);
         }
     /* positions of the block's rows, and Q scaled into shared (zero padding columns) */
-    if (tid < BM) s_pos[tid] = row0 + tid < nrows ? att_pos(a, (row0 + tid) / R) : 0;
+    if (tid < BM) s_pos[tid] = row0 + tid < nrows ? att_pos(a, (row0 + tid) / R, b) : 0;
     for (int e = tid; e < BM * (DP / 2); e += ATT_TC_THREADS) {
         const int r = e / (DP / 2), d = (e % (DP / 2)) * 2;
         const int64_t gr = row0 + r;
@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
     const bool wany = wmin != INT_MAX, wall = min32(va && vb ? 1 : 0) == 1;
 
     /* keys the block may see, then this split's share */
-    int64_t lo = 0, hi = Tk;
+    const int64_t kvs = att_kv_slice(a, b); /* -1: no keys */
+    int64_t lo = 0, hi = kvs < 0 ? 0 : Tk;
     if (a.window > 0 && (int64_t)bmin - a.window + 1 > lo) lo = (int64_t)bmin - a.window + 1;
     if (a.causal && (int64_t)bmax + 1 < hi) hi = (int64_t)bmax + 1;
     if (a.nsplit > 1) {
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(ATT_TC_THREADS) k_att_tc(gt dst, gt q, gt k, g
     if (a.window > 0 && (int64_t)wmin - a.window + 1 > wlo) wlo = (int64_t)wmin - a.window + 1;
     if (a.causal && (int64_t)wmax + 1 < whi) whi = (int64_t)wmax + 1;
 
-    const char *kb = k.p + gk * k.nb[2] + b * k.nb[3], *vb_ = v.p + gk * v.nb[2] + b * v.nb[3];
+    const char *kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3], *vb_ = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
     const int64_t ia = (row0 + ra) / R, ib = (row0 + rb) / R;
     float o[DP / 8][4];
 #pragma unroll

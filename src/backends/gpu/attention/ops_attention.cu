@@ -68,11 +68,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(gt dst, gt q, gt k, g
     __syncthreads();
     if (!live) return;
 
-    const int64_t pos = att_pos64(a, i);
+    const int64_t pos = att_pos64(a, i, b), kvs = att_kv_slice(a, b);
     int64_t kbeg, kend;
     att_range(a, pos, Tk, split, &kbeg, &kend);
-    const char *kb = k.p + g * k.nb[2] + b * k.nb[3];
-    const char *vb = v.p + g * v.nb[2] + b * v.nb[3];
+    if (kvs < 0) kend = kbeg; /* kv_index names no slice: no keys */
+    const char *kb = k.p + g * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
+    const char *vb = v.p + g * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
     float m = -INFINITY, l = 0.0f, acc[ATT_ACC];
 #pragma unroll
     for (int t = 0; t < ATT_ACC; t++) acc[t] = 0.0f;
@@ -423,7 +424,13 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     if (p->q_pos) {
         a.qpos = (const char *)p->q_pos->buf->impl + p->q_pos->offs;
         a.qpos_nb = (int64_t)p->q_pos->nb[0];
+        a.qpos_nbb = p->q_pos->ne[1] > 1 ? (int64_t)p->q_pos->nb[1] : 0;
     }
+    if (p->kv_index) {
+        a.kvidx = (const char *)p->kv_index->buf->impl + p->kv_index->offs;
+        a.kvidx_nb = (int64_t)p->kv_index->nb[0];
+    }
+    a.kv_n = k->ne[3];
     if (p->sinks) {
         a.sinks = (const char *)p->sinks->buf->impl + p->sinks->offs;
         a.sinks_nb = (int64_t)p->sinks->nb[0];
