@@ -60,14 +60,15 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
 /* ---- matrix-vector products (decode), `bench_gpu ops` ----
  * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
  * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
- * weight type; plus the prefill GEMM (M = 512) on the first shape. Weights
+ * weight type; plus the GEMM path (M = 64, 128: many streams' decode; 512:
+ * prefill) on the first shape. Weights
  * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
  * them. A run is a batch of calls (>= one pass over the copies, >= ~2 ms),
  * timed by wall clock to rb_backend_sync; the time per call is the median of
  * 50 runs: eager (back-to-back calls) and, where the backend has graphs, one
  * graph replay per run (no launch gaps; how a captured decode step runs).
  * GB/s = weight bytes / time; ratio = that / the measured copy bandwidth.
- * RBEE_BENCH_QUICK=1: the first shape, M = 1, 8, 32 only (tuning runs). */
+ * RBEE_BENCH_QUICK=1: the first shape, M = 1, 8, 32, 64, 128 only (tuning runs). */
 #define MVB_ROT_MAX 64
 #define MVB_RUNS 50
 
@@ -129,7 +130,7 @@ static double mvb_time(rb_backend *be, rb_tensor *d, rb_tensor *w, int nrot, rb_
 static int bench_matvec(rb_backend *be, double copy_bw) {
     const rb_dtype dts[] = {RB_F32, RB_BF16, RB_F16, RB_Q8_0, RB_Q4_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t shapes[3][2] = {{4096, 11008}, {4096, 4096}, {11008, 4096}};
-    const int64_t Ms[] = {1, 2, 4, 8, 16, 32, 512};
+    const int64_t Ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
     const bool graphs = rb_backend_graphs_supported(be);
     const bool quick = getenv("RBEE_BENCH_QUICK") && atoi(getenv("RBEE_BENCH_QUICK")) > 0;
     enum { NS = 3, ND = sizeof dts / sizeof dts[0], NM = 6 };
@@ -151,8 +152,8 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
             }
             for (int mi = 0; mi < (int)(sizeof Ms / sizeof Ms[0]); mi++) {
                 const int64_t M = Ms[mi];
-                if (M > 32 && (si > 0 || quick)) continue; /* GEMM: first shape only */
-                if (quick && M != 1 && M != 8 && M != 32) continue;
+                if (M > 32 && si > 0) continue; /* GEMM: first shape only */
+                if (quick && M != 1 && M != 8 && M != 32 && M != 64 && M != 128) continue;
                 rb_tensor a = random_tensor(be, RB_F32, K, M), d;
                 const int64_t dne[2] = {N, M};
                 CHECK(rb_tensor_alloc(be, RB_F32, 2, dne, &d));
