@@ -2,11 +2,13 @@
  * the dequantized weights and the stored activations, and (quantized weights)
  * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K,
  * q5_K and q6_K.
- *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels) and 70 (GEMM path); odd
- *    N and K; a's dims 2/3 broadcast over b's; permuted/sliced activations of
- *    f32/f16/bf16; f32 and f16 destinations in strided views. Run twice: with
- *    the default GEMM (cuBLAS on CUDA) and with the tuning's tiled_gemm (the
- *    own kernel HIP uses).
+ *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels), 70 and 130 (quantized:
+ *    gemm_dq.cuh; float: GEMM path); odd N and K; a's dims 2/3 broadcast over
+ *    b's; permuted/sliced activations of f32/f16/bf16; f32 and f16
+ *    destinations in strided views. Run twice: with the default GEMM (cuBLAS
+ *    on CUDA) and with the tuning's tiled_gemm (the own kernel HIP uses) and
+ *    no_gemm_dq (quantized weights through that GEMM too).
+ *  - test_gemm_dq: gemm_dq.cuh at larger shapes (see there).
  *  - test_matvec_sweep: every weight type x M in {1, 2, 3, 7, 8, 9, 16, 31,
  *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
@@ -99,82 +101,129 @@ static double *values(const gp *x) {
     return v;
 }
 
+/* One product a x b -> d on the GPU against the double reference (bounds
+ * in the header comment), and nothing outside d's view written. */
+static void one_product(rb_backend *c, rb_backend *g, tu_rng *rng, const char *tag, bool f32_gemm, rb_dtype wt,
+                        int64_t K, int64_t N, int64_t M, int64_t A2, int64_t B2, rb_dtype bd, gp_layout al,
+                        gp_layout bl, rb_dtype dd, gp_layout dl) {
+    const bool quant = rb_dtype_info((int)wt)->is_quant;
+    const int64_t B3 = 1;
+    const int64_t ane[4] = {K, N, A2, 1}, bne[4] = {K, M, B2, B3}, dne[4] = {N, M, B2, B3};
+    gp a = gp_make(c, g, rng, wt, ane, al, -1, 1);
+    gp b = gp_make(c, g, rng, bd, bne, bl, -1, 1);
+    gp d = gp_make(c, g, rng, dd, dne, dl, -9, 9);
+    TU_OK(rb_matmul(g, &d.g, &a.g, &b.g));
+    double *av = values(&a), *bv = gp_read(&b, 0), *got = gp_read(&d, 1);
+    double *ref = malloc(sizeof(double) * (size_t)(N * M * B2 * B3));
+    float *gotf = malloc(sizeof(float) * (size_t)(N * M * B2 * B3));
+    assert_non_null(ref);
+    assert_non_null(gotf);
+    for (int64_t i2 = 0; i2 < B2; i2++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                const double *ar = av + ((i2 / (B2 / A2)) * N + n) * K, *br = bv + (i2 * M + m) * K;
+                double sum = 0;
+                for (int64_t k = 0; k < K; k++) sum += ar[k] * br[k];
+                ref[(i2 * M + m) * N + n] = sum;
+            }
+    const int64_t n_out = N * M * B2 * B3;
+    for (int64_t i = 0; i < n_out; i++) gotf[i] = (float)got[i];
+    const double err = tu_rel_l2(gotf, ref, (size_t)n_out);
+    double bound = quant && M <= 32 ? 1e-2 : 1e-5;
+    if (M > 32) {
+        const bool f32 = wt == RB_F32 || (f32_gemm && wt == RB_BF16);
+        bound = f32 ? 1e-5 : wt == RB_BF16 ? 1e-2 : 2e-3;
+    }
+    if (dd == RB_F16) bound += 1e-3;
+    if (dd == RB_BF16) bound += 8e-3;
+    print_message("%s a=%-5s b=%-4s d=%-4s M=%-3lld N=%-4lld K=%-4lld rel L2 %.2e (bound %.0e)\n", tag,
+                  rb_dtype_name(wt), rb_dtype_name(bd), rb_dtype_name(dd), (long long)M, (long long)N, (long long)K,
+                  err, bound);
+    if (!(err <= bound))
+        fail_msg("matmul %s x %s M=%lld N=%lld K=%lld: rel L2 %.3g > %.1g", rb_dtype_name(wt), rb_dtype_name(bd),
+                 (long long)M, (long long)N, (long long)K, err, bound);
+    /* nothing outside dst written: compare the GPU parent against its original */
+    unsigned char *p = malloc(d.size);
+    assert_non_null(p);
+    TU_OK(rb_buffer_get(d.gb, 0, p, d.size));
+    const size_t es = rb_dtype_info((int)dd)->type_size;
+    for (int64_t i3 = 0; i3 < B3; i3++)
+        for (int64_t i2 = 0; i2 < B2; i2++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    const size_t at = d.g.offs + n * d.g.nb[0] + m * d.g.nb[1] + i2 * d.g.nb[2] + i3 * d.g.nb[3];
+                    memcpy(p + at, d.orig + at, es);
+                }
+    assert_memory_equal(p, d.orig, d.size);
+    free(p);
+    free(av);
+    free(bv);
+    free(got);
+    free(ref);
+    free(gotf);
+    gp_free(&a);
+    gp_free(&b);
+    gp_free(&d);
+}
+
 static void run_all(bool tiled) {
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
-    const rb_gpu_tuning tune = {.tiled_gemm = tiled};
+    /* tiled: the own GEMM, and quantized weights of up to 256 rows through it too (not gemm_dq.cuh) */
+    const rb_gpu_tuning tune = {.tiled_gemm = tiled, .no_gemm_dq = tiled};
     TU_OK(rb_gpu_backend_tune(g, &tune));
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, tiled ? 501 : 500);
     const rb_dtype ws[] = {RB_F32, RB_F16, RB_BF16, RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
-    const int64_t Ms[] = {1, 3, 8, 19, 70};
+    const int64_t Ms[] = {1, 3, 8, 19, 70, 130};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             const bool quant = rb_dtype_info((int)ws[wi])->is_quant;
             const int64_t K = quant ? 512 : (mi % 2 ? 333 : 512), N = 37, M = Ms[mi];
-            const int64_t A2 = 2, B2 = mi == 4 ? 2 : 4, B3 = 1;
-            const int64_t ane[4] = {K, N, A2, 1}, bne[4] = {K, M, B2, B3}, dne[4] = {N, M, B2, B3};
             const rb_dtype bd = mi % 3 == 0 ? RB_F32 : mi % 3 == 1 ? RB_F16 : RB_BF16;
             const rb_dtype dd = (wi + mi) % 4 == 3 ? RB_F16 : RB_F32;
-            gp a = gp_make(c, g, &rng, ws[wi], ane, quant || mi % 2 ? GP_SLICE : GP_CONTIG, -1, 1);
-            gp b = gp_make(c, g, &rng, bd, bne, mi % 2 ? GP_PERM : GP_SLICE, -1, 1);
-            gp d = gp_make(c, g, &rng, dd, dne, mi % 2 ? GP_SLICE : GP_CONTIG, -9, 9);
-            TU_OK(rb_matmul(g, &d.g, &a.g, &b.g));
-            double *av = values(&a), *bv = gp_read(&b, 0), *got = gp_read(&d, 1);
-            double *ref = malloc(sizeof(double) * (size_t)(N * M * B2 * B3));
-            float *gotf = malloc(sizeof(float) * (size_t)(N * M * B2 * B3));
-            assert_non_null(ref);
-            assert_non_null(gotf);
-            for (int64_t i2 = 0; i2 < B2; i2++)
-                for (int64_t m = 0; m < M; m++)
-                    for (int64_t n = 0; n < N; n++) {
-                        const double *ar = av + ((i2 / (B2 / A2)) * N + n) * K, *br = bv + (i2 * M + m) * K;
-                        double s = 0;
-                        for (int64_t k = 0; k < K; k++) s += ar[k] * br[k];
-                        ref[(i2 * M + m) * N + n] = s;
-                    }
-            const int64_t n_out = N * M * B2 * B3;
-            for (int64_t i = 0; i < n_out; i++) gotf[i] = (float)got[i];
-            const double err = tu_rel_l2(gotf, ref, (size_t)n_out);
-            double bound = quant && M <= 32 ? 1e-2 : 1e-5;
-            if (M > 32) {
-                const bool f32 = ws[wi] == RB_F32 || (tiled && ws[wi] == RB_BF16);
-                bound = f32 ? 1e-5 : ws[wi] == RB_BF16 ? 1e-2 : 2e-3;
-            }
-            if (dd == RB_F16) bound += 1e-3;
-            print_message("%s a=%-5s b=%-4s d=%-3s M=%-3lld K=%-3lld rel L2 %.2e (bound %.0e)\n",
-                          tiled ? "tiled " : "default", rb_dtype_name(ws[wi]), rb_dtype_name(bd), rb_dtype_name(dd),
-                          (long long)M, (long long)K, err, bound);
-            if (!(err <= bound))
-                fail_msg("matmul %s x %s M=%lld: rel L2 %.3g > %.1g", rb_dtype_name(ws[wi]), rb_dtype_name(bd),
-                         (long long)M, err, bound);
-            /* nothing outside dst written: compare the GPU parent against its original */
-            {
-                unsigned char *p = malloc(d.size);
-                assert_non_null(p);
-                TU_OK(rb_buffer_get(d.gb, 0, p, d.size));
-                const size_t es = rb_dtype_info((int)dd)->type_size;
-                for (int64_t i3 = 0; i3 < B3; i3++)
-                    for (int64_t i2 = 0; i2 < B2; i2++)
-                        for (int64_t m = 0; m < M; m++)
-                            for (int64_t n = 0; n < N; n++)
-                                memcpy(p + d.g.offs + n * d.g.nb[0] + m * d.g.nb[1] + i2 * d.g.nb[2] + i3 * d.g.nb[3],
-                                       d.orig + d.g.offs + n * d.g.nb[0] + m * d.g.nb[1] + i2 * d.g.nb[2] +
-                                           i3 * d.g.nb[3],
-                                       es);
-                assert_memory_equal(p, d.orig, d.size);
-                free(p);
-            }
-            free(av);
-            free(bv);
-            free(got);
-            free(ref);
-            free(gotf);
-            gp_free(&a);
-            gp_free(&b);
-            gp_free(&d);
+            one_product(c, g, &rng, tiled ? "tiled " : "default", tiled, ws[wi], K, N, M, 2, mi >= 4 ? 2 : 4, bd,
+                        quant || mi % 2 ? GP_SLICE : GP_CONTIG, mi % 2 ? GP_PERM : GP_SLICE, dd,
+                        mi % 2 ? GP_SLICE : GP_CONTIG);
         }
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
+/* gemm_dq.cuh (quantized weights, 33..256 rows) at larger shapes: N not a
+ * multiple of any tile width, such that on a 132-multiprocessor GPU each
+ * tile width runs (M 33 x N 1031 and 64 x 97: 16 rows a block; 65 x 8193
+ * and 200 x 4097: 32; 256 x 4225: 64); K with a half step at the end (K %
+ * 64 = 32) and K-quant rows of 5 and 9 blocks; M = 33, 64, 65, 200, 256 in f32
+ * and permuted f16 views; two batch slices over one weight matrix; f32, f16
+ * and bf16 destinations; the default and the GEMM path (no_gemm_dq) within
+ * the GEMM bound of the same reference. */
+static void test_gemm_dq(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 502);
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    const int64_t Ms[] = {33, 64, 65, 200, 256}, Ns[] = {1031, 97, 8193, 4097, 4225};
+    const rb_gpu_tuning dflt = {0}, off = {.no_gemm_dq = true};
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        const bool kq = ws[wi] == RB_Q4_K || ws[wi] == RB_Q5_K || ws[wi] == RB_Q6_K;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            const int64_t N = Ns[mi], K = kq ? (mi >= 2 ? 1280 : 2304) : (mi % 2 ? 2080 : 1024);
+            const int64_t B2 = mi == 2 ? 2 : 1;
+            const rb_dtype bd = mi % 2 ? RB_F16 : RB_F32;
+            const rb_dtype dd = mi == 3 ? RB_BF16 : mi == 4 ? RB_F16 : RB_F32;
+            for (int v = 0; v < (mi == 1 ? 2 : 1); v++) {
+                TU_OK(rb_gpu_backend_tune(g, v ? &off : &dflt));
+                one_product(c, g, &rng, v ? "gemm path" : "gemm_dq", false, ws[wi], K, N, Ms[mi], 1, B2, bd,
+                            GP_SLICE, mi % 2 ? GP_PERM : GP_CONTIG, dd, mi % 2 ? GP_SLICE : GP_CONTIG);
+            }
+        }
+    }
+    TU_OK(rb_gpu_backend_tune(g, &dflt));
     rb_backend_destroy(c);
     rb_backend_destroy(g);
 }
@@ -900,6 +949,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_default),
         cmocka_unit_test(test_matmul_tiled),
+        cmocka_unit_test(test_gemm_dq),
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matvec_rows),

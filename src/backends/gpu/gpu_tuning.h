@@ -22,6 +22,7 @@ typedef struct rb_gpu_tuning {
     bool narrow_decode_att; /* decode attention of head dims 64 and 128 by att_decode.cuh, not the wide kernel */
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
+    bool no_gemm_dq;        /* quantized products of 33..256 rows by the GEMM path, not gemm_dq.cuh */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is

@@ -6,6 +6,9 @@
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
+ *  - quantized weights at MV_MAX_M < M <= DQ_MAX_M = 256 (many streams'
+ *    decode): gemm_dq.cuh, weight tiles dequantized in shared memory beside
+ *    f16 activations, tensor-core products, weights read once per 64 rows.
  *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
@@ -22,6 +25,7 @@
  * RB_E_UNSUPPORTED before queueing anything and the front-end runs the
  * separate ops.
  */
+#include "backends/gpu/matmul/gemm_dq.cuh"
 #include "backends/gpu/matmul/matvec.cuh"
 
 #include <limits.h>
@@ -305,6 +309,25 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
             if (s != RB_OK) return s;
         }
         return RB_OK;
+    }
+
+    /* ---- quantized weights, up to DQ_MAX_M rows: gemm_dq.cuh ---- */
+    if (quant && M <= DQ_MAX_M && K % 32 == 0 && !g->tune.no_gemm_dq) {
+        void *sp = NULL; /* the activations as contiguous f16 rows, every slice */
+        rb_status s = gpu_scratch(be, (size_t)(K * M * B2 * B3) * 2, &sp);
+        if (s != RB_OK) return s;
+        s = gpu_copy_view(be, gpu_contig_view(sp, RB_F16, K, M, B2, B3), bv);
+        if (s != RB_OK) return s;
+        const int64_t mt = (M + DQ_BM - 1) / DQ_BM;
+        const int bn = gemm_dq_bn(N, mt, B2 * B3, g->n_sm);
+        const int64_t nt = (N + bn - 1) / bn;
+        if (nt > 0x7fffffffLL) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld rows", (long long)N);
+        const dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)(B2 * B3));
+        const uint16_t *x = (const uint16_t *)sp;
+        if (bn == 64) k_gemm_dq<64><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
+        else if (bn == 32) k_gemm_dq<32><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
+        else k_gemm_dq<16><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
+        return gpu_check_launch(be, "matmul (quantized weights, tensor-core tiles)");
     }
 
     /* ---- GEMM path ---- */
