@@ -61,7 +61,8 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
  * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
  * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
  * weight type; plus the GEMM path (M = 64, 128: many streams' decode; 512:
- * prefill) on the first shape. Weights
+ * prefill) on the first shape, and for quantized weights at M = 64 and 128
+ * the dequantize-then-GEMM path too (the tuning's no_gemm_dq). Weights
  * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
  * them. A run is a batch of calls (>= one pass over the copies, >= ~2 ms),
  * timed by wall clock to rb_backend_sync; the time per call is the median of
@@ -174,6 +175,18 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
                        "\"graph_GBps\":%.1f,\"graph_ratio\":%.3f,\"TFLOPs\":%.2f}\n",
                        rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, nrot, n, te * 1e6, ge,
                        ge / copy_bw, tg * 1e6, gg, gg / copy_bw, 2.0 * (double)(K * N * M) / te / 1e12);
+                /* quantized weights at 33..256 rows: also the GEMM path gemm_dq.cuh replaced */
+                const rb_gpu_tuning no_dq = {.no_gemm_dq = true}, dflt = {0};
+                if (M > 32 && M <= 256 && rb_dtype_info((int)dts[di])->is_quant &&
+                    rb_gpu_backend_tune(be, &no_dq) == RB_OK) {
+                    for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
+                    const double tq = mvb_time(be, &d, w, nrot, &a, n, false);
+                    printf("{\"bench\":\"matmul\",\"path\":\"dequantize+gemm\",\"wtype\":\"%s\",\"K\":%lld,"
+                           "\"N\":%lld,\"M\":%lld,\"us\":%.2f,\"TFLOPs\":%.2f}\n",
+                           rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, tq * 1e6,
+                           2.0 * (double)(K * N * M) / tq / 1e12);
+                    CHECK(rb_gpu_backend_tune(be, &dflt));
+                }
                 fflush(stdout);
                 if (mi < NM) {
                     ratio[si][di][mi][0] = ge / copy_bw;
