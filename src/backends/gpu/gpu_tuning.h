@@ -23,6 +23,7 @@ typedef struct rb_gpu_tuning {
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
     bool no_gemm_dq;        /* quantized products of 33..256 rows by the GEMM path, not gemm_dq.cuh */
+    int mv_max_m;           /* > 0: products of more rows than this (not 32) skip the matrix-vector kernels */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is

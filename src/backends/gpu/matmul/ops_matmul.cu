@@ -270,7 +270,8 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                                "rb_matmul: %s weights at a misaligned address or row stride are not supported on %s",
                                rb_dtype_name(a->dtype), be->name);
 
-    if (M <= MV_MAX_M) {
+    const int64_t mv_max = g->tune.mv_max_m > 0 && g->tune.mv_max_m < MV_MAX_M ? g->tune.mv_max_m : MV_MAX_M;
+    if (M <= mv_max) {
         /* decode and small batches: matvec.cuh, weights read once for all M
          * rows; f32 activations wanted as contiguous 16-byte aligned rows */
         const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
