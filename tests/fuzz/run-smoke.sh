@@ -14,6 +14,7 @@ CORPUS="$BUILD/fuzz-corpus"
 "$FUZZ/fuzz_gen_seeds" "$CORPUS" "$(cd "$(dirname "$0")/../data" && pwd)" || exit 2
 
 status=0
+failed=""
 HERE=$(cd "$(dirname "$0")" && pwd)
 cp "$HERE"/../data/image/*.png "$HERE"/../data/image/*.jpg "$CORPUS/image/" 2>/dev/null # hand-made PNG/JPEG seeds
 # the SD worker's requests: the first byte picks the parser (fuzz_sd_request.c)
@@ -45,8 +46,12 @@ run() { # target corpus-subdir max_len
     echo "== $t: ${SECS}s, max_len $max"
     if ! "$FUZZ/$t" "$dir" -max_total_time="$SECS" -max_len="$max" -rss_limit_mb=2048 -timeout=10 \
         -dict="$dict" -artifact_prefix="$art" -print_final_stats=1 >"$BUILD/fuzz-$t.log" 2>&1; then
-        echo "!! $t FAILED, see $BUILD/fuzz-$t.log and $art" >&2
-        tail -n 40 "$BUILD/fuzz-$t.log" >&2
+        # on stdout as well as stderr: a CI log that keeps one stream's tail still shows what failed
+        { echo "!! $t FAILED, see $BUILD/fuzz-$t.log and $art"
+          grep -v -E "^#[0-9]+" "$BUILD/fuzz-$t.log" | tail -n 60
+          for f in "$art"*; do [ -f "$f" ] && { echo "-- input $f ($(wc -c <"$f") bytes), first 1 KiB:"; head -c 1024 "$f" | od -A d -t x1 | head -n 70; }; done
+        } | tee /dev/stderr
+        failed="$failed $t"
         status=1
     else
         grep -E "stat::number_of_executed_units|cov:" "$BUILD/fuzz-$t.log" | tail -n 2
@@ -66,4 +71,5 @@ run fuzz_gbnf gbnf 8192
 run fuzz_json_schema json_schema 8192
 if [ -x "$FUZZ/fuzz_sd_request" ]; then run fuzz_sd_request sd_request 16384; fi
 if [ -x "$FUZZ/fuzz_worker_request" ]; then run fuzz_worker_request worker_request 8192; fi
+if [ $status -ne 0 ]; then echo "fuzz smoke: failed:$failed"; else echo "fuzz smoke: every target ran ${SECS}s clean"; fi
 exit $status
