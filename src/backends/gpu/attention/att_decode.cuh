@@ -216,15 +216,19 @@ __global__ void ATT_DEC_BOUNDS(D) k_att_dec(gt dst, gt q, gt k, gt v, gt mask, a
     const int i = (int)(t % (unsigned)Tq), b = (int)(t / (unsigned)Tq);
     const int hw = wid % hb, sub = wid / hb;
     const bool wlive = sub < S;
-    const int64_t kvs = att_kv_slice(a, b); /* -1: no keys */
-    const char *kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
-    const char *vb = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
+    /* this item's keys and values: set by range() (kv_index is read with
+     * the position, before the dependency wait only in the early form) */
+    int64_t kvs = 0;
+    const char *kb = k.p, *vb = v.p;
     const int c = lane % CH, kk = lane / CH;
 
     /* keys the query may see, in chunks of W; this block's chunks; false
      * when the row needs fewer blocks than this one's index */
     int pos = 0, lo = 0, hi = Tk, nch = 0, nbe = 1, c0 = 0, c1 = 0;
     auto range = [&]() {
+        kvs = att_kv_slice(a, b); /* -1: no keys */
+        kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
+        vb = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
         pos = att_pos(a, i, b);
         if (a.causal && pos + 1 < hi) hi = pos + 1;
         if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;

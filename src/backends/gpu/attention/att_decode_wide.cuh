@@ -84,14 +84,18 @@ template <bool BF, int D> __global__ void ATT_DW_BOUNDS k_att_dw(gt dst, gt q, g
     const int gk = (int)(t % (unsigned)Hkv);
     t /= (unsigned)Hkv;
     const int i = (int)(t % (unsigned)Tq), b = (int)(t / (unsigned)Tq), h = gk * R + hr;
-    const int64_t kvs = att_kv_slice(a, b); /* -1: no keys */
-    const char *kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
-    const char *vb = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
+    /* this item's keys and values: set by range() (kv_index is read with
+     * the position, before the dependency wait only in the early form) */
+    int64_t kvs = 0;
+    const char *kb = k.p, *vb = v.p;
 
     /* the keys [lo, hi) the query sees, in steps of KPW; this block's steps
      * [s0, s1); false when the row needs fewer blocks than this one's index */
     int pos = 0, lo = 0, hi = Tk, nbe = 1, s0 = 0, s1 = 0;
     auto range = [&]() {
+        kvs = att_kv_slice(a, b); /* -1: no keys */
+        kb = k.p + gk * k.nb[2] + (kvs < 0 ? 0 : kvs) * k.nb[3];
+        vb = v.p + gk * v.nb[2] + (kvs < 0 ? 0 : kvs) * v.nb[3];
         pos = att_pos(a, i, b);
         if (a.causal && pos + 1 < hi) hi = pos + 1;
         if (a.window > 0 && pos - a.window + 1 > lo) lo = pos - a.window + 1;
