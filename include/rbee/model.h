@@ -166,6 +166,18 @@ rb_status rb_model_forward_hidden(rb_model *m, rb_kv_cache *kv, const int32_t *t
 rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
                                  float *logits, rb_error *err);
 
+/* One pass over n sequences that each bring counts[i] >= 1 new tokens
+ * (tokens holds them one sequence after another, sum of counts at most
+ * RB_MODEL_MAX_STEP_TOKENS): sequence i's tokens are appended to kvs[i] at its
+ * own next positions, and row i of logits (n rows of n_vocab) gets the
+ * logits of its last token. A mix of decode steps and prompt chunks in one
+ * batch, so a serving engine can prefill a prompt piece by piece beside the
+ * running streams. The products run over all the tokens at once; attention
+ * runs per sequence. Each KV cache may appear once; all belong to m. */
+#define RB_MODEL_MAX_STEP_TOKENS 512
+rb_status rb_model_forward_seqs(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts,
+                                int64_t n, float *logits, rb_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -352,3 +352,73 @@ rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int
     free(g);
     return s;
 }
+
+/* Sequences one at a time (a batch-invariant backend whose products do not
+ * keep rows apart: each gets the bits of its own pass). */
+static rb_status seqs_one_by_one(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts,
+                                 int64_t n, float *logits, rb_error *err) {
+    const int64_t V = m->cfg.n_vocab;
+    for (int64_t i = 0, at = 0; i < n; at += counts[i], i++) {
+        rb_status s = rb_model_forward(m, kvs[i], tokens + at, counts[i], false, logits + i * V, err);
+        if (s != RB_OK) return s;
+    }
+    return RB_OK;
+}
+
+rb_status rb_model_forward_seqs(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts,
+                                int64_t n, float *logits, rb_error *err) {
+    if (!m || !kvs || !tokens || !counts || !logits || n <= 0)
+        return rb_error_set(err, RB_E_INVALID, "rb_model_forward_seqs: bad arguments");
+    const int64_t V = m->cfg.n_vocab;
+    int64_t T = 0;
+    bool ones = true;
+    for (int64_t i = 0; i < n; i++) {
+        if (counts[i] <= 0 || counts[i] > RB_MODEL_MAX_STEP_TOKENS)
+            return rb_error_set(err, RB_E_INVALID, "sequence %lld: %lld tokens (1..%d)", (long long)i,
+                                (long long)counts[i], RB_MODEL_MAX_STEP_TOKENS);
+        T += counts[i];
+        ones = ones && counts[i] == 1;
+        if (T > RB_MODEL_MAX_STEP_TOKENS)
+            return rb_error_set(err, RB_E_RANGE, "more than %d tokens in one pass", RB_MODEL_MAX_STEP_TOKENS);
+    }
+    if (ones) return rb_model_forward_batch(m, kvs, tokens, n, logits, err);
+    seq_group *g = malloc(sizeof(seq_group) * (size_t)n);
+    if (!g) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    rb_status s = RB_OK;
+    for (int64_t i = 0, row = 0; i < n && s == RB_OK; row += counts[i], i++) {
+        rb_kv_cache *kv = kvs[i];
+        if (!kv || kv->m != m) s = rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
+        else if (counts[i] > kv->n_ctx - kv->used)
+            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: %lld tokens do not fit: context %lld, %lld used",
+                             (long long)i, (long long)counts[i], (long long)kv->n_ctx, (long long)kv->used);
+        for (int64_t j = 0; j < counts[i] && s == RB_OK; j++)
+            if (tokens[row + j] < 0 || tokens[row + j] >= V)
+                s = rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i,
+                                 tokens[row + j]);
+        for (int64_t j = 0; j < i && s == RB_OK; j++)
+            if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
+        if (s == RB_OK) g[i] = (seq_group){.kv = kv, .row0 = row, .n = counts[i], .p0 = kv->used};
+    }
+    if (s == RB_OK && rb_backend_batch_invariant(m->be)) {
+        free(g);
+        return seqs_one_by_one(m, kvs, tokens, counts, n, logits, err);
+    }
+    if (s == RB_OK) s = rb_fwd_ensure_arena(kvs[0], T, err);
+    if (s == RB_OK) {
+        fwd_bufs b;
+        rb_fwd_layout(&m->cfg, T, true, kvs[0]->arena, &b);
+        s = rb_fwd_upload_inputs(m->be, &b, tokens, T, g, n, err);
+        if (s == RB_OK) s = rb_fwd_run(m, &b, T, g, n, false, RB_FWD_HEAD_GROUP_LAST, false, err);
+        if (s == RB_OK) {
+            rb_tensor rows = b.logits; /* the first n rows: one per sequence */
+            rows.ne[1] = n;
+            s = rb_tensor_get(&rows, logits, sizeof(float) * (size_t)(V * n));
+            if (s != RB_OK) s = rb_error_set(err, s, "reading the logits: %s", rb_backend_last_error(m->be));
+        }
+        if (s == RB_OK)
+            for (int64_t i = 0; i < n; i++) kvs[i]->used = g[i].p0 + g[i].n;
+    }
+    free(g);
+    return s;
+}
+

@@ -20,6 +20,7 @@ typedef struct fwd_bufs {
      * (slot n_ctx + position: where its keys and values go in its cache's
      * pool) and slot (rb_kv_pool_rows, kv_cache_internal.h) */
     rb_tensor ids, pos, kvrow, kvslot;
+    rb_tensor lastrow; /* input: the last row of each sequence group (RB_FWD_HEAD_GROUP_LAST) */
     rb_tensor x, h, qkv, att, o, g, u, logits;
     /* mixture of experts: router logits [E, T], top-k weights and ids [k, T],
      * gate/up [F, k, T], down [H, k, T], gathered biases [max(F, H), k T], sums [1, T] */
@@ -40,19 +41,25 @@ typedef struct seq_group {
 /* Lays out every activation tensor of a T-token micro-batch at offsets of
  * buf (NULL: only computes the total size); returns the size. */
 size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_buffer *buf, fwd_bufs *fb);
-/* Bytes from the ids to the end of the slots: what one copy fills. */
+/* Bytes from the ids to the end of lastrow: what one copy fills. */
 size_t rb_fwd_inputs_span(const fwd_bufs *b);
 /* Makes kv's arena hold a micro-batch of T tokens (reallocating drops its graphs). */
 rb_status rb_fwd_ensure_arena(rb_kv_cache *kv, int64_t T, rb_error *err);
-/* Token ids, positions, pool rows and slots of the micro-batch into the arena, in one copy
+/* Token ids, positions, pool rows, slots and the groups' last rows of the micro-batch into the arena, in one copy
  * (with b->in_host: written there, for the pass to queue the copy). */
 rb_status rb_fwd_upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t *tokens, int64_t T,
                                const seq_group *grp, int64_t n_grp, rb_error *err);
 
 /* What a micro-batch ends with: nothing (an inner micro-batch of a longer
- * prompt), the logits, or the normed final hidden states of every row in
- * the arena's h (embeddings). */
-typedef enum rb_fwd_head { RB_FWD_HEAD_NONE = 0, RB_FWD_HEAD_LOGITS, RB_FWD_HEAD_HIDDEN } rb_fwd_head;
+ * prompt), the logits, the normed final hidden states of every row in
+ * the arena's h (embeddings), or the logits of each sequence's last row (a
+ * batch of decode steps and prompt chunks). */
+typedef enum rb_fwd_head {
+    RB_FWD_HEAD_NONE = 0,
+    RB_FWD_HEAD_LOGITS,
+    RB_FWD_HEAD_HIDDEN,
+    RB_FWD_HEAD_GROUP_LAST, /* the logits of each group's last row (n_grp rows), all_logits false */
+} rb_fwd_head;
 
 /* Queues every op of a micro-batch whose inputs are uploaded, up to what
  * head asks for on the device (the logits: for every row with all_logits,

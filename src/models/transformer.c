@@ -26,10 +26,10 @@
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t rb_fwd_inputs_span(const fwd_bufs *b) {
-    return b->kvslot.offs + rb_tensor_nbytes_contig(&b->kvslot) - b->ids.offs;
+    return b->lastrow.offs + rb_tensor_nbytes_contig(&b->lastrow) - b->ids.offs;
 }
 
-/* The inputs (ids, pos, kvrow, kvslot) come first and next to each other: one upload fills them. */
+/* The inputs (ids, pos, kvrow, kvslot, lastrow) come first and next to each other: one upload fills them. */
 size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_buffer *buf, fwd_bufs *fb) {
     const int64_t E = c->n_embd, D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, F = c->n_ff;
     size_t off = 0;
@@ -45,6 +45,7 @@ size_t rb_fwd_layout(const rb_model_config *c, int64_t T, bool all_logits, rb_bu
     PLACE(pos, RB_I32, T, 1, 1);
     PLACE(kvrow, RB_I32, T, 1, 1);
     PLACE(kvslot, RB_I32, T, 1, 1);
+    PLACE(lastrow, RB_I32, T, 1, 1);
     PLACE(x, RB_F32, E, T, 1);
     PLACE(h, RB_F32, E, T, 1);
     PLACE(qkv, RB_F32, (Hq + 2 * Hkv) * D, T, 1);
@@ -93,11 +94,14 @@ rb_status rb_fwd_upload_inputs(rb_backend *be, const fwd_bufs *b, const int32_t 
                                const seq_group *grp, int64_t n_grp, rb_error *err) {
     const size_t lo = b->ids.offs, n = rb_fwd_inputs_span(b);
     const size_t pos_at = b->pos.offs - lo, row_at = b->kvrow.offs - lo, slot_at = b->kvslot.offs - lo;
+    const size_t last_at = b->lastrow.offs - lo;
     char *tmp = b->in_host ? memset(b->in_host, 0, n) : calloc(1, n);
     if (!tmp) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     memcpy(tmp, tokens, sizeof(int32_t) * (size_t)T);
     for (int64_t gi = 0; gi < n_grp; gi++) {
         const rb_kv_cache *kv = grp[gi].kv;
+        const int32_t last = (int32_t)(grp[gi].row0 + grp[gi].n - 1);
+        memcpy(tmp + last_at + sizeof(int32_t) * (size_t)gi, &last, sizeof last);
         for (int64_t i = 0; i < grp[gi].n; i++) {
             const size_t at = sizeof(int32_t) * (size_t)(grp[gi].row0 + i);
             const int32_t p = (int32_t)(grp[gi].p0 + i), slot = (int32_t)kv->slot;
@@ -639,27 +643,35 @@ static rb_status ffn_block(fwd *f) {
 
 /* logits = output rms_norm(x) of every row or the last one (fused: the
  * norm inside the product), soft-capped where the model does (gemma2). */
-static rb_status output_head(fwd *f, bool all_logits) {
+static rb_status output_head(fwd *f, bool all_logits, rb_fwd_head head) {
     const rb_model_config *c = f->c;
     fwd_bufs *b = &f->b;
     const int64_t E = c->n_embd;
-    rb_tensor hout = b->h, xin = b->x;
-    if (!all_logits) {
+    rb_tensor hout = b->h, xin = b->x, logits = b->logits;
+    if (head == RB_FWD_HEAD_GROUP_LAST) { /* each group's last row of x, gathered into o */
+        const int64_t G = f->n_grp;
+        const size_t rs = (size_t)E * sizeof(float);
+        rb_tensor ids = view3(&b->lastrow, 0, G, 1, 1, sizeof(int32_t) * (size_t)G, sizeof(int32_t) * (size_t)G);
+        xin = view3(&b->o, 0, E, G, 1, rs, rs * (size_t)G);
+        hout = view3(&b->h, 0, E, G, 1, rs, rs * (size_t)G);
+        logits = view3(&b->logits, 0, c->n_vocab, G, 1, b->logits.nb[1], b->logits.nb[1] * (size_t)G);
+        CK(rb_get_rows(f->be, &xin, &b->x, &ids));
+    } else if (!all_logits) {
         hout = view3(&b->h, 0, E, 1, 1, (size_t)E * sizeof(float), (size_t)E * sizeof(float));
         xin = view3(&b->x, (size_t)((f->T - 1) * E) * sizeof(float), E, 1, 1, (size_t)E * sizeof(float),
                     (size_t)E * sizeof(float));
     }
     if (f->fuse) {
         const rb_matmul_fusion fu = {.norm = true, .norm_w = &f->m->out_norm, .eps = c->norm_eps, .tmp_in = &hout};
-        CK(rb_matmul_fused(f->be, &b->logits, &f->m->output, &xin, &fu));
+        CK(rb_matmul_fused(f->be, &logits, &f->m->output, &xin, &fu));
     } else {
         if (!f->head_norm_early) CK(rb_rms_norm(f->be, &hout, &xin, &f->m->out_norm, c->norm_eps));
-        CK(rb_matmul(f->be, &b->logits, &f->m->output, &hout));
+        CK(rb_matmul(f->be, &logits, &f->m->output, &hout));
     }
     if (c->final_softcap > 0) {
-        CK(rb_affine(f->be, &b->logits, &b->logits, 1.0f / c->final_softcap, 0.0f));
-        CK(rb_unary(f->be, RB_UNARY_TANH, &b->logits, &b->logits));
-        CK(rb_affine(f->be, &b->logits, &b->logits, c->final_softcap, 0.0f));
+        CK(rb_affine(f->be, &logits, &logits, 1.0f / c->final_softcap, 0.0f));
+        CK(rb_unary(f->be, RB_UNARY_TANH, &logits, &logits));
+        CK(rb_affine(f->be, &logits, &logits, c->final_softcap, 0.0f));
     }
     return RB_OK;
 }
@@ -678,7 +690,7 @@ rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_gro
     };
     fwd *f = &pass;
     f->pooled = pooled_batch(f);
-    f->head_norm_early = !f->fuse && head != RB_FWD_HEAD_NONE && (all_logits || T == 1);
+    f->head_norm_early = !f->fuse && head != RB_FWD_HEAD_NONE && head != RB_FWD_HEAD_GROUP_LAST && (all_logits || T == 1);
     f->in = c->pre_norms ? &f->b.h : &f->b.x;
 
     TRY(embed(f));
@@ -695,5 +707,5 @@ rb_status rb_fwd_run(rb_model *m, const fwd_bufs *bufs, int64_t T, const seq_gro
         if (!f->head_norm_early) CK(rb_rms_norm(f->be, &f->b.h, &f->b.x, &m->out_norm, c->norm_eps));
         return RB_OK;
     }
-    return output_head(f, all_logits);
+    return output_head(f, all_logits, head);
 }
