@@ -61,10 +61,9 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
  * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
  * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
  * weight type; plus the GEMM path (M = 64, 128: many streams' decode; 512:
- * prefill) on the first shape, and the other path of each M: quantized
- * weights at M = 64 and 128 through dequantize-then-GEMM too (the tuning's
- * no_gemm_dq), and at M = 8..32 every type past the matrix-vector kernels
- * (mv_max_m = 1: gemm_dq.cuh or the GEMM). Weights
+ * prefill) on the first shape, and where gemm_q8.cuh (q4_0 / q8_0, M = 9..256)
+ * or cuBLAS (float weights, M = 5..32) takes a product, the path before
+ * them too (the tuning's no_gemm_q8 and mv_max_m = 32). Weights
  * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
  * them. A run is a batch of calls (>= one pass over the copies, >= ~2 ms),
  * timed by wall clock to rb_backend_sync; the time per call is the median of
@@ -177,18 +176,17 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
                        "\"graph_GBps\":%.1f,\"graph_ratio\":%.3f,\"TFLOPs\":%.2f}\n",
                        rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, nrot, n, te * 1e6, ge,
                        ge / copy_bw, tg * 1e6, gg, gg / copy_bw, 2.0 * (double)(K * N * M) / te / 1e12);
-                /* the other path of this M: quantized weights at 33..256 rows also through the GEMM
-                 * path gemm_dq.cuh replaced; at 8..32 rows (every type) past the matrix-vector
-                 * kernels (gemm_dq.cuh for quantized weights, the GEMM for float ones) */
-                const bool q = rb_dtype_info((int)dts[di])->is_quant;
-                const rb_gpu_tuning alt = {.no_gemm_dq = M > 32, .mv_max_m = M <= 32 ? 1 : 0}, dflt = {0};
-                if (((M > 32 && M <= 256 && q) || (M >= 8 && M <= 32)) && rb_gpu_backend_tune(be, &alt) == RB_OK) {
+                /* the path before gemm_q8.cuh and cuBLAS for float weights of 5..32 rows: the
+                 * matrix-vector kernels up to 32 rows, the GEMM (q4_0 / q8_0: dequantized) above */
+                const bool q8 = dts[di] == RB_Q4_0 || dts[di] == RB_Q8_0, fl = !rb_dtype_info((int)dts[di])->is_quant;
+                const rb_gpu_tuning alt = {.no_gemm_q8 = true, .mv_max_m = 32}, dflt = {0};
+                if (((q8 && M > 8 && M <= 256) || (fl && M > 4 && M <= 32)) && rb_gpu_backend_tune(be, &alt) == RB_OK) {
                     for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
                     const double tq = mvb_time(be, &d, w, nrot, &a, n, false);
                     const double tqg = graphs && M <= 32 ? mvb_time(be, &d, w, nrot, &a, n, true) : 0;
                     printf("{\"bench\":\"matmul\",\"path\":\"%s\",\"wtype\":\"%s\",\"K\":%lld,"
                            "\"N\":%lld,\"M\":%lld,\"us\":%.2f,\"graph_us\":%.2f,\"TFLOPs\":%.2f}\n",
-                           M > 32 ? "dequantize+gemm" : q ? "gemm_dq" : "gemm", rb_dtype_name(dts[di]), (long long)K,
+                           M > 32 ? "before: dequantize+gemm" : "before: matrix-vector", rb_dtype_name(dts[di]), (long long)K,
                            (long long)N, (long long)M, tq * 1e6, tqg * 1e6, 2.0 * (double)(K * N * M) / tq / 1e12);
                     CHECK(rb_gpu_backend_tune(be, &dflt));
                 }

@@ -2,13 +2,14 @@
  * the dequantized weights and the stored activations, and (quantized weights)
  * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K,
  * q5_K and q6_K.
- *  - run_all: M = 1, 3, 8, 19 (matrix-vector kernels), 70 and 130 (quantized:
- *    gemm_dq.cuh; float: GEMM path); odd N and K; a's dims 2/3 broadcast over
- *    b's; permuted/sliced activations of f32/f16/bf16; f32 and f16
- *    destinations in strided views. Run twice: with the default GEMM (cuBLAS
- *    on CUDA) and with the tuning's tiled_gemm (the own kernel HIP uses) and
- *    no_gemm_dq (quantized weights through that GEMM too).
- *  - test_gemm_dq: gemm_dq.cuh at larger shapes (see there).
+ *  - run_all: M = 1, 3, 8, 19, 70 and 130 through every path (matrix-vector
+ *    kernels; float weights from 5 rows and every type from 33: the GEMM;
+ *    q4_0 / q8_0 from 9 to 256 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
+ *    broadcast over b's; permuted/sliced activations of f32/f16/bf16; f32
+ *    and f16 destinations in strided views. Run twice: with the default GEMM
+ *    (cuBLAS on CUDA) and with the tuning's tiled_gemm (the own kernel HIP
+ *    uses; the matrix-vector kernels up to 32 rows) and no_gemm_q8.
+ *  - test_gemm_q8: gemm_q8.cuh at larger shapes (see there).
  *  - test_matvec_sweep: every weight type x M in {1, 2, 3, 7, 8, 9, 16, 31,
  *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
@@ -33,8 +34,9 @@
  *    the integer sums are identical and only the f32 combination order
  *    differs: 2e-5 per product (1e-3 where the CPU runs its scalar
  *    quantizer, which rounds q8_0 ties and scales differently);
+ *  - gemm_q8.cuh: the matrix-vector kernels' int8 activations: 1e-2;
  *  - GEMM in f32 1e-5, in f16 2e-3, in bf16 1e-2; an f16 destination adds
- *    1e-3.
+ *    1e-3, a bf16 one 8e-3.
  *  - test_matmul_fused: rb_matmul_fused (norm with and without weight, glu,
  *    accumulate, glu_out alone and after a norm: act(gate rows) * up rows
  *    against the double reference of both products, rope of a product's
@@ -103,7 +105,21 @@ static double *values(const gp *x) {
 
 /* One product a x b -> d on the GPU against the double reference (bounds
  * in the header comment), and nothing outside d's view written. */
-static void one_product(rb_backend *c, rb_backend *g, tu_rng *rng, const char *tag, bool f32_gemm, rb_dtype wt,
+/* The bound of a product of M rows by the path ops_matmul.cu takes on CUDA
+ * under tuning t (a HIP backend takes the matrix-vector kernels up to 32
+ * rows and its tiled f32 GEMM above: errors within these bounds). */
+static double path_bound(rb_dtype wt, int64_t M, const rb_gpu_tuning *t) {
+    const bool quant = rb_dtype_info((int)wt)->is_quant;
+    const bool q8 = (wt == RB_Q4_0 || wt == RB_Q8_0) && !t->no_gemm_q8;
+    int64_t mv = q8 ? 8 : !quant && !t->tiled_gemm ? 4 : 32;
+    if (t->mv_max_m > 0) mv = t->mv_max_m < 32 ? t->mv_max_m : 32;
+    if (M <= mv) return quant ? 1e-2 : 1e-5; /* matrix-vector: int8 activations for quantized weights */
+    if (q8 && M <= 256) return 1e-2;         /* gemm_q8.cuh: the same int8 activations */
+    const bool f32 = wt == RB_F32 || (t->tiled_gemm && wt == RB_BF16);
+    return f32 ? 1e-5 : wt == RB_BF16 ? 1e-2 : 2e-3; /* GEMM on 16-bit operands */
+}
+
+static void one_product(rb_backend *c, rb_backend *g, tu_rng *rng, const char *tag, const rb_gpu_tuning *tune, rb_dtype wt,
                         int64_t K, int64_t N, int64_t M, int64_t A2, int64_t B2, rb_dtype bd, gp_layout al,
                         gp_layout bl, rb_dtype dd, gp_layout dl) {
     const bool quant = rb_dtype_info((int)wt)->is_quant;
@@ -129,11 +145,8 @@ static void one_product(rb_backend *c, rb_backend *g, tu_rng *rng, const char *t
     const int64_t n_out = N * M * B2 * B3;
     for (int64_t i = 0; i < n_out; i++) gotf[i] = (float)got[i];
     const double err = tu_rel_l2(gotf, ref, (size_t)n_out);
-    double bound = quant && M <= 32 ? 1e-2 : 1e-5;
-    if (M > 32) {
-        const bool f32 = wt == RB_F32 || (f32_gemm && wt == RB_BF16);
-        bound = f32 ? 1e-5 : wt == RB_BF16 ? 1e-2 : 2e-3;
-    }
+    (void)quant;
+    double bound = path_bound(wt, M, tune);
     if (dd == RB_F16) bound += 1e-3;
     if (dd == RB_BF16) bound += 8e-3;
     print_message("%s a=%-5s b=%-4s d=%-4s M=%-3lld N=%-4lld K=%-4lld rel L2 %.2e (bound %.0e)\n", tag,
@@ -169,8 +182,8 @@ static void one_product(rb_backend *c, rb_backend *g, tu_rng *rng, const char *t
 static void run_all(bool tiled) {
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
-    /* tiled: the own GEMM, and quantized weights of up to 256 rows through it too (not gemm_dq.cuh) */
-    const rb_gpu_tuning tune = {.tiled_gemm = tiled, .no_gemm_dq = tiled};
+    /* tiled: the own GEMM, and q4_0 / q8_0 weights as before gemm_q8.cuh */
+    const rb_gpu_tuning tune = {.tiled_gemm = tiled, .no_gemm_q8 = tiled};
     TU_OK(rb_gpu_backend_tune(g, &tune));
     rb_backend *c = gp_cpu();
     tu_rng rng;
@@ -183,7 +196,7 @@ static void run_all(bool tiled) {
             const int64_t K = quant ? 512 : (mi % 2 ? 333 : 512), N = 37, M = Ms[mi];
             const rb_dtype bd = mi % 3 == 0 ? RB_F32 : mi % 3 == 1 ? RB_F16 : RB_BF16;
             const rb_dtype dd = (wi + mi) % 4 == 3 ? RB_F16 : RB_F32;
-            one_product(c, g, &rng, tiled ? "tiled " : "default", tiled, ws[wi], K, N, M, 2, mi >= 4 ? 2 : 4, bd,
+            one_product(c, g, &rng, tiled ? "tiled " : "default", &tune, ws[wi], K, N, M, 2, mi >= 4 ? 2 : 4, bd,
                         quant || mi % 2 ? GP_SLICE : GP_CONTIG, mi % 2 ? GP_PERM : GP_SLICE, dd,
                         mi % 2 ? GP_SLICE : GP_CONTIG);
         }
@@ -191,35 +204,38 @@ static void run_all(bool tiled) {
     rb_backend_destroy(g);
 }
 
-/* gemm_dq.cuh (quantized weights, 33..256 rows) at larger shapes: N not a
- * multiple of any tile width, such that on a 132-multiprocessor GPU each
- * tile width runs (M 33 x N 1031 and 64 x 97: 16 rows a block; 65 x 8193
- * and 200 x 4097: 32; 256 x 4225: 64); K with a half step at the end (K %
- * 64 = 32) and K-quant rows of 5 and 9 blocks; M = 33, 64, 65, 200, 256 in f32
- * and permuted f16 views; two batch slices over one weight matrix; f32, f16
- * and bf16 destinations; the default and the GEMM path (no_gemm_dq) within
- * the GEMM bound of the same reference. */
-static void test_gemm_dq(void **state) {
+/* gemm_q8.cuh (q4_0 / q8_0 weights, 9..256 rows) at larger shapes: N not
+ * a multiple of any tile width, such that on a 132-multiprocessor GPU each
+ * tile width runs (M 9 x N 1031, 33 x 1031 and 64 x 97: 16 rows a block;
+ * 65 x 8193 and 200 x 4097: 32; 256 x 4225: 64); K with a partial step at
+ * the end (K % 128 = 32, 64, 96) and whole steps; f32 contiguous and
+ * permuted f16 activations; two batch slices over one weight matrix; f32,
+ * f16 and bf16 destinations; the default and the paths before it
+ * (no_gemm_q8) within their bounds of the same reference. K-quant weights
+ * at the same shapes take the matrix-vector kernels or the GEMM path. */
+static void test_gemm_q8(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, 502);
-    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
-    const int64_t Ms[] = {33, 64, 65, 200, 256}, Ns[] = {1031, 97, 8193, 4097, 4225};
-    const rb_gpu_tuning dflt = {0}, off = {.no_gemm_dq = true};
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    const int64_t Ms[] = {9, 33, 64, 65, 200, 256}, Ns[] = {1031, 1031, 97, 8193, 4097, 4225};
+    const int64_t Kq[] = {1056, 2080, 1024, 1120, 1216, 512};
+    const rb_gpu_tuning dflt = {0}, before = {.no_gemm_q8 = true};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
-        const bool kq = ws[wi] == RB_Q4_K || ws[wi] == RB_Q5_K || ws[wi] == RB_Q6_K;
+        const bool kq = ws[wi] == RB_Q4_K || ws[wi] == RB_Q6_K;
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            const int64_t N = Ns[mi], K = kq ? (mi >= 2 ? 1280 : 2304) : (mi % 2 ? 2080 : 1024);
-            const int64_t B2 = mi == 2 ? 2 : 1;
+            if (kq && mi % 2) continue;
+            const int64_t N = Ns[mi], K = kq ? (mi >= 3 ? 1280 : 2304) : Kq[mi];
+            const int64_t B2 = mi == 3 ? 2 : 1;
             const rb_dtype bd = mi % 2 ? RB_F16 : RB_F32;
-            const rb_dtype dd = mi == 3 ? RB_BF16 : mi == 4 ? RB_F16 : RB_F32;
-            for (int v = 0; v < (mi == 1 ? 2 : 1); v++) {
-                TU_OK(rb_gpu_backend_tune(g, v ? &off : &dflt));
-                one_product(c, g, &rng, v ? "gemm path" : "gemm_dq", false, ws[wi], K, N, Ms[mi], 1, B2, bd,
-                            GP_SLICE, mi % 2 ? GP_PERM : GP_CONTIG, dd, mi % 2 ? GP_SLICE : GP_CONTIG);
+            const rb_dtype dd = mi == 4 ? RB_BF16 : mi == 5 ? RB_F16 : RB_F32;
+            for (int v = 0; v < (mi == 2 && !kq ? 2 : 1); v++) {
+                TU_OK(rb_gpu_backend_tune(g, v ? &before : &dflt));
+                one_product(c, g, &rng, v ? "before q8" : "default", v ? &before : &dflt, ws[wi], K, N, Ms[mi], 1,
+                            B2, bd, GP_SLICE, mi % 2 ? GP_PERM : GP_CONTIG, dd, mi % 2 ? GP_SLICE : GP_CONTIG);
             }
         }
     }
@@ -342,6 +358,8 @@ static void test_matvec_sweep(void **state) {
     rb_device_info ci;
     TU_OK(rb_backend_device_info(c, &ci));
     const double cpu_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5;
+    const rb_gpu_tuning mv = {.mv_max_m = 32}; /* the matrix-vector kernels at every M of the sweep */
+    TU_OK(rb_gpu_backend_tune(g, &mv));
     tu_rng rng;
     tu_rng_seed(&rng, 700);
     const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_F32, RB_F16, RB_BF16};
@@ -416,6 +434,8 @@ static void test_matmul_fused(void **state) {
     rb_backend *g = gp_gpu();
     GP_NEED_GPU(g);
     rb_backend *c = gp_cpu();
+    const rb_gpu_tuning mv = {.mv_max_m = 32}; /* M = 5 falls back to the separate ops: their matrix-vector form */
+    TU_OK(rb_gpu_backend_tune(g, &mv));
     tu_rng rng;
     tu_rng_seed(&rng, 710);
     const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_F32, RB_F16, RB_BF16, RB_Q4_K, RB_Q5_K, RB_Q6_K};
@@ -949,7 +969,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_default),
         cmocka_unit_test(test_matmul_tiled),
-        cmocka_unit_test(test_gemm_dq),
+        cmocka_unit_test(test_gemm_q8),
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matvec_rows),

@@ -22,8 +22,8 @@ typedef struct rb_gpu_tuning {
     bool narrow_decode_att; /* decode attention of head dims 64 and 128 by att_decode.cuh, not the wide kernel */
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
-    bool no_gemm_dq;        /* quantized products of 33..256 rows by the GEMM path, not gemm_dq.cuh */
-    int mv_max_m;           /* > 0: products of more rows than this (not 32) skip the matrix-vector kernels */
+    bool no_gemm_q8;        /* q4_0 / q8_0 products of 9..256 rows as before gemm_q8.cuh (matrix-vector, GEMM) */
+    int mv_max_m;           /* > 0: the matrix-vector kernels take products of up to this many rows (<= 32) */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is

@@ -1,14 +1,20 @@
 /* GPU matrix product with ggml semantics (dst[m][n] = sum_k a[n][k] b[m][k],
  * a's dims 2/3 broadcast over b's). Two paths:
- *  - M <= MV_MAX_M = 32 (decode, small batches): the staged matrix-vector
+ *  - M <= MV_MAX_M = 32 (decode, small batches; fewer rows for the formats
+ *    below): the staged matrix-vector
  *    kernels of matvec.cuh, which read each weight byte once for all M rows
  *    (ggml blocks q4_0, q8_0, q4_K, q5_K, q6_K with int8 activations quantized the
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
- *  - quantized weights at MV_MAX_M < M <= DQ_MAX_M = 256 (many streams'
- *    decode): gemm_dq.cuh, weight tiles dequantized in shared memory beside
- *    f16 activations, tensor-core products, weights read once per 64 rows.
+ *  - q4_0 / q8_0 weights at 9 <= M <= 256 (many streams' decode, CUDA):
+ *    gemm_q8.cuh, int8 tensor-core tiles over the activations quantized as
+ *    the matrix-vector kernels quantize them, weights read once per 64 rows.
+ *  - float weights from M = 5 where cuBLAS is there: the GEMM (bench_gpu
+ *    ops, H100, bf16 4096 x 11008: 41 us at M = 8 and 43 at 32, against 102
+ *    and 190 for the matrix-vector kernel, whose f32 FMAs bound it); the
+ *    activations are then rounded to the weights' 16-bit type, as in a
+ *    prefill.
  *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
@@ -25,7 +31,7 @@
  * RB_E_UNSUPPORTED before queueing anything and the front-end runs the
  * separate ops.
  */
-#include "backends/gpu/matmul/gemm_dq.cuh"
+#include "backends/gpu/matmul/gemm_q8.cuh"
 #include "backends/gpu/matmul/matvec.cuh"
 
 #include <limits.h>
@@ -35,6 +41,7 @@
 namespace RB_GPU_NS {
 
 #define MV_MAX 8 /* activation rows per pass of the plain float kernel */
+#define FLOAT_MV_MAX_M 4 /* float weights: the matrix-vector kernels up to this many rows where cuBLAS takes more */
 #define MVF_THREADS 128
 
 /* Eight weights from a 16-byte load of a float row (f32: two loads). */
@@ -270,7 +277,17 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                                "rb_matmul: %s weights at a misaligned address or row stride are not supported on %s",
                                rb_dtype_name(a->dtype), be->name);
 
-    const int64_t mv_max = g->tune.mv_max_m > 0 && g->tune.mv_max_m < MV_MAX_M ? g->tune.mv_max_m : MV_MAX_M;
+    bool tiled = g->tune.tiled_gemm;
+#if defined(RBEE_GPU_HIP)
+    tiled = true;
+#endif
+    /* how many rows the matrix-vector kernels take (see the header) */
+    bool q8 = (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) && K % 32 == 0 && !g->tune.no_gemm_q8;
+#if defined(RBEE_GPU_HIP)
+    q8 = false;
+#endif
+    int64_t mv_max = q8 ? Q8_MIN_M - 1 : !quant && !tiled ? FLOAT_MV_MAX_M : MV_MAX_M;
+    if (g->tune.mv_max_m > 0) mv_max = g->tune.mv_max_m < MV_MAX_M ? g->tune.mv_max_m : MV_MAX_M;
     if (M <= mv_max) {
         /* decode and small batches: matvec.cuh, weights read once for all M
          * rows; f32 activations wanted as contiguous 16-byte aligned rows */
@@ -312,30 +329,33 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
         return RB_OK;
     }
 
-    /* ---- quantized weights, up to DQ_MAX_M rows: gemm_dq.cuh ---- */
-    if (quant && M <= DQ_MAX_M && K % 32 == 0 && !g->tune.no_gemm_dq) {
-        void *sp = NULL; /* the activations as contiguous f16 rows, every slice */
-        rb_status s = gpu_scratch(be, (size_t)(K * M * B2 * B3) * 2, &sp);
+    /* ---- q4_0 / q8_0 weights, up to Q8_MAX_M rows: gemm_q8.cuh ---- */
+    if (q8 && M <= Q8_MAX_M) {
+        const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
+                          b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
+        const int8_t *xq = NULL;
+        const int2 *xs = NULL;
+        rb_status s = mv_quant_acts<false>(be, bv, b_ok ? &bv : NULL, B2 * B3, M, K, &xq, &xs);
         if (s != RB_OK) return s;
-        s = gpu_copy_view(be, gpu_contig_view(sp, RB_F16, K, M, B2, B3), bv);
-        if (s != RB_OK) return s;
-        const int64_t mt = (M + DQ_BM - 1) / DQ_BM;
-        const int bn = gemm_dq_bn(N, mt, B2 * B3, g->n_sm);
+        const int64_t mt = (M + Q8_BM - 1) / Q8_BM;
+        const int bn = gemm_q8_bn(N, mt, B2 * B3, g->n_sm);
         const int64_t nt = (N + bn - 1) / bn;
         if (nt > 0x7fffffffLL) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld rows", (long long)N);
         const dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)(B2 * B3));
-        const uint16_t *x = (const uint16_t *)sp;
-        if (bn == 64) k_gemm_dq<64><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
-        else if (bn == 32) k_gemm_dq<32><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
-        else k_gemm_dq<16><<<grid, DQ_THREADS, 0, g->stream>>>(dv, av, x, K, M, r2, r3);
-        return gpu_check_launch(be, "matmul (quantized weights, tensor-core tiles)");
+        const bool q4 = a->dtype == RB_Q4_0;
+        if (bn == 64)
+            (q4 ? k_gemm_q8<64, RB_Q4_0> : k_gemm_q8<64, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
+                                                                                                    r2, r3);
+        else if (bn == 32)
+            (q4 ? k_gemm_q8<32, RB_Q4_0> : k_gemm_q8<32, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
+                                                                                                    r2, r3);
+        else
+            (q4 ? k_gemm_q8<16, RB_Q4_0> : k_gemm_q8<16, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
+                                                                                                    r2, r3);
+        return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, int8 tensor-core tiles)");
     }
 
     /* ---- GEMM path ---- */
-    bool tiled = g->tune.tiled_gemm;
-#if defined(RBEE_GPU_HIP)
-    tiled = true;
-#endif
     /* compute type of both operands: f16 for quantized/f16 weights, f32 for
      * f32 weights, bf16 (cuBLAS) or f32 (tiled) for bf16 weights */
     rb_dtype ct = RB_F16;
