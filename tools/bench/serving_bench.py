@@ -756,7 +756,9 @@ def measure(target, opts, plan_holder):
 # ---------------------------------------------------------------- reporting
 
 def ms(v):
-    return '-' if v is None else f'{1e3 * v:.1f}'
+    if v is None:
+        return '-'
+    return f'{1e3 * v:.2f}' if v < 0.01 else f'{1e3 * v:.1f}'
 
 
 def num(v, fmt='{:.1f}'):
@@ -969,7 +971,7 @@ def main(argv=None):
         print_report(report)
     if opts.json and report['targets']:
         with open(opts.json, 'w') as f:
-            json.dump(report, f, indent=1)
+            json.dump(report, f)
     if rc == 0:
         bad = [t['label'] for t in report['targets']
                if t.get('summary', {}).get('errors') or t.get('summary', {}).get('wrong_length')
