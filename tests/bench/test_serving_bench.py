@@ -237,6 +237,13 @@ class Fake(http.server.BaseHTTPRequestHandler):
             self.send_event(chunk(' a'), sends)
             self.send_event('{"choices": [', sends)
             return
+        elif mode == 'stall':
+            self.send_event(chunk(' a'), sends)
+            time.sleep(1.0)
+            return
+        elif mode == 'shape':
+            self.send_event({'choices': 5}, sends)
+            return
         elif mode == 'short':
             n_out = max(1, n_out - 1)
             for _ in range(n_out):
@@ -331,6 +338,11 @@ def test_errors(sb, url):
                        ('badjson', 'broken_stream'), ('nocontent', 'no_content')):
         r = one(mode)
         check(f'{mode} -> {kind}', r['error'] == kind and r['ttft'] is None and r['tpot'] is None, r)
+    r = one('shape')
+    check('an event of another shape -> broken_stream', r['error'] == 'broken_stream' and 'TypeError' in r['detail'], r)
+    r = sb.stream_request(sb.Endpoint(url, timeout=0.3), '/v1/completions', sb.request_body(spec, False, 'stall'), False)
+    check('a stream silent past --timeout -> broken_stream', r['error'] == 'broken_stream' and
+          len(r['chunk_times']) == 1, r)
     r = one('short')
     check('short -> completed, wrong_length', r['error'] is None and r['completion_tokens'] == 4 and r['wrong_length'],
           r)

@@ -41,6 +41,8 @@ Timing, per request, from the client's clock (time.perf_counter) when each SSE l
   TPOT  per request, (last content chunk - first content chunk) / (output tokens - 1): exact whatever
         the chunking
   e2e   request sent -> the end of the stream (`data: [DONE]`)
+The clients are threads of this process; the interpreter's thread switch interval is lowered to 0.5 ms
+so that a chunk's reader waits at most about that for the interpreter while other clients parse theirs.
 Percentiles interpolate linearly between the closest ranks (rank = (n - 1) * p / 100; numpy's default).
 Aggregate output tokens/s = output tokens of the completed requests / wall time (the first request sent to
 the last stream's end); warm-up requests (--warmup) are excluded.
@@ -49,8 +51,9 @@ the last stream's end); warm-up requests (--warmup) are excluded.
 is made before the clock starts). Exit status: 0; 1 when a server fails; 2 for a bad command line; 3 when
 any request failed or had the wrong length (after the report).
 
-Errors: `http_NNN` (a status other than 200), `connect` (refused, reset, timed out), `broken_stream` (the
-connection ended before `data: [DONE]`, or a line that is not valid SSE/JSON), `stream_error` (an
+Errors: `http_NNN` (a status other than 200), `connect` (refused, reset or timed out before an answer),
+`broken_stream` (the connection ended, was reset or stayed silent for --timeout before `data: [DONE]`, or
+a line that is not valid SSE or an event that is not a chunk), `stream_error` (an
 `{"error": ...}` event), `no_content` (a stream without a content chunk). `wrong_length`: completed
 requests whose output token count differs from the plan (counted apart; their times are kept).
 Server counters: the generated and prompt token totals of GET /metrics (llm-worker-rbee's
@@ -241,6 +244,7 @@ def stream_request(ep, path, body, chat, clock=time.perf_counter):
     hdr['Content-Type'] = 'application/json'
     hdr['Accept'] = 'text/event-stream'
     c = ep.conn()
+    started = False
     t0 = clock()
     rec['t_sent'] = t0
     try:
@@ -250,6 +254,7 @@ def stream_request(ep, path, body, chat, clock=time.perf_counter):
             rec['error'] = f'http_{r.status}'
             rec['detail'] = r.read()[:300].decode('utf-8', 'replace')
             return rec
+        started = True
         sse = SseParser()
         done = False
         while not done:
@@ -284,12 +289,12 @@ def stream_request(ep, path, body, chat, clock=time.perf_counter):
             rec['error'] = 'broken_stream'
             rec['detail'] = 'the connection ended before data: [DONE]'
             return rec
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, TypeError, AttributeError) as e:  # not SSE, not JSON, or JSON of another shape
         rec['error'] = 'broken_stream'
-        rec['detail'] = str(e)[:300]
+        rec['detail'] = f'{type(e).__name__}: {e}'[:300]
         return rec
-    except (OSError, http.client.HTTPException) as e:
-        rec['error'] = 'connect'
+    except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out: before or during the stream
+        rec['error'] = 'broken_stream' if started else 'connect'
         rec['detail'] = f'{type(e).__name__}: {e}'[:300]
         return rec
     finally:
@@ -941,6 +946,7 @@ def main(argv=None):
                            'repeat': opts.repeat, 'temperature': 0, 'ignore_eos': True},
               'targets': []}
     plan_holder = []
+    sys.setswitchinterval(0.0005)
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f'signal {signum}')
