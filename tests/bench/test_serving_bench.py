@@ -161,18 +161,39 @@ class Fake(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b)
 
+    # as a separate process (fake-server): 'rbee' or 'llama' names, readiness and counters; the number
+    # of readiness polls answered "not yet" (rbee: /v1/ready false while /health says 200; llama:
+    # /health 503); the slots
+    flavour = 'rbee'
+    not_ready = 0
+    slots = 2
+
+    def loading(self):
+        with STATE.lock:
+            if Fake.not_ready > 0:
+                Fake.not_ready -= 1
+                return True
+        return False
+
     def do_GET(self):
-        if self.path == '/v1/ready':
-            self.reply(200, {'ready': True})
+        rbee = Fake.flavour == 'rbee'
+        if self.path == '/v1/ready' and rbee:
+            self.reply(200, {'ready': not self.loading()})
+        elif self.path == '/health':
+            self.reply(503 if not rbee and self.loading() else 200, {'status': 'ok'})
         elif self.path == '/props':
-            self.reply(200, {'build_info': 'fake 1', 'total_slots': 2, 'model_path': '/m.gguf',
+            self.reply(200, {'build_info': f'fake {Fake.flavour}', 'total_slots': Fake.slots, 'model_path': '/m.gguf',
                              'default_generation_settings': {'n_ctx': 512}})
         elif self.path == '/v1/models':
             self.reply(200, {'data': [{'id': 'fake-model'}]})
         elif self.path == '/metrics':
             with STATE.lock:
                 g, p = STATE.generated, STATE.prompt
-            self.reply(200, f'# TYPE x counter\nllorch_tokens_out_total {g}\nllorch_tokens_in_total {p}\n', 'text/plain')
+            if rbee:
+                text = f'# TYPE x counter\nllorch_tokens_out_total {g}\nllorch_tokens_in_total {p}\n'
+            else:
+                text = f'llamacpp:prompt_tokens_total {p}\nllamacpp:tokens_predicted_total {g}\n'
+            self.reply(200, text, 'text/plain')
         else:
             self.reply(404, {'error': 'no'})
 
@@ -185,6 +206,9 @@ class Fake(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         t_recv = time.perf_counter()
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        if Fake.not_ready > 0:  # a request before the server said it was ready
+            self.reply(503, {'error': {'message': 'loading'}})
+            return
         if self.path == '/tokenize':
             self.reply(200, {'tokens': list(range(len(body['content'].split())))})
             return
@@ -397,8 +421,8 @@ def test_main_fake(sb, url):
         with STATE.lock:
             g1 = STATE.generated
         check('main: the warm-up ran but is not counted', g1 - g0 == s['output_tokens'] + 8, (g1 - g0))
-        check('main: identity', t['server'].get('build_info') == 'fake 1' and t['server'].get('models') == ['fake-model'])
-        check('main: text report', '| output tokens/s |' in out and 'fake 1' in out, out)
+        check('main: identity', t['server'].get('build_info') == 'fake rbee' and t['server'].get('models') == ['fake-model'])
+        check('main: text report', '| output tokens/s |' in out and 'fake rbee' in out, out)
     # the same seed gives the same plan; another seed another
     rc2, rep2, _, _ = run_main(sb, ['--url', url, '--clients', '2', '--requests', '7', '--prompt-len', '3:9',
                                     '--output-len', '2:6', '--warmup', '0'])
@@ -529,7 +553,55 @@ def test_worker(bench_py, worker, model):
     check('missing program: exit 1', rc == 1 and 'cannot start' in err, (rc, err))
 
 
+def fake_server(args):
+    """A started server for serving_bench.py: fake-server rbee|llama EXIT_STATUS [the flags it adds]."""
+    import signal
+    Fake.flavour, status = args[0], int(args[1])
+    Fake.not_ready = 3
+    rest = args[2:]
+    for flag in ('--parallel', '-np'):
+        if flag in rest:
+            Fake.slots = int(rest[rest.index(flag) + 1])
+    port = int(rest[rest.index('--port') + 1])
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', port), Fake)
+    srv.daemon_threads = True
+    if '--port-file' in rest:
+        with open(rest[rest.index('--port-file') + 1], 'w') as f:
+            f.write(str(srv.server_address[1]))
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(status))
+    print('fake server up', flush=True)
+    srv.serve_forever()
+
+
+def test_started_servers(sb):
+    """--worker and --llama-server with fake servers: the flags added, readiness, exit status."""
+    me = f'{sys.executable} {os.path.abspath(__file__)} fake-server'
+    rc, rep, out, err = run_main(sb, ['--worker', f'{me} rbee 0', '--llama-server', f'{me} llama 0 -np 5', '--compare',
+                                      '--clients', '3', '--requests', '4', '--prompt-len', '9', '--output-len', '6'])
+    check('started fakes: exit 0', rc == 0, (rc, err))
+    if rep:
+        a, b = rep['targets']
+        # ctx: 9 * 1.1 + 64 + 6 = 79 tokens, rounded up to 256; llama-server: 3 clients x 256
+        check('worker flags added', a['argv'][5:] == ['--local-mode', '--port', '0', '--port-file', a['argv'][9],
+                                                     '--parallel', '3', '--ctx-size', '256']
+              and a['server']['total_slots'] == 3, a['argv'])
+        check('llama-server flags added, its -np kept', b['argv'][5:] == ['-np', '5', '--host', '127.0.0.1', '--port',
+                                                                          b['argv'][10], '--metrics', '-c', '768']
+              and b['server']['total_slots'] == 5, b['argv'])
+        check('ready only when the server said so (no request answered 503)',
+              not a['summary']['errors'] and not b['summary']['errors'], (a['summary']['errors'], b['summary']['errors']))
+        check('llama-server counters read', b['counters'].get('generated') == b['summary']['output_tokens'] and
+              b['counters'].get('generated_name') == 'llamacpp:tokens_predicted_total', b['counters'])
+    rc, rep, out, err = run_main(sb, ['--worker', f'{me} rbee 7', '--requests', '2', '--prompt-len', '4',
+                                      '--output-len', '2'])
+    check('a server that exits 7 when stopped: exit 1, said', rc == 1 and 'exited with status 7' in err and rep and
+          rep['targets'][0]['server_exit'] == 7, (rc, err))
+
+
 def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == 'fake-server':
+        fake_server(sys.argv[2:])
+        return 0
     if len(sys.argv) >= 3 and sys.argv[1] == 'units':
         sb = load(sys.argv[2])
         test_percentile(sb)
@@ -543,6 +615,7 @@ def main():
             test_main_fake(sb, url)
         finally:
             srv.shutdown()
+        test_started_servers(sb)
     elif len(sys.argv) == 5 and sys.argv[1] == 'worker':
         test_worker(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

@@ -48,8 +48,9 @@ Aggregate output tokens/s = output tokens of the completed requests / wall time 
 the last stream's end); warm-up requests (--warmup) are excluded.
 
 --duration S stops starting requests after S seconds (at most --requests in all; the plan of --requests
-is made before the clock starts). Exit status: 0; 1 when a server fails; 2 for a bad command line; 3 when
-any request failed or had the wrong length (after the report).
+is made before the clock starts). Exit status: 0; 1 when a server fails to start or exits with a status
+other than 0 when stopped (after the report); 2 for a bad command line; 3 when any request failed or had
+the wrong length (after the report).
 
 Errors: `http_NNN` (a status other than 200), `connect` (refused, reset or timed out before an answer),
 `broken_stream` (the connection ended, was reset or stayed silent for --timeout before `data: [DONE]`, or
@@ -978,6 +979,8 @@ def main(argv=None):
     if opts.json and report['targets']:
         with open(opts.json, 'w') as f:
             json.dump(report, f)
+    if rc == 0 and any('server_exit' in t for t in report['targets']):
+        rc = 1  # a server that did not stop cleanly (its log was printed)
     if rc == 0:
         bad = [t['label'] for t in report['targets']
                if t.get('summary', {}).get('errors') or t.get('summary', {}).get('wrong_length')
