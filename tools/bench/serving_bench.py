@@ -17,7 +17,9 @@ Targets (one, or two with --compare: the same seeded load against each, one afte
   --llama-server "BIN [ARGS]"     starts llama.cpp's llama-server: adds --host 127.0.0.1 --port P and
                                   --metrics, and -np CLIENTS and -c CLIENTS*C unless ARGS give
                                   -np/--parallel and -c/--ctx-size; ready when GET /health answers 200
-C, the context per sequence, covers the longest planned prompt and output (+10% and 64 tokens). A started
+C, the context per sequence, covers the longest planned prompt and output (+10% and 64 tokens; with
+--shared-prefix N: N + 64 and the output), rounded up to 256. llama-server caps it at the model's
+training context. A started
 server's output goes to a temporary file; it is stopped (SIGTERM) at the end and the end of its log is
 printed when it fails to start or exits with a status other than 0.
 --compare prints both targets' figures side by side and their ratio first/second (for tokens/s above 1
@@ -64,7 +66,7 @@ reported beside the client's sums.
 
 --shared-prefix N replaces the load by the prefix-reuse scenario: for each of --repeat pairs, request A
 with an N-token prompt (fitted as above, a fresh prefix each pair), then request B whose prompt is A's
-followed by 8 more words; both with max_tokens = the smallest --output-len, one at a time. Reports both
+followed by 8 more words; both with max_tokens = the smallest --output-len (at most 16), one at a time. Reports both
 TTFTs and B/A per pair and their medians (B/A near 1: no reuse; the issue's goal is < 0.10 at N = 2000).
 
 usage: serving_bench.py (--url URL | --worker CMD | --llama-server CMD) [--compare (a second target)]
@@ -684,10 +686,14 @@ def counter_deltas(before, after, family):
     return out
 
 
+def prefix_max_tokens(opts):
+    return min(opts.output_range[0], 16)
+
+
 def shared_prefix(target, opts, tokenizer):
     """Pairs of (A: N-token prompt, B: A's prompt + 8 words), one request at a time."""
     path = '/v1/chat/completions' if opts.chat else '/v1/completions'
-    max_tokens = min(opts.output_range[0], 16)
+    max_tokens = prefix_max_tokens(opts)
     pairs = []
     for k in range(opts.repeat):
         rng = random.Random(opts.seed * 7919 + 104729 + k)
@@ -721,8 +727,10 @@ def measure(target, opts, plan_holder):
     """Starts (or reaches) one target, runs the scenario, stops it. plan_holder: [plan, how it was fitted],
     made on the first target and reused for the second."""
     out = {'label': target.label, 'kind': target.kind, 'spec': target.spec}
-    ctx = ctx_per_seq(max(opts.prompt_range[1], opts.shared_prefix + 3 * PREFIX_SUFFIX_WORDS),
-                      opts.output_range[1], opts.chat)
+    if opts.shared_prefix:  # B: the prefix and 8 words (of up to 8 tokens each where words split into bytes)
+        ctx = ctx_per_seq(opts.shared_prefix + 8 * PREFIX_SUFFIX_WORDS, prefix_max_tokens(opts), opts.chat)
+    else:
+        ctx = ctx_per_seq(opts.prompt_range[1], opts.output_range[1], opts.chat)
     try:
         t0 = time.perf_counter()
         target.start(opts, ctx)
