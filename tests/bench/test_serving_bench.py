@@ -319,8 +319,9 @@ def timing_checks(sb, ep, mode, chat, tol):
                 all(abs(g - r) <= tol for g, r in zip(rec['itl'], gaps_ref)), (rec['itl'], gaps_ref)))
     out.append((f'{mode}: ITL ordered as sent (0.12, 0.30, 0.20)', rec['itl'][0] < rec['itl'][2] < rec['itl'][1],
                 rec['itl']))
-    out.append((f'{mode}: ITL exact differences', all(close(g, b - a) for g, a, b in
-                                                      zip(rec['itl'], rec['chunk_times'], rec['chunk_times'][1:])), None))
+    times = rec['chunk_times']
+    out.append((f'{mode}: ITL exact differences', all(close(g, b - a) for g, a, b in zip(rec['itl'], times, times[1:])),
+                None))
     e2e_ref = log['sends'][-1] - rec['t_sent']
     out.append((f'{mode}: e2e = [DONE]', 0 <= rec['e2e'] - e2e_ref <= tol and rec['e2e'] >= rec['chunk_times'][-1],
                 (rec['e2e'], e2e_ref)))
@@ -364,7 +365,8 @@ def test_errors(sb, url):
         check(f'{mode} -> {kind}', r['error'] == kind and r['ttft'] is None and r['tpot'] is None, r)
     r = one('shape')
     check('an event of another shape -> broken_stream', r['error'] == 'broken_stream' and 'TypeError' in r['detail'], r)
-    r = sb.stream_request(sb.Endpoint(url, timeout=0.3), '/v1/completions', sb.request_body(spec, False, 'stall'), False)
+    r = sb.stream_request(sb.Endpoint(url, timeout=0.3), '/v1/completions', sb.request_body(spec, False, 'stall'),
+                          False)
     check('a stream silent past --timeout -> broken_stream', r['error'] == 'broken_stream' and
           len(r['chunk_times']) == 1, r)
     r = one('short')
@@ -416,12 +418,14 @@ def test_main_fake(sb, url):
         check('main: output lengths as planned', all(r['completion_tokens'] == r['max_tokens'] for r in reqs) and
               s['wrong_length'] == 0 and s['output_tokens'] == sum(r['max_tokens'] for r in reqs))
         check('main: server counters = client sums (warm-up excluded)',
-              t['counters'].get('generated') == s['output_tokens'] and t['counters'].get('prompt') == s['prompt_tokens'],
+              t['counters'].get('generated') == s['output_tokens']
+              and t['counters'].get('prompt') == s['prompt_tokens'],
               (t['counters'], s['output_tokens'], s['prompt_tokens']))
         with STATE.lock:
             g1 = STATE.generated
         check('main: the warm-up ran but is not counted', g1 - g0 == s['output_tokens'] + 8, (g1 - g0))
-        check('main: identity', t['server'].get('build_info') == 'fake rbee' and t['server'].get('models') == ['fake-model'])
+        check('main: identity', t['server'].get('build_info') == 'fake rbee'
+              and t['server'].get('models') == ['fake-model'])
         check('main: text report', '| output tokens/s |' in out and 'fake rbee' in out, out)
     # the same seed gives the same plan; another seed another
     rc2, rep2, _, _ = run_main(sb, ['--url', url, '--clients', '2', '--requests', '7', '--prompt-len', '3:9',
@@ -540,7 +544,8 @@ def test_worker(bench_py, worker, model):
     if rep:
         a, b = rep['targets']
         check('worker compare: the same prompts, every output as planned on both', all(
-            x['prompt_tokens'] == y['prompt_tokens'] and x['completion_tokens'] == y['completion_tokens'] == x['max_tokens']
+            x['prompt_tokens'] == y['prompt_tokens']
+            and x['completion_tokens'] == y['completion_tokens'] == x['max_tokens']
             for x, y in zip(a['requests'], b['requests'])) and len(a['requests']) == 4, (a['requests'], b['requests']))
         check('worker compare: the settings reached the workers', a['server'].get('total_slots') == 2 and
               b['server'].get('total_slots') == 1)
@@ -589,7 +594,8 @@ def test_started_servers(sb):
                                                                           b['argv'][10], '--metrics', '-c', '768']
               and b['server']['total_slots'] == 5, b['argv'])
         check('ready only when the server said so (no request answered 503)',
-              not a['summary']['errors'] and not b['summary']['errors'], (a['summary']['errors'], b['summary']['errors']))
+              not a['summary']['errors'] and not b['summary']['errors'],
+              (a['summary']['errors'], b['summary']['errors']))
         check('llama-server counters read', b['counters'].get('generated') == b['summary']['output_tokens'] and
               b['counters'].get('generated_name') == 'llamacpp:tokens_predicted_total', b['counters'])
     rc, rep, out, err = run_main(sb, ['--worker', f'{me} rbee 7', '--requests', '2', '--prompt-len', '4',

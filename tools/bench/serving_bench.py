@@ -422,7 +422,8 @@ class Target:
         while not self.ready():
             self.check_alive()
             if time.monotonic() > deadline:
-                raise RuntimeError(f'{self.label} at {self.ep.url} not ready after {timeout:.0f} s:\n' + self.log_tail())
+                raise RuntimeError(f'{self.label} at {self.ep.url} not ready after {timeout:.0f} s:\n'
+                                   + self.log_tail())
             time.sleep(0.05)
 
     def stop(self):
@@ -868,7 +869,8 @@ def print_report(report, f=None):
         print('| ' + ' | '.join([name] + [c[i] for c in cols]) + ' |', file=f)
     for t in targets:
         s, c = t['summary'], t.get('counters', {})
-        line = f'{t["label"]}: wall {s["wall_s"]:.2f} s, {s["output_tokens"]} output and {s["prompt_tokens"]} prompt tokens'
+        line = (f'{t["label"]}: wall {s["wall_s"]:.2f} s, {s["output_tokens"]} output and {s["prompt_tokens"]} '
+                'prompt tokens')
         if 'generated' in c:
             line += f'; server counters: {c["generated"]:.0f} generated, {c.get("prompt", float("nan")):.0f} prompt'
         print(line, file=f)
@@ -951,7 +953,9 @@ def main(argv=None):
                            'duration_s': opts.duration, 'prompt_len': opts.prompt_len, 'output_len': opts.output_len,
                            'endpoint': '/v1/chat/completions' if opts.chat else '/v1/completions',
                            'seed': opts.seed, 'warmup': opts.warmup, 'shared_prefix': opts.shared_prefix,
-                           'repeat': opts.repeat, 'temperature': 0, 'ignore_eos': True},
+                           'repeat': opts.repeat, 'temperature': 0, 'ignore_eos': True,
+                           'command': ['serving_bench.py'] + list(argv),
+                           'date_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())},
               'targets': []}
     plan_holder = []
     sys.setswitchinterval(0.0005)
