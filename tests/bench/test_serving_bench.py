@@ -586,12 +586,12 @@ def test_started_servers(sb):
     check('started fakes: exit 0', rc == 0, (rc, err))
     if rep:
         a, b = rep['targets']
-        # ctx: 9 * 1.1 + 64 + 6 = 79 tokens, rounded up to 256; llama-server: 3 clients x 256
+        # ctx: 9 * 1.1 + 64 + 6 = 79 tokens, rounded up to 256; llama-server: its 5 slots x 256
         check('worker flags added', a['argv'][5:] == ['--local-mode', '--port', '0', '--port-file', a['argv'][9],
                                                      '--parallel', '3', '--ctx-size', '256']
               and a['server']['total_slots'] == 3, a['argv'])
         check('llama-server flags added, its -np kept', b['argv'][5:] == ['-np', '5', '--host', '127.0.0.1', '--port',
-                                                                          b['argv'][10], '--metrics', '-c', '768']
+                                                                          b['argv'][10], '--metrics', '-c', '1280']
               and b['server']['total_slots'] == 5, b['argv'])
         check('ready only when the server said so (no request answered 503)',
               not a['summary']['errors'] and not b['summary']['errors'],

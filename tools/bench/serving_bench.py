@@ -61,7 +61,8 @@ the wrong length (after the report).
 Errors: `http_NNN` (a status other than 200), `connect` (refused, reset or timed out before an answer),
 `broken_stream` (the connection ended, was reset or stayed silent for --timeout before `data: [DONE]`, or
 a line that is not valid SSE or an event that is not a chunk), `stream_error` (an
-`{"error": ...}` event), `no_content` (a stream without a content chunk). `wrong_length`: completed
+`{"error": ...}` event), `no_content` (a stream without a content chunk), `client_exception` (a defect of
+this script, counted rather than lost). `wrong_length`: completed
 requests whose output token count differs from the plan (counted apart; their times are kept).
 Server counters: the generated and prompt token totals of GET /metrics (llm-worker-rbee's
 llorch_tokens_out_total / llorch_tokens_in_total, llama-server's llamacpp:tokens_predicted_total /
@@ -326,6 +327,21 @@ def has_flag(argv, *names):
     return any(a in names or any(a.startswith(n + '=') for n in names) for a in argv)
 
 
+def flag_value(argv, *names):
+    """The integer after the last of names (or in NAME=V) in argv; None when absent or not an integer."""
+    v = None
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                v = argv[i + 1]
+            elif a.startswith(n + '='):
+                v = a[len(n) + 1:]
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
 class Target:
     """One server to measure: a URL, or a program this script starts and stops."""
 
@@ -362,10 +378,12 @@ class Target:
             argv += ['--host', '127.0.0.1', '--port', str(port)]
             if not has_flag(argv, '--metrics'):
                 argv += ['--metrics']
-            if not has_flag(argv, '-np', '--parallel'):
-                argv += ['-np', str(opts.clients)]
+            slots = flag_value(argv, '-np', '--parallel')
+            if slots is None:
+                slots = opts.clients
+                argv += ['-np', str(slots)]
             if not has_flag(argv, '-c', '--ctx-size'):
-                argv += ['-c', str(ctx_per_seq * opts.clients)]
+                argv += ['-c', str(ctx_per_seq * slots)]
         self.argv = argv
         log = open(self.log_path, 'wb')
         try:
@@ -617,8 +635,13 @@ def run_load(target, plan, opts, duration=None):
                     return
                 state['next'] += 1
             spec = plan[i]
-            rec = finish_record(stream_request(target.ep, path, request_body(spec, opts.chat, opts.model),
-                                               opts.chat), spec)
+            try:
+                rec = stream_request(target.ep, path, request_body(spec, opts.chat, opts.model), opts.chat)
+            except Exception as e:  # a defect here, not the server's: counted all the same, never lost
+                rec = {'error': 'client_exception', 'detail': f'{type(e).__name__}: {e}'[:300], 'usage': None,
+                       'timings': None, 'finish_reason': None, 'chunk_times': [], 'ttft': None, 'e2e': None,
+                       't_sent': None}
+            rec = finish_record(rec, spec)
             with lock:
                 records.append(rec)
                 t_end[0] = max(t_end[0], time.perf_counter())
@@ -764,7 +787,7 @@ def measure(target, opts, plan_holder):
         return out
     finally:
         status = target.stop()
-        if status not in (None, 0):
+        if status not in (None, 0) and 'ready_s' in out:  # (before that, the error said it with the log)
             out['server_exit'] = status
             out['server_log_tail'] = target.log_tail(2000)
             print(f'serving_bench: {target.label} exited with status {status}; the end of its log:\n'
