@@ -48,6 +48,11 @@
 #   worker     llm-worker-rbee on cuda:0 at --parallel 1/4/8/16
 #              (tools/bench/worker_parallel.py; the bundled default model
 #              unless RBEE_BENCH_MODEL names another)
+#   serving    tools/bench/serving_bench.py on cuda:0: 32 streamed clients, 256 requests,
+#              prompts 128:1024 and outputs 64:256 tokens (SERVING_BENCH="ARGS" replaces
+#              these) on RBEE_BENCH_MODEL (default: the bundled model); with
+#              LLAMA_SERVER=PATH the same seeded load against that llama-server
+#              (-ngl 99 -fa on) after it, ratios side by side
 #   peaks      PyTorch's copy bandwidth and bf16 GEMM rate on the card (the
 #              ceilings of docs/PERFORMANCE.md), where torch is installed
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
@@ -263,6 +268,17 @@ for s in "$@"; do
       >"$OUT/worker.txt" 2>&1
     rc=$?; cat "$OUT/worker.txt"
     [[ $rc -eq 0 ]] && result worker ok || result worker "FAIL (exit $rc)" ;;
+  serving)
+    step "serving benchmark on cuda:0${LLAMA_SERVER:+ beside llama-server}"
+    sm=${RBEE_BENCH_MODEL:-models/default/rbee-default-q8_0.gguf}
+    sargs=(--worker "$BIN/cuda/llm-worker-rbee --backend cuda --device 0 --model $sm")
+    [[ -n ${LLAMA_SERVER:-} ]] && sargs+=(--llama-server "$LLAMA_SERVER -m $sm -ngl 99 -fa on" --compare)
+    # shellcheck disable=SC2086
+    timeout 580 python3 tools/bench/serving_bench.py "${sargs[@]}" \
+      ${SERVING_BENCH:---clients 32 --requests 256 --prompt-len 128:1024 --output-len 64:256} \
+      --json "$OUT/serving${TAG:+-$TAG}.json" 2>&1 | tee "$OUT/serving${TAG:+-$TAG}.txt"
+    rc=${PIPESTATUS[0]}
+    [[ $rc -eq 0 ]] && result serving ok || result serving "FAIL (exit $rc)" ;;
   peaks)
     step "PyTorch copy bandwidth and bf16 GEMM"
     timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/peaks.jsonl"
