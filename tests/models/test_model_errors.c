@@ -278,12 +278,68 @@ static void test_truncate_then_continue(void **state) {
     rb_backend_destroy(be);
 }
 
+/* Caches made together (rb_kv_cache_create_many): each behaves as a cache
+ * of its own (the same logits as a lone cache, positions independent of the
+ * others', copies to and from lone caches), freed in any order (the shared
+ * memory goes with the last: ASan's leak check); bad counts refused. */
+static void test_caches_made_together(void **state) {
+    (void)state;
+    rb_error err;
+    rb_backend *be = NULL;
+    rb_model *m = open_tiny("many.gguf", &be);
+    tu_rng rng;
+    tu_rng_seed(&rng, 2025);
+    int32_t toks[3][5];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 5; i++) toks[s][i] = (int32_t)(tu_rng_u64(&rng) % V);
+    float want[3][V], got[V];
+    rb_kv_cache *many[3] = {NULL, NULL, NULL}, *lone = NULL;
+    TU_OK(rb_kv_cache_create_many(m, 3, 16, RB_F16, many, &err));
+    assert_int_equal(rb_kv_cache_size(many[2]), 16);
+    assert_int_equal(rb_kv_cache_bytes(many[0]), rb_kv_cache_bytes(many[1]));
+    for (int s = 0; s < 3; s++) {
+        TU_OK(rb_kv_cache_create(m, 16, RB_F16, &lone, &err));
+        TU_OK(rb_model_forward(m, lone, toks[s], 5, false, want[s], &err));
+        rb_kv_cache_free(lone);
+    }
+    /* interleaved: each cache's positions are its own */
+    for (int i = 0; i < 5; i++)
+        for (int s = 2; s >= 0; s--) TU_OK(rb_model_forward(m, many[s], &toks[s][i], 1, false, got, &err));
+    for (int s = 0; s < 3; s++) assert_int_equal(rb_kv_cache_used(many[s]), 5);
+    /* a copy of cache 1 into a lone cache continues as cache 1 does */
+    TU_OK(rb_kv_cache_create(m, 16, RB_F16, &lone, &err));
+    TU_OK(rb_kv_cache_copy(lone, many[1], &err));
+    float a[V], b[V];
+    TU_OK(rb_model_forward(m, lone, &toks[1][2], 1, false, a, &err));
+    rb_kv_cache_free(many[0]); /* freed before the others: their memory stays */
+    TU_OK(rb_model_forward(m, many[1], &toks[1][2], 1, false, b, &err));
+    assert_memory_equal(a, b, sizeof a);
+    /* the first five tokens' logits match a lone cache's */
+    rb_kv_cache_truncate(many[2], 4);
+    TU_OK(rb_model_forward(m, many[2], &toks[2][4], 1, false, got, &err));
+    double e = tu_rel_l2_f(got, want[2], V);
+    print_message("cache made together vs lone: rel L2 %.2g\n", e);
+    assert_true(e < 1e-6);
+    rb_kv_cache_free(lone);
+    rb_kv_cache_free(many[2]);
+    rb_kv_cache_free(many[1]);
+    rb_kv_cache *bad[2] = {NULL, NULL};
+    assert_int_equal(rb_kv_cache_create_many(m, 0, 16, RB_F16, bad, &err), RB_E_RANGE);
+    assert_int_equal(rb_kv_cache_create_many(m, 70000, 16, RB_F16, bad, &err), RB_E_RANGE);
+    assert_int_equal(rb_kv_cache_create_many(m, 1 << 10, 1 << 22, RB_F16, bad, &err), RB_E_RANGE); /* i32 rows */
+    assert_int_equal(rb_kv_cache_create_many(m, 2, 16, RB_Q8_0, bad, &err), RB_E_INVALID);
+    assert_null(bad[0]);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_errors),
         cmocka_unit_test(test_hf_errors),
         cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_truncate_then_continue),
+        cmocka_unit_test(test_caches_made_together),
         cmocka_unit_test(test_load_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
