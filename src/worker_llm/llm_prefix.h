@@ -25,20 +25,23 @@ typedef struct llm_prefix_view {
 size_t llm_prefix_lcp(const int32_t *a, size_t na, const int32_t *b, size_t nb);
 
 /* Positions of a slot holding tok[0 .. n) that a prompt of n_prompt tokens
- * can keep: their common prefix, at most n_prompt - 1 (one prompt token at
- * least runs, for the logits of the first generated token). */
-size_t llm_prefix_keep(const int32_t *tok, size_t n, const int32_t *prompt, size_t n_prompt);
+ * can keep: their common prefix, but at least min_run (>= 1) prompt tokens
+ * run (one for the logits of the first generated token; more where the
+ * last rows must come from a product of as many rows as a cold prefill's),
+ * and none when the prompt has fewer than min_run. */
+size_t llm_prefix_keep(const int32_t *tok, size_t n, const int32_t *prompt, size_t n_prompt, size_t min_run);
 
 /* The free slot for a prompt: the one whose cache keeps the most of it
  * (llm_prefix_keep), ties to the least recently used; with prompt NULL
  * (or nothing kept anywhere) the least recently used free slot. *keep (may
  * be NULL) gets the positions it keeps. -1: no slot is free. */
-int llm_prefix_pick(const llm_prefix_view *v, int n_slots, const int32_t *prompt, size_t n_prompt, size_t *keep);
+int llm_prefix_pick(const llm_prefix_view *v, int n_slots, const int32_t *prompt, size_t n_prompt, size_t min_run,
+                    size_t *keep);
 
 /* A slot other than `self` (free or busy) whose cache keeps more of the
  * prompt than `than` positions, the most of them (ties to the lowest slot);
  * -1 if none. *keep gets its positions. */
 int llm_prefix_donor(const llm_prefix_view *v, int n_slots, int self, const int32_t *prompt, size_t n_prompt,
-                     size_t than, size_t *keep);
+                     size_t min_run, size_t than, size_t *keep);
 
 #endif

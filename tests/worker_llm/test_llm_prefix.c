@@ -3,7 +3,7 @@
  * ties to the least recently used, busy slots never) and the donor slot
  * (free or busy, other than the job's own, only when it keeps more), with
  * expected values written out by hand and a brute-force check over random
- * slot states. */
+ * slot states (min_run 1 to 3). */
 #include "testutil.h"
 
 #include "worker_llm/llm_prefix.h"
@@ -28,14 +28,21 @@ static void test_keep(void **state) {
     const int32_t cached[] = {1, 2, 3, 4, 5, 6};
     const int32_t longer[] = {1, 2, 3, 4, 5, 6, 7, 8}, same[] = {1, 2, 3, 4, 5, 6}, shorter[] = {1, 2, 3},
                   other[] = {1, 2, 9, 4, 5, 6, 7}, none[] = {8, 1};
-    assert_int_equal(llm_prefix_keep(cached, 6, longer, 8), 6);  /* all of the cache */
-    assert_int_equal(llm_prefix_keep(cached, 6, same, 6), 5);    /* identical: the last token runs again */
-    assert_int_equal(llm_prefix_keep(cached, 6, shorter, 3), 2); /* a strict prefix of the cache */
-    assert_int_equal(llm_prefix_keep(cached, 6, other, 7), 2);
-    assert_int_equal(llm_prefix_keep(cached, 6, none, 2), 0);
-    assert_int_equal(llm_prefix_keep(cached, 6, same, 1), 0); /* one-token prompt: nothing kept */
-    assert_int_equal(llm_prefix_keep(cached, 6, same, 0), 0);
-    assert_int_equal(llm_prefix_keep(NULL, 0, same, 6), 0);
+    assert_int_equal(llm_prefix_keep(cached, 6, longer, 8, 1), 6);  /* all of the cache */
+    assert_int_equal(llm_prefix_keep(cached, 6, same, 6, 1), 5);    /* identical: the last token runs again */
+    assert_int_equal(llm_prefix_keep(cached, 6, shorter, 3, 1), 2); /* a strict prefix of the cache */
+    assert_int_equal(llm_prefix_keep(cached, 6, other, 7, 1), 2);
+    assert_int_equal(llm_prefix_keep(cached, 6, none, 2, 1), 0);
+    assert_int_equal(llm_prefix_keep(cached, 6, same, 1, 1), 0); /* one-token prompt: nothing kept */
+    assert_int_equal(llm_prefix_keep(cached, 6, same, 0, 1), 0);
+    assert_int_equal(llm_prefix_keep(NULL, 0, same, 6, 1), 0);
+    /* at least min_run prompt tokens run; none kept from a prompt shorter than that */
+    assert_int_equal(llm_prefix_keep(cached, 6, longer, 8, 3), 5);
+    assert_int_equal(llm_prefix_keep(cached, 6, longer, 8, 2), 6);
+    assert_int_equal(llm_prefix_keep(cached, 6, same, 6, 4), 2);
+    assert_int_equal(llm_prefix_keep(cached, 6, shorter, 3, 3), 0);
+    assert_int_equal(llm_prefix_keep(cached, 6, shorter, 3, 4), 0);
+    assert_int_equal(llm_prefix_keep(cached, 6, same, 6, 0), 5); /* 0 counts as 1 */
 }
 
 static void test_pick(void **state) {
@@ -45,27 +52,27 @@ static void test_pick(void **state) {
                   s3[] = {1, 2, 3, 99};
     llm_prefix_view v[4] = {{s0, 7, 10, true}, {s1, 3, 5, true}, {s2, 11, 1, false}, {s3, 4, 2, true}};
     size_t keep = 99;
-    assert_int_equal(llm_prefix_pick(v, 4, p, 10, &keep), 0); /* slot 2 keeps more but is busy */
+    assert_int_equal(llm_prefix_pick(v, 4, p, 10, 1, &keep), 0); /* slot 2 keeps more but is busy */
     assert_int_equal(keep, 7);
     v[2].free = true; /* free now: it keeps 9 (all but the last prompt token) */
-    assert_int_equal(llm_prefix_pick(v, 4, p, 10, &keep), 2);
+    assert_int_equal(llm_prefix_pick(v, 4, p, 10, 1, &keep), 2);
     assert_int_equal(keep, 9);
     v[2].free = false;
     v[0].free = false;
     /* slots 1 and 3 keep 3 each: the least recently used (3) wins */
-    assert_int_equal(llm_prefix_pick(v, 4, p, 10, &keep), 3);
+    assert_int_equal(llm_prefix_pick(v, 4, p, 10, 1, &keep), 3);
     assert_int_equal(keep, 3);
     v[1].last_used = 1;
-    assert_int_equal(llm_prefix_pick(v, 4, p, 10, &keep), 1);
+    assert_int_equal(llm_prefix_pick(v, 4, p, 10, 1, &keep), 1);
     /* no prompt (an embeddings job): the least recently used free slot */
     v[1].last_used = 5;
-    assert_int_equal(llm_prefix_pick(v, 4, NULL, 0, &keep), 3);
+    assert_int_equal(llm_prefix_pick(v, 4, NULL, 0, 1, &keep), 3);
     assert_int_equal(keep, 0);
     /* nothing shared: the least recently used */
     const int32_t q[] = {50, 51};
-    assert_int_equal(llm_prefix_pick(v, 4, q, 2, NULL), 3);
+    assert_int_equal(llm_prefix_pick(v, 4, q, 2, 1, NULL), 3);
     for (int i = 0; i < 4; i++) v[i].free = false;
-    assert_int_equal(llm_prefix_pick(v, 4, p, 10, &keep), -1);
+    assert_int_equal(llm_prefix_pick(v, 4, p, 10, 1, &keep), -1);
 }
 
 static void test_donor(void **state) {
@@ -74,15 +81,15 @@ static void test_donor(void **state) {
     const int32_t s0[] = {1, 2}, s1[] = {1, 2, 3, 4, 5}, s2[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     llm_prefix_view v[3] = {{s0, 2, 0, true}, {s1, 5, 0, false}, {s2, 9, 0, false}};
     size_t keep = 0;
-    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 2, &keep), 2); /* busy slots give too */
+    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 1, 2, &keep), 2); /* busy slots give too */
     assert_int_equal(keep, 7);
-    assert_int_equal(llm_prefix_donor(v, 3, 2, p, 8, 7, &keep), -1); /* self excluded, nobody keeps more */
+    assert_int_equal(llm_prefix_donor(v, 3, 2, p, 8, 1, 7, &keep), -1); /* self excluded, nobody keeps more */
     assert_int_equal(keep, 7);
-    assert_int_equal(llm_prefix_donor(v, 3, 2, p, 8, 0, &keep), 1);
+    assert_int_equal(llm_prefix_donor(v, 3, 2, p, 8, 1, 0, &keep), 1);
     assert_int_equal(keep, 5);
     v[2].n = 5; /* slots 1 and 2 keep 5: the lower one */
-    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 2, &keep), 1);
-    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 5, &keep), -1); /* not more than the slot's own */
+    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 1, 2, &keep), 1);
+    assert_int_equal(llm_prefix_donor(v, 3, 0, p, 8, 1, 5, &keep), -1); /* not more than the slot's own */
     assert_int_equal(keep, 5);
 }
 
@@ -95,7 +102,7 @@ static void test_random(void **state) {
     llm_prefix_view v[6];
     for (int it = 0; it < 2000; it++) {
         const int n = 1 + (int)(tu_rng_u64(&r) % 6);
-        const size_t np = 1 + tu_rng_u64(&r) % 12;
+        const size_t np = 1 + tu_rng_u64(&r) % 12, min_run = 1 + tu_rng_u64(&r) % 3;
         for (size_t i = 0; i < np; i++) prompt[i] = (int32_t)(tu_rng_u64(&r) % 2);
         for (int s = 0; s < n; s++) {
             v[s].n = tu_rng_u64(&r) % 13;
@@ -109,13 +116,13 @@ static void test_random(void **state) {
         for (int s = 0; s < n; s++) {
             size_t k = 0;
             while (k < v[s].n && k < np && toks[s][k] == prompt[k]) k++;
-            kept[s] = k < np - 1 ? k : np - 1;
+            kept[s] = np < min_run ? 0 : k < np - min_run ? k : np - min_run;
             if (!v[s].free) continue;
             if (want < 0 || kept[s] > kept[want] || (kept[s] == kept[want] && v[s].last_used < v[want].last_used))
                 want = s;
         }
         size_t keep = 0;
-        const int got = llm_prefix_pick(v, n, prompt, np, &keep);
+        const int got = llm_prefix_pick(v, n, prompt, np, min_run, &keep);
         assert_int_equal(got, want);
         if (got < 0) continue;
         assert_int_equal(keep, kept[got]);
@@ -123,7 +130,7 @@ static void test_random(void **state) {
         for (int s = 0; s < n; s++)
             if (s != got && kept[s] > (dwant < 0 ? kept[got] : kept[dwant])) dwant = s;
         size_t dkeep = 0;
-        assert_int_equal(llm_prefix_donor(v, n, got, prompt, np, kept[got], &dkeep), dwant);
+        assert_int_equal(llm_prefix_donor(v, n, got, prompt, np, min_run, kept[got], &dkeep), dwant);
         assert_int_equal(dkeep, dwant < 0 ? kept[got] : kept[dwant]);
     }
 }
