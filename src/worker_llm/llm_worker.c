@@ -267,7 +267,8 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
         {"cache-prompt", WK_OPT_STRING, &lw->cache_prompt_name, 0, 0, "on|off",
          "a prompt that starts with tokens a sequence slot's KV cache holds (a system prompt, the earlier turns "
          "of a chat) takes them from there and runs only the rest (default on; off: every prompt runs whole). "
-         "Logits then match a cold run's to rounding, not bit for bit (docs/OPENAI_API.md)"},
+         "With --deterministic on the CPU the logits are a cold run's, bit for bit; elsewhere equal to rounding "
+         "(docs/OPENAI_API.md)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;
