@@ -53,6 +53,9 @@
 #              these) on RBEE_BENCH_MODEL (default: the bundled model); with
 #              LLAMA_SERVER=PATH the same seeded load against that llama-server
 #              (-ngl 99 -fa on) after it, ratios side by side
+#   prefix     llm-worker-rbee on cuda:0: time to first token of a prompt sharing a
+#              ~2,000-token prefix with the one before, --cache-prompt on and off
+#              (tools/bench/worker_prompt_cache.py; the model as for worker)
 #   peaks      PyTorch's copy bandwidth and bf16 GEMM rate on the card (the
 #              ceilings of docs/PERFORMANCE.md), where torch is installed
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
@@ -279,6 +282,16 @@ for s in "$@"; do
       --json "$OUT/serving${TAG:+-$TAG}.json" 2>&1 | tee "$OUT/serving${TAG:+-$TAG}.txt"
     rc=${PIPESTATUS[0]}
     [[ $rc -eq 0 ]] && result serving ok || result serving "FAIL (exit $rc)" ;;
+  prefix)
+    step "worker prompt-prefix reuse on cuda:0"
+    rc=0
+    for cp in on off; do
+      timeout 400 python3 tools/bench/worker_prompt_cache.py $BIN/cuda/llm-worker-rbee --backend cuda --device 0 \
+        --model "${RBEE_BENCH_MODEL:-models/default/rbee-default-q8_0.gguf}" --cache-prompt $cp \
+        >>"$OUT/prefix.txt" 2>&1 || rc=$?
+    done
+    cat "$OUT/prefix.txt"
+    [[ $rc -eq 0 ]] && result prefix ok || result prefix "FAIL (exit $rc)" ;;
   peaks)
     step "PyTorch copy bandwidth and bf16 GEMM"
     timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/peaks.jsonl"

@@ -142,6 +142,13 @@ size_t rb_kv_cache_bytes(const rb_kv_cache *kv);
  * several continuations of one prompt share its prefill. Both caches must
  * belong to the same model and have the same size and dtype (RB_E_INVALID). */
 rb_status rb_kv_cache_copy(rb_kv_cache *dst, const rb_kv_cache *src, rb_error *err);
+/* Makes dst hold src's first n positions (n <= rb_kv_cache_used(src)),
+ * copied on the device; dst's used count becomes n, its later positions are
+ * forgotten. A new prompt that starts with tokens another sequence's cache
+ * already holds takes them from there instead of recomputing them. dst ==
+ * src truncates. RB_E_INVALID: caches of different models, sizes or dtypes,
+ * or n out of 0..used. A failed device copy leaves dst empty. */
+rb_status rb_kv_cache_copy_prefix(rb_kv_cache *dst, const rb_kv_cache *src, int64_t n, rb_error *err);
 
 /* Runs tokens[0..n) at positions used..used+n of kv and appends them to it.
  * Writes logits (f32, host memory) for the last token only (all_logits false:

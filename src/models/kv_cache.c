@@ -159,20 +159,32 @@ void rb_kv_cache_truncate(rb_kv_cache *kv, int64_t n) {
 }
 size_t rb_kv_cache_bytes(const rb_kv_cache *kv) { return kv->bytes; }
 
-rb_status rb_kv_cache_copy(rb_kv_cache *dst, const rb_kv_cache *src, rb_error *err) {
+rb_status rb_kv_cache_copy_prefix(rb_kv_cache *dst, const rb_kv_cache *src, int64_t n, rb_error *err) {
     if (!dst || !src || dst->m != src->m || dst->n_ctx != src->n_ctx || dst->dtype != src->dtype)
         return rb_error_set(err, RB_E_INVALID, "rb_kv_cache_copy: the caches differ in model, size or dtype");
-    if (dst == src) return RB_OK;
+    if (n < 0 || n > src->used)
+        return rb_error_set(err, RB_E_INVALID, "rb_kv_cache_copy_prefix: %lld positions asked, the source holds %lld",
+                            (long long)n, (long long)src->used);
+    if (dst == src) {
+        rb_kv_cache_truncate(dst, n);
+        return RB_OK;
+    }
     const rb_model_config *c = &src->m->cfg;
     const size_t rb = rb_dtype_row_size(src->dtype, c->head_dim * c->n_head_kv);
-    /* a layer's k and v rows alternate, so its first `used` positions are one run of bytes */
-    const size_t n = 2 * rb * (size_t)src->used;
-    for (int64_t il = 0; il < c->n_layer && n > 0; il++) {
-        rb_status s = rb_buffer_copy(dst->pool->buf, dst->k[il].offs, src->pool->buf, src->k[il].offs, n);
-        if (s != RB_OK)
+    /* a layer's k and v rows alternate, so its first n positions are one run of bytes */
+    const size_t bytes = 2 * rb * (size_t)n;
+    for (int64_t il = 0; il < c->n_layer && bytes > 0; il++) {
+        rb_status s = rb_buffer_copy(dst->pool->buf, dst->k[il].offs, src->pool->buf, src->k[il].offs, bytes);
+        if (s != RB_OK) {
+            dst->used = 0; /* some layers copied, others not: nothing of dst is known */
             return rb_error_set(err, s, "copying layer %lld of a KV cache: %s", (long long)il,
                                 rb_backend_last_error(src->m->be));
+        }
     }
-    dst->used = src->used;
+    dst->used = n;
     return RB_OK;
+}
+
+rb_status rb_kv_cache_copy(rb_kv_cache *dst, const rb_kv_cache *src, rb_error *err) {
+    return rb_kv_cache_copy_prefix(dst, src, src ? src->used : 0, err);
 }

@@ -6,13 +6,24 @@
  * are still needed (log probabilities, a prefill row shared by choices):
  * then it samples from a copy. A request with a grammar (structured output)
  * masks the tokens its grammar cannot take next out of that row before the
- * sampler's transforms, and ends when the grammar allows nothing more. */
+ * sampler's transforms, and ends when the grammar allows nothing more.
+ * With cache_prompt, a slot remembers the tokens its cache holds (the
+ * sequence's history up to the cache's used count while busy, that history
+ * kept when it is freed); a job takes the free slot holding the most of its
+ * prompt (llm_prefix.c), keeps those positions or copies a longer prefix
+ * from another slot, and prefills only the rest. On a backend whose
+ * products are row-exact under batch invariance (the CPU's), a row's value
+ * still depends on whether its product had more than RB_BATCH_INVARIANT_ROWS
+ * rows (a prefill) or not (a decode step, a short prefill): there only the
+ * positions a long prefill computed are reused, and at least that many
+ * prompt tokens run again, so a cached prefix gives a cold run's bits. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
 #include "worker/wk_job_queue.h"
 #include "worker/wk_util.h"
 #include "worker_llm/llm_job.h"
 #include "worker_llm/llm_logprobs.h"
+#include "worker_llm/llm_prefix.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +45,12 @@ typedef struct llm_seq {
     int64_t n_text;  /* tokens sampled that were not end-of-sequence */
     double prefill_ms, t_decode0;
     double t_last_token; /* monotonic ms of the last sampled token (0: none yet) */
+    /* what the cache holds while no history says it (slot_view): the
+     * history of the slot's last sequence, kept when it was released */
+    int32_t *held;
+    size_t n_held;
+    size_t n_exact;     /* exact engines: leading positions a prefill of more than RB_BATCH_INVARIANT_ROWS rows made */
+    uint64_t last_used; /* engine clock at the last release */
 } llm_seq;
 
 struct llm_engine {
@@ -60,6 +77,10 @@ struct llm_engine {
     rb_kv_cache **step_kvs;
     int32_t *step_tokens;
     int *step_slot;
+    llm_prefix_view *views; /* one per slot, for the prefix choices */
+    bool exact;             /* cached positions must give a cold run's bits (see the top) */
+    size_t min_run;         /* prompt tokens that run at least when a prefix is reused */
+    uint64_t clock;         /* counts releases (the slots' last_used) */
 };
 
 static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why);
@@ -79,6 +100,9 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     e->metrics = metrics;
     e->n_vocab = rb_model_get_config(m)->n_vocab;
     e->accepting = true;
+    const rb_backend *be = rb_model_backend(m);
+    e->exact = rb_backend_batch_invariant(be) && rb_backend_row_exact_products(be);
+    e->min_run = e->exact ? RB_BATCH_INVARIANT_ROWS + 1 : 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     const int P = o->parallel;
@@ -90,7 +114,9 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
     e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
     e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
-    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot || !e->scratch) {
+    e->views = calloc((size_t)P, sizeof *e->views);
+    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot || !e->scratch ||
+        !e->views) {
         llm_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
     }
@@ -131,16 +157,44 @@ static bool emit_text(llm_engine *e, llm_seq *q, const char *text, size_t len, b
     return hit;
 }
 
-static void release_seq(llm_seq *q) {
+/* What q's cache holds: its history while it has one (positions 0 .. used
+ * hold hist[0 .. used): the last sampled token is not fed yet), else what
+ * its last sequence left; never more than the cache's used count. */
+static llm_prefix_view slot_view(const llm_engine *e, const llm_seq *q) {
+    llm_prefix_view v = {.tok = q->hist ? q->hist : q->held, .n = q->hist ? q->n_hist : q->n_held,
+                         .last_used = q->last_used, .free = q->job == NULL};
+    const size_t used = (size_t)rb_kv_cache_used(q->kv);
+    if (v.n > used) v.n = used;
+    if (e->exact && v.n > q->n_exact) v.n = q->n_exact;
+    return v;
+}
+
+static const llm_prefix_view *slot_views(llm_engine *e) {
+    for (int s = 0; s < e->o.parallel; s++) e->views[s] = slot_view(e, &e->slots[s]);
+    return e->views;
+}
+
+/* Frees q's sequence state; its history becomes what the slot holds. */
+static void release_seq(llm_engine *e, llm_seq *q) {
     rb_sampler_free(q->smp);
     rb_tokenizer_stream_free(q->ts);
     rb_stop_matcher_free(&q->sm);
     rb_grammar_matcher_free(q->gm);
-    free(q->hist);
     wk_job_unref(q->job);
     rb_kv_cache *kv = q->kv;
+    int32_t *held = q->held;
+    size_t n_held = q->n_held, n_exact = q->n_exact;
+    if (q->hist) {
+        free(held);
+        held = q->hist;
+        n_held = q->n_hist;
+    }
     memset(q, 0, sizeof *q);
     q->kv = kv;
+    q->held = held;
+    q->n_held = n_held;
+    q->n_exact = n_exact;
+    q->last_used = ++e->clock;
 }
 
 /* Fails q's job, which frees every slot of it (all its choices). */
@@ -149,9 +203,13 @@ static void fail_seq(llm_engine *e, llm_seq *q, const char *code, const char *ms
     wk_job_fail(j, code, msg);
     if (e->metrics) llm_metrics_job_outcome(e->metrics, 0, 1);
     wk_log_event(e->log, WK_LOG_ERROR, "job_failed", json_pack("{s:s}", "job_id", j->id), "%s: %s", code, msg);
-    for (int s = 0; s < e->o.parallel; s++)
-        if (e->slots[s].job == j && &e->slots[s] != q) release_seq(&e->slots[s]);
-    release_seq(q); /* last: it may hold the last reference */
+    const bool forget = !strcmp(code, "INFERENCE_FAILED"); /* the caches' contents are unknown */
+    for (int s = 0; s < e->o.parallel; s++) {
+        if (e->slots[s].job != j) continue;
+        if (forget) rb_kv_cache_truncate(e->slots[s].kv, 0);
+        if (&e->slots[s] != q) release_seq(e, &e->slots[s]);
+    }
+    release_seq(e, q); /* last: it may hold the last reference */
 }
 
 /* The grammar vocabulary: the tokenizer's pieces, the end-of-sequence ids
@@ -302,7 +360,7 @@ static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why) {
     task->tokens_sum += q->n_text;
     const double prefill_ms = q->prefill_ms;
     wk_job_ref(j); /* the slot's reference may be the last one */
-    release_seq(q);
+    release_seq(e, q);
     if (--task->choices_left == 0) {
         llm_job_finish(j, task->why_sum, task->tokens_sum, prefill_ms, dms);
         if (e->metrics) llm_metrics_job_outcome(e->metrics, task->why_sum == RB_STOP_CANCELLED, 0);
@@ -332,6 +390,9 @@ static void run_embed(llm_engine *e, llm_seq *q) {
         fail_seq(e, q, "CONTEXT_OVERFLOW", "an input does not fit the context");
         return;
     }
+    free(q->held); /* the inputs overwrite the cache: it holds nothing to reuse after them */
+    q->held = NULL;
+    q->n_held = 0;
     float *hidden = malloc(sizeof(float) * longest * (size_t)E);
     er->vectors = malloc(sizeof(float) * er->n_inputs * (size_t)E);
     if (!hidden || !er->vectors) {
@@ -375,12 +436,16 @@ static void run_embed(llm_engine *e, llm_seq *q) {
     }
     free(hidden);
     q->prefill_ms = wk_now_ms() - t0;
-    if (e->metrics) llm_metrics_prefill(e->metrics, er->offs[er->n_inputs], q->prefill_ms);
+    if (e->metrics) llm_metrics_prefill(e->metrics, er->offs[er->n_inputs], 0, q->prefill_ms);
     finish_seq(e, q, wk_job_cancel_requested(j) ? RB_STOP_CANCELLED : RB_STOP_NONE);
 }
 
 /* A newly admitted job in its n reserved slots: prefill once, copy the KV
- * cache to the other choices' slots, the first token of every choice. */
+ * cache to the other choices' slots, the first token of every choice. With
+ * cache_prompt the first slot keeps the positions it shares with the prompt,
+ * or takes a longer shared prefix from another slot (busy or free: the
+ * engine's one thread runs steps, so a busy cache's first positions hold
+ * still), and only the rest of the prompt runs. */
 static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     llm_task *task = llm_job_task(j);
     const llm_gen_request *r = &task->req;
@@ -401,7 +466,7 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     rb_error_clear(&err);
     for (int i = 0; i < n; i++) {
         llm_seq *q = &e->slots[slot_ids[i]];
-        rb_kv_cache_truncate(q->kv, 0);
+        if (!e->o.cache_prompt) rb_kv_cache_truncate(q->kv, 0);
         rb_stop_matcher_init(&q->sm, (const char *const *)r->stop, r->n_stop);
     }
     if (wk_job_cancel_requested(j)) {
@@ -415,11 +480,15 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     for (int i = 0; i < n; i++) {
         llm_seq *q = &e->slots[slot_ids[i]];
         q->cap_hist = r->n_prompt + (size_t)r->max_tokens + 1;
-        q->hist = malloc(sizeof(int32_t) * q->cap_hist);
-        if (!q->hist) {
+        int32_t *hist = malloc(sizeof(int32_t) * q->cap_hist);
+        if (!hist) {
             fail_seq(e, q, "OUT_OF_MEMORY", "out of memory for the token history");
             return;
         }
+        /* from here on the history says what the cache holds: cut the cache to what they share */
+        const llm_prefix_view v = slot_view(e, q);
+        rb_kv_cache_truncate(q->kv, (int64_t)llm_prefix_keep(v.tok, v.n, r->prompt, r->n_prompt, e->min_run));
+        q->hist = hist;
         memcpy(q->hist, r->prompt, sizeof(int32_t) * r->n_prompt);
         q->n_hist = r->n_prompt;
         rb_sampler_params sp = r->sampling;
@@ -440,18 +509,37 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
         return;
     }
     double t0 = wk_now_ms();
+    size_t cached = (size_t)rb_kv_cache_used(q0->kv), more = 0;
+    const int donor = e->o.cache_prompt
+                          ? llm_prefix_donor(slot_views(e), e->o.parallel, slot_ids[0], r->prompt, r->n_prompt,
+                                             e->min_run, cached, &more)
+                          : -1;
+    if (donor >= 0) {
+        if (rb_kv_cache_copy_prefix(q0->kv, e->slots[donor].kv, (int64_t)more, &err) != RB_OK) {
+            fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
+            return;
+        }
+        cached = more;
+        q0->n_exact = more;
+    }
+    task->cached_tokens = (int64_t)cached;
     float *row = e->logits; /* rows are only in use during a step */
-    if (rb_model_forward(e->m, q0->kv, r->prompt, (int64_t)r->n_prompt, false, row, &err) != RB_OK) {
+    if (rb_model_forward(e->m, q0->kv, r->prompt + cached, (int64_t)(r->n_prompt - cached), false, row, &err) !=
+        RB_OK) {
         fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
         return;
     }
-    for (int i = 1; i < n; i++)
+    /* the rows this prefill made came from a product of as many rows as a cold prefill's, or not */
+    q0->n_exact = r->n_prompt - cached > RB_BATCH_INVARIANT_ROWS ? r->n_prompt : cached;
+    for (int i = 1; i < n; i++) {
         if (rb_kv_cache_copy(e->slots[slot_ids[i]].kv, q0->kv, &err) != RB_OK) {
             fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
             return;
         }
+        e->slots[slot_ids[i]].n_exact = q0->n_exact;
+    }
     const double prefill_ms = wk_now_ms() - t0;
-    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, prefill_ms);
+    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, cached, prefill_ms);
     const double t1 = wk_now_ms();
     for (int i = 0; i < n; i++) {
         llm_seq *q = &e->slots[slot_ids[i]];
@@ -467,6 +555,22 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
 static int job_slots(const wk_job *j) {
     const llm_task *t = llm_job_task(j);
     return t->api == LLM_API_EMBED ? 1 : llm_gen_choices(&t->req);
+}
+
+/* A free slot for job j (there is one): with cache_prompt, for its first
+ * slot the one whose cache holds the most of its prompt, else the least
+ * recently used (its cache is the one least likely to be asked for again);
+ * without, the first free one. */
+static int take_slot(llm_engine *e, const wk_job *j, bool first) {
+    if (e->o.cache_prompt) {
+        const llm_task *t = llm_job_task(j);
+        const bool gen = first && t->api != LLM_API_EMBED;
+        return llm_prefix_pick(slot_views(e), e->o.parallel, gen ? t->req.prompt : NULL, gen ? t->req.n_prompt : 0,
+                               e->min_run, NULL);
+    }
+    int s = 0;
+    while (e->slots[s].job) s++;
+    return s;
 }
 
 static void *engine_main(void *arg) {
@@ -499,11 +603,10 @@ static void *engine_main(void *arg) {
             const int need = job_slots(j);
             admit[n_admit] = j;
             admit_first[n_admit++] = n_taken;
-            for (int s = 0, got = 0; s < P && got < need; s++) {
-                if (e->slots[s].job) continue;
+            for (int got = 0; got < need; got++) {
+                const int s = take_slot(e, j, got == 0);
                 e->slots[s].job = j; /* reserve */
                 admit_slot[n_taken++] = s;
-                got++;
             }
             n_free -= need;
             e->n_active += need;
@@ -590,7 +693,8 @@ void llm_engine_destroy(llm_engine *e) {
     }
     if (e->slots) {
         for (int i = 0; i < e->o.parallel; i++) {
-            if (e->slots[i].job) release_seq(&e->slots[i]);
+            if (e->slots[i].job) release_seq(e, &e->slots[i]);
+            free(e->slots[i].held);
             rb_kv_cache_free(e->slots[i].kv);
         }
     }
@@ -602,6 +706,7 @@ void llm_engine_destroy(llm_engine *e) {
     free(e->step_kvs);
     free(e->step_tokens);
     free(e->step_slot);
+    free(e->views);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);

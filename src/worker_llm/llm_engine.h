@@ -9,8 +9,10 @@
  * (seed + choice). Requests beyond the free slots wait in a bounded queue,
  * first come first served. Log probabilities are computed from a sequence's
  * raw logits row only when its request asks for them. Embedding jobs run
- * whole in one slot when admitted. Jobs carry an llm_task payload
- * (llm_job.h). */
+ * whole in one slot when admitted. With cache_prompt a prompt that starts
+ * with tokens a slot's cache already holds (this slot's or, copied on the
+ * device, another's) prefills only the rest (llm_prefix.h). Jobs carry an
+ * llm_task payload (llm_job.h). */
 #ifndef RBEE_LLM_ENGINE_H
 #define RBEE_LLM_ENGINE_H
 
@@ -26,6 +28,7 @@ typedef struct llm_engine_opts {
     int64_t ctx_size;  /* KV positions per slot */
     int queue_depth;   /* jobs that may wait beyond the free slots */
     llm_step_fn step;  /* NULL: llm_step_default() */
+    bool cache_prompt; /* reuse cached prompt prefixes (--cache-prompt; false: every prompt prefilled whole) */
 } llm_engine_opts;
 
 typedef struct llm_engine llm_engine;

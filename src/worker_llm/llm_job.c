@@ -131,7 +131,7 @@ void llm_job_finish(wk_job *j, rb_stop_reason why, int64_t tokens_out, double pr
     pthread_mutex_unlock(&j->mu);
     size_t n_prompt = t->req.n_prompt;
     if (t->api == LLM_API_EMBED) n_prompt = t->emb.n_inputs ? t->emb.offs[t->emb.n_inputs] : 0;
-    wk_job_end(j, json_pack("{s:I,s:I,s:f,s:f,s:s}", "tokens_out", (json_int_t)tokens_out, "prompt_tokens",
-                            (json_int_t)n_prompt, "decode_time_ms", decode_ms, "prefill_time_ms", prefill_ms,
-                            "stop_reason", rb_stop_reason_name(why)));
+    wk_job_end(j, json_pack("{s:I,s:I,s:I,s:f,s:f,s:s}", "tokens_out", (json_int_t)tokens_out, "prompt_tokens",
+                            (json_int_t)n_prompt, "cached_tokens", (json_int_t)t->cached_tokens, "decode_time_ms",
+                            decode_ms, "prefill_time_ms", prefill_ms, "stop_reason", rb_stop_reason_name(why)));
 }

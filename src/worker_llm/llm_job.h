@@ -8,7 +8,8 @@
  * probabilities as a "logprobs" event {"choice", "entry"} before its text;
  * the end of one of several choices, for the OpenAI APIs, as "choice_end"
  * {"choice", "stop_reason", "tokens_out"}; the "end" event carries
- * tokens_out, prompt_tokens, prefill/decode times and stop_reason. */
+ * tokens_out, prompt_tokens, cached_tokens (prompt tokens taken from a KV
+ * cache, not run), prefill/decode times and stop_reason. */
 #ifndef RBEE_LLM_JOB_H
 #define RBEE_LLM_JOB_H
 
@@ -88,6 +89,7 @@ typedef struct llm_task {
     int64_t tokens_out;
     size_t n_pieces;
     double prefill_ms, decode_ms;
+    int64_t cached_tokens; /* prompt tokens whose keys and values came from a cache (set at the prefill) */
     llm_choice_out *choices; /* llm_gen_choices(&req) entries */
     /* the engine's own running totals (its thread only) */
     int choices_left;

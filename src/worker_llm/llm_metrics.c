@@ -32,6 +32,8 @@ void llm_metrics_init(llm_metrics *m, wk_metrics *reg) {
     pthread_mutex_init(&m->mu, NULL);
     m->tokens_in = wk_metrics_counter(reg, "llorch_tokens_in_total", "Prompt tokens processed.", NULL);
     m->tokens_out = wk_metrics_counter(reg, "llorch_tokens_out_total", "Tokens generated.", NULL);
+    m->tokens_cached = wk_metrics_counter(reg, "llorch_prompt_tokens_cached_total",
+                                          "Prompt tokens taken from a KV cache instead of run (--cache-prompt).", NULL);
     m->cancelled = wk_metrics_counter(reg, "llorch_jobs_cancelled_total", "Jobs that ended CANCELLED.", NULL);
     m->failed = wk_metrics_counter(reg, "llorch_jobs_failed_total", "Jobs that ended with an error.", NULL);
     wk_metrics_gauge_fn(reg, "llorch_prefill_tokens_per_second",
@@ -51,10 +53,11 @@ void llm_metrics_init(llm_metrics *m, wk_metrics *reg) {
 
 void llm_metrics_destroy(llm_metrics *m) { pthread_mutex_destroy(&m->mu); }
 
-void llm_metrics_prefill(llm_metrics *m, uint64_t tokens, double ms) {
+void llm_metrics_prefill(llm_metrics *m, uint64_t tokens, uint64_t cached, double ms) {
     wk_counter_add(m->tokens_in, NULL, (double)tokens);
+    if (cached > 0) wk_counter_add(m->tokens_cached, NULL, (double)cached);
     pthread_mutex_lock(&m->mu);
-    m->prefill_tokens += tokens;
+    m->prefill_tokens += tokens - cached;
     m->prefill_ms += ms;
     pthread_mutex_unlock(&m->mu);
 }

@@ -1,5 +1,6 @@
 /* The LLM worker's metrics in the worker's registry: tokens in and out,
- * job outcomes, queue rejections, prefill and aggregate decode rates, and
+ * prompt tokens taken from a KV cache (prefix reuse), job outcomes, queue
+ * rejections, prefill and aggregate decode rates, and
  * per route the time to first token and the inter-token latency
  * histograms. The engine reports into it; gauges owned by other parts
  * (queue, slots, memory) are registered by the worker as callbacks. */
@@ -12,7 +13,7 @@
 #include <stdint.h>
 
 typedef struct llm_metrics {
-    wk_metric *tokens_in, *tokens_out, *cancelled, *failed;
+    wk_metric *tokens_in, *tokens_out, *tokens_cached, *cancelled, *failed;
     wk_metric *ttft, *itl; /* histograms by route, seconds */
     pthread_mutex_t mu;    /* the rate sums below */
     double prefill_ms, decode_ms;
@@ -26,7 +27,9 @@ typedef struct llm_metrics {
 void llm_metrics_init(llm_metrics *m, wk_metrics *reg);
 void llm_metrics_destroy(llm_metrics *m);
 
-void llm_metrics_prefill(llm_metrics *m, uint64_t tokens, double ms);
+/* A prompt of `tokens` tokens, `cached` of them taken from a KV cache, the
+ * rest run in ms (the prefill rate counts the run ones). */
+void llm_metrics_prefill(llm_metrics *m, uint64_t tokens, uint64_t cached, double ms);
 /* One scheduler step: tokens decoded across all sequences in ms wall time. */
 void llm_metrics_decode_step(llm_metrics *m, uint64_t tokens, double ms, double now_ms);
 void llm_metrics_tokens_out(llm_metrics *m, uint64_t n);

@@ -88,8 +88,9 @@ json_t *llm_openai_chunk(const wk_job *j, int choice, const char *text, size_t l
 
 json_t *llm_openai_usage(const wk_job *j) {
     const llm_task *t = llm_job_task(j);
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)t->req.n_prompt, "completion_tokens",
-                     (json_int_t)t->tokens_out, "total_tokens", (json_int_t)(t->req.n_prompt + (size_t)t->tokens_out));
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)t->req.n_prompt, "completion_tokens",
+                     (json_int_t)t->tokens_out, "total_tokens", (json_int_t)(t->req.n_prompt + (size_t)t->tokens_out),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)t->cached_tokens);
 }
 
 /* The choice an event belongs to. */

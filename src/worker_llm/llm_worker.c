@@ -101,6 +101,10 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     const char *det = lw->deterministic_name ? lw->deterministic_name : "auto";
     if (strcmp(det, "auto") && strcmp(det, "on") && strcmp(det, "off"))
         return rb_error_set(err, RB_E_INVALID, "--deterministic must be auto, on or off, not '%s'", det);
+    const char *cp = lw->cache_prompt_name ? lw->cache_prompt_name : "on";
+    if (strcmp(cp, "on") && strcmp(cp, "off"))
+        return rb_error_set(err, RB_E_INVALID, "--cache-prompt must be on or off, not '%s'", cp);
+    lw->cache_prompt = !strcmp(cp, "on");
     if ((s = llm_routes_jobs_add(lw, err)) != RB_OK) return s;
     if (!w->cfg.no_webui && (s = wk_web_add(&w->router, llm_web_files, llm_web_n_files, err)) != RB_OK) return s;
     if ((s = llm_routes_embed_add(lw, err)) != RB_OK || (s = llm_routes_tokens_add(lw, err)) != RB_OK ||
@@ -177,7 +181,7 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     lw->ctx_size = ctx;
     if (!w->cfg.no_warmup) warmup(lw);
     llm_engine_opts eo = {.parallel = (int)lw->parallel, .ctx_size = ctx, .queue_depth = (int)w->cfg.queue_depth,
-                          .step = NULL};
+                          .step = NULL, .cache_prompt = lw->cache_prompt};
     llm_engine *e = NULL;
     if ((s = llm_engine_create(lw->model, lw->tok, &eo, &w->log, &lw->metrics, &e, err)) != RB_OK) return s;
     if ((s = llm_engine_start(e, err)) != RB_OK) {
@@ -260,6 +264,11 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
          "a request's tokens do not depend on what else runs beside it (greedy and seeded sampling reproduce "
          "under any load; batched decode runs each stream's products alone, docs/PERFORMANCE.md has the cost); "
          "auto (default): on for the CPU, off on a GPU"},
+        {"cache-prompt", WK_OPT_STRING, &lw->cache_prompt_name, 0, 0, "on|off",
+         "a prompt that starts with tokens a sequence slot's KV cache holds (a system prompt, the earlier turns "
+         "of a chat) takes them from there and runs only the rest (default on; off: every prompt runs whole). "
+         "With --deterministic on the CPU the logits are a cold run's, bit for bit; elsewhere equal to rounding "
+         "(docs/OPENAI_API.md)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;

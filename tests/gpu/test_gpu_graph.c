@@ -28,7 +28,9 @@
  * page-locked host memory (rb_buffer_set_queued) and results read back into
  * it by a kernel, with the ids check's report; a decode whose logits go to
  * one page-locked buffer has them written there by the output head (not
- * with gemma2's final soft-cap) with the bits of the read-back. */
+ * with gemma2's final soft-cap) with the bits of the read-back; a KV prefix
+ * copied between pool members (rb_kv_cache_copy_prefix) holds the source's
+ * bytes and decodes through the captured batched step. */
 #include "testutil.h"
 
 #include "backends/gpu/gpu_tuning.h"
@@ -689,6 +691,72 @@ static void test_gpu_graph_pool_members(void **state) {
     rb_backend_destroy(be);
 }
 
+/* rb_kv_cache_copy_prefix on the device: a pool member takes another's first
+ * k positions after the pool's batched step was captured; the copied rows
+ * are the source's bytes, and the next batched step (the graph replayed)
+ * gives the copy the logits of a cache that ran those k tokens itself. */
+static void test_gpu_kv_copy_prefix(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    rb_model *m = load(be, MODELS[0]);
+    char dir[1200];
+    model_dir(dir, sizeof dir, MODELS[0]);
+    size_t np = 0;
+    int32_t *prompt = read_prompt(dir, &np);
+    assert_true(np >= 4);
+    const rb_model_config *c = rb_model_get_config(m);
+    const int64_t V = c->n_vocab;
+    float *got = malloc(sizeof(float) * (size_t)(V * 3)), *want = malloc(sizeof(float) * (size_t)V);
+    assert_true(got && want);
+    rb_kv_cache *pool[3], *ref = NULL;
+    rb_error err;
+    TU_OK(rb_kv_cache_create_many(m, 3, N_CTX, RB_F16, pool, &err));
+    TU_OK(rb_kv_cache_create(m, N_CTX, RB_F16, &ref, &err));
+    rb_kv_cache_set_decode_mode(ref, RB_DECODE_LEGACY);
+    for (int i = 0; i < 3; i++) TU_OK(rb_model_forward(m, pool[i], prompt + i, (int64_t)np - i, false, want, &err));
+    int32_t tok[3];
+    for (int st = 0; st < 3; st++) { /* warm-up, capture, replay */
+        for (int j = 0; j < 3; j++) tok[j] = (int32_t)((st * 17 + j * 5 + 1) % V);
+        TU_OK(rb_model_forward_batch(m, pool, tok, 3, got, &err));
+    }
+    assert_int_equal(rb_kv_cache_batch_graph_state(pool[0]), RB_GRAPH_READY);
+    const rb_graph *g0 = pool[0]->bat.graph;
+    const int64_t k = (int64_t)np - 1;
+    TU_OK(rb_kv_cache_copy_prefix(pool[2], pool[0], k, &err));
+    assert_int_equal(rb_kv_cache_used(pool[2]), k);
+    assert_int_equal(rb_kv_cache_used(pool[0]), (int64_t)np + 3);
+    const size_t per = 2 * rb_dtype_row_size(RB_F16, c->head_dim * c->n_head_kv) * (size_t)k;
+    unsigned char *a = malloc(per), *b = malloc(per);
+    assert_true(a && b);
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        TU_OK(rb_buffer_get(pool[0]->pool->buf, pool[0]->k[il].offs, a, per));
+        TU_OK(rb_buffer_get(pool[2]->pool->buf, pool[2]->k[il].offs, b, per));
+        if (memcmp(a, b, per) != 0) fail_msg("layer %lld: the copied rows differ from the source's", (long long)il);
+    }
+    TU_OK(rb_model_forward(m, ref, prompt, k, false, want, &err));
+    TU_OK(rb_model_forward(m, ref, prompt + k, 1, false, want, &err));
+    tok[0] = 3;
+    tok[1] = 5;
+    tok[2] = prompt[k];
+    TU_OK(rb_model_forward_batch(m, pool, tok, 3, got, &err));
+    assert_ptr_equal(pool[0]->bat.graph, g0); /* the same graph replayed */
+    const double e = max_rel(got + 2 * (size_t)V, want, (size_t)V);
+    print_message("gpu %s copied prefix of %lld positions: max rel vs a cache that ran them %.3g\n", MODELS[0],
+                  (long long)k, e);
+    assert_true(e < 1e-4);
+    assert_int_equal(rb_kv_cache_copy_prefix(pool[1], pool[2], k + 2, &err), RB_E_INVALID); /* more than it holds */
+    free(a);
+    free(b);
+    for (int i = 0; i < 3; i++) rb_kv_cache_free(pool[i]);
+    rb_kv_cache_free(ref);
+    free(got);
+    free(want);
+    free(prompt);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
 /* An out-of-range id reaching a replay (past the host check) is caught on
  * the device: RB_E_RANGE, the cache does not advance, the next step is
  * right. The host check still answers first through rb_model_forward. */
@@ -1017,6 +1085,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_graph_decode),
         cmocka_unit_test(test_gpu_graph_batch),
         cmocka_unit_test(test_gpu_graph_pool_members),
+        cmocka_unit_test(test_gpu_kv_copy_prefix),
         cmocka_unit_test(test_gpu_graph_bad_token),
         cmocka_unit_test(test_gpu_graph_capture_fails),
     };

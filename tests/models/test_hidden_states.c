@@ -6,9 +6,14 @@
  * enough for the plain path and short enough for the fused decode path,
  * and in several micro-batches. A copied KV cache must continue exactly as
  * its source does (the same logits, bit for bit), whatever it held before;
+ * mismatched caches are refused. rb_kv_cache_copy_prefix: the copied
+ * positions' key and value rows equal the source's byte for byte (read from
+ * the cache memory), within a pool and across pools, and the copy then
+ * continues as the source truncated to those positions does; bad counts and
  * mismatched caches are refused. */
 #include "testutil.h"
 
+#include "models/kv_cache_internal.h"
 #include "rbee/model.h"
 #include "rbee/safetensors.h"
 
@@ -172,11 +177,89 @@ static void test_kv_copy(void **state) {
     free(l3);
 }
 
+/* The bytes of positions [0, n) of every layer of kv (k and v rows alternate). */
+static unsigned char *kv_rows(fixture *f, const rb_kv_cache *kv, int64_t n, size_t *len) {
+    const rb_model_config *c = rb_model_get_config(f->m);
+    const size_t row = rb_dtype_row_size(kv->dtype, c->head_dim * c->n_head_kv), per = 2 * row * (size_t)n;
+    unsigned char *b = malloc(per * (size_t)c->n_layer + 1);
+    assert_non_null(b);
+    for (int64_t il = 0; il < c->n_layer; il++)
+        TU_OK(rb_buffer_get(kv->pool->buf, kv->k[il].offs, b + (size_t)il * per, per));
+    *len = per * (size_t)c->n_layer;
+    return b;
+}
+
+static void test_kv_copy_prefix(void **state) {
+    fixture *f = *state;
+    const int64_t ctx = 48;
+    int32_t tok[25], other[31];
+    tokens_of(tok, 25, f->V, 11);
+    tokens_of(other, 31, f->V, 12);
+    rb_kv_cache *pool[3] = {NULL, NULL, NULL}, *lone = NULL;
+    TU_OK(rb_kv_cache_create_many(f->m, 3, ctx, RB_F16, pool, NULL));
+    TU_OK(rb_kv_cache_create(f->m, ctx, RB_F16, &lone, NULL));
+    float *l1 = malloc(sizeof(float) * (size_t)f->V), *l2 = malloc(sizeof(float) * (size_t)f->V);
+    assert_true(l1 && l2);
+    rb_kv_cache *src = pool[1];
+    TU_OK(rb_model_forward(f->m, src, tok, 25, false, l1, NULL));
+    TU_OK(rb_model_forward(f->m, pool[0], other, 31, false, l2, NULL)); /* longer, other tokens */
+    TU_OK(rb_model_forward(f->m, lone, other, 7, false, l2, NULL));     /* shorter */
+    const int64_t ns[] = {13, 1, 25, 0};
+    rb_kv_cache *dsts[] = {pool[0], lone, pool[2], pool[0]};
+    for (int i = 0; i < 4; i++) {
+        const int64_t n = ns[i];
+        rb_kv_cache *dst = dsts[i];
+        TU_OK(rb_kv_cache_copy_prefix(dst, src, n, NULL));
+        assert_int_equal(rb_kv_cache_used(dst), n);
+        assert_int_equal(rb_kv_cache_used(src), 25); /* the source is left as it was */
+        size_t la = 0, lb = 0;
+        unsigned char *a = kv_rows(f, src, n, &la), *b = kv_rows(f, dst, n, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+    }
+    /* a copied prefix continues as the source cut to the same length does, bit for bit */
+    TU_OK(rb_kv_cache_copy_prefix(lone, src, 13, NULL));
+    rb_kv_cache_truncate(src, 13);
+    TU_OK(rb_model_forward(f->m, src, tok + 13, 6, false, l1, NULL));
+    TU_OK(rb_model_forward(f->m, lone, tok + 13, 6, false, l2, NULL));
+    assert_memory_equal(l1, l2, sizeof(float) * (size_t)f->V);
+    int32_t next = 42;
+    TU_OK(rb_model_forward(f->m, src, &next, 1, false, l1, NULL));
+    TU_OK(rb_model_forward(f->m, lone, &next, 1, false, l2, NULL));
+    assert_memory_equal(l1, l2, sizeof(float) * (size_t)f->V);
+    /* onto itself: a truncation */
+    TU_OK(rb_kv_cache_copy_prefix(src, src, 5, NULL));
+    assert_int_equal(rb_kv_cache_used(src), 5);
+    /* bad counts and mismatched caches; the destination is untouched */
+    rb_error e;
+    const int64_t used = rb_kv_cache_used(lone);
+    assert_int_equal(rb_kv_cache_copy_prefix(lone, src, 6, &e), RB_E_INVALID); /* more than src holds */
+    assert_non_null(strstr(e.msg, "the source holds 5"));
+    assert_int_equal(rb_kv_cache_copy_prefix(lone, src, -1, &e), RB_E_INVALID);
+    assert_int_equal(rb_kv_cache_used(lone), used);
+    rb_kv_cache *small = NULL, *f32 = NULL;
+    TU_OK(rb_kv_cache_create(f->m, ctx / 2, RB_F16, &small, NULL));
+    TU_OK(rb_kv_cache_create(f->m, ctx, RB_F32, &f32, NULL));
+    assert_int_equal(rb_kv_cache_copy_prefix(small, src, 1, &e), RB_E_INVALID);
+    assert_int_equal(rb_kv_cache_copy_prefix(f32, src, 1, &e), RB_E_INVALID);
+    assert_int_equal(rb_kv_cache_copy_prefix(NULL, src, 1, &e), RB_E_INVALID);
+    assert_int_equal(rb_kv_cache_copy_prefix(lone, NULL, 0, &e), RB_E_INVALID);
+    rb_kv_cache_free(small);
+    rb_kv_cache_free(f32);
+    for (int i = 0; i < 3; i++) rb_kv_cache_free(pool[i]);
+    rb_kv_cache_free(lone);
+    free(l1);
+    free(l2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hidden_is_the_heads_input),
         cmocka_unit_test(test_hidden_bad_args),
         cmocka_unit_test(test_kv_copy),
+        cmocka_unit_test(test_kv_copy_prefix),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

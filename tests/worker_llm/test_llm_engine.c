@@ -9,7 +9,11 @@
  * sampling transforms and logit biases chose them; logit biases steer the
  * choice; embedding jobs equal their hidden states pooled and normalized
  * here; special tokens a request keeps (tool-call markers) come out as text. Also: stop strings, cancellation latency, the bounded queue, and bad
- * arguments. Uses the bundled default model (KJV, byte-level BPE). */
+ * arguments. With cache_prompt, jobs sharing long prompt prefixes (kept in
+ * a slot, or copied from a busy one) still equal rb_generate alone on a
+ * fresh cache, and the count of cached prompt tokens is the common prefix
+ * with what the slot held, also after an embeddings job overwrote the slot,
+ * a cancelled job and a failed one. Uses the bundled default model (KJV, byte-level BPE). */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -142,18 +146,24 @@ static void job_text(wk_job *j, char *buf, size_t cap, size_t *len) {
     pthread_mutex_unlock(&j->mu);
 }
 
-static void run_concurrent(fixture *f, llm_step_fn step, int parallel, int n_jobs, uint64_t seed) {
-    const int64_t ctx = 96;
-    llm_engine_opts o = {.parallel = parallel, .ctx_size = ctx, .queue_depth = n_jobs, .step = step};
+/* n_jobs random jobs at once; with shared > 0 every prompt starts with the
+ * same `shared` words and the engine reuses cached prompt prefixes. */
+static void run_jobs(fixture *f, llm_step_fn step, int parallel, int n_jobs, uint64_t seed, int shared) {
+    const int64_t ctx = 96 + 2 * shared;
+    llm_engine_opts o = {
+        .parallel = parallel, .ctx_size = ctx, .queue_depth = n_jobs, .step = step, .cache_prompt = shared > 0};
     llm_engine *e = NULL;
     TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
     TU_OK(llm_engine_start(e, NULL));
     tu_rng r;
     tu_rng_seed(&r, seed);
     wk_job **jobs = calloc((size_t)n_jobs, sizeof *jobs);
+    char common[1024];
+    random_prompt(&r, shared, common, sizeof common);
     for (int i = 0; i < n_jobs; i++) {
-        char prompt[512];
-        random_prompt(&r, 1 + (int)(tu_rng_u64(&r) % 9), prompt, sizeof prompt);
+        char prompt[1536], tail[512];
+        random_prompt(&r, 1 + (int)(tu_rng_u64(&r) % 9), tail, sizeof tail);
+        snprintf(prompt, sizeof prompt, "%s%s%s", common, shared ? " " : "", tail);
         int64_t mt = 3 + (int64_t)(tu_rng_u64(&r) % 23);
         float temp = (i % 3 == 2) ? 0.8f : 0.0f; /* every third job samples with a seed */
         jobs[i] = make_job(f, prompt, mt, temp, 1000 + (uint64_t)i, NULL);
@@ -164,6 +174,14 @@ static void run_concurrent(fixture *f, llm_step_fn step, int parallel, int n_job
     /* The model serves one thread at a time: references run after the engine is gone. */
     llm_engine_destroy(e);
     e = NULL;
+    int64_t cached = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        const llm_task *t = llm_job_task(jobs[i]);
+        assert_true(t->cached_tokens >= 0 && t->cached_tokens < (int64_t)t->req.n_prompt);
+        if (!shared) assert_int_equal(t->cached_tokens, 0);
+        cached += t->cached_tokens;
+    }
+    if (shared) assert_true(cached >= (int64_t)shared * (n_jobs - parallel)); /* later jobs found the prefix */
     for (int i = 0; i < n_jobs; i++) {
         ref_out ref;
         reference(f, jobs[i], ctx, &ref);
@@ -183,15 +201,133 @@ static void run_concurrent(fixture *f, llm_step_fn step, int parallel, int n_job
 }
 
 static void test_batched_matches_alone(void **state) {
-    run_concurrent(*state, llm_step_batched, 4, 11, 7);
+    run_jobs(*state, llm_step_batched, 4, 11, 7, 0);
 }
 
 static void test_sequential_step_matches_alone(void **state) {
-    run_concurrent(*state, llm_step_sequential, 3, 7, 8);
+    run_jobs(*state, llm_step_sequential, 3, 7, 8, 0);
 }
 
 static void test_single_slot(void **state) {
-    run_concurrent(*state, NULL, 1, 4, 9);
+    run_jobs(*state, NULL, 1, 4, 9, 0);
+}
+
+/* Shared prefixes kept in free slots and copied from busy ones. */
+static void test_cached_prompts_match_alone(void **state) {
+    run_jobs(*state, NULL, 4, 12, 10, 30);
+    run_jobs(*state, NULL, 1, 5, 11, 30);
+}
+
+static size_t lcp_of(const wk_job *a, const wk_job *b) {
+    const llm_gen_request *x = &llm_job_task(a)->req, *y = &llm_job_task(b)->req;
+    size_t i = 0;
+    while (i < x->n_prompt && i < y->n_prompt && x->prompt[i] == y->prompt[i]) i++;
+    return i;
+}
+
+static wk_job *make_embed_job(fixture *f, const char *const *texts, size_t n, llm_pooling pool);
+
+/* Runs j alone on e (one slot) and checks its cached prompt tokens. */
+static void run_cached(llm_engine *e, wk_job *j, int64_t want, const char *what) {
+    TU_OK(llm_engine_submit(e, j));
+    wait_done(j, 60000);
+    assert_int_equal(j->state, WK_JOB_DONE);
+    if (llm_job_task(j)->cached_tokens != want)
+        fail_msg("%s: %lld cached tokens, want %lld", what, (long long)llm_job_task(j)->cached_tokens, (long long)want);
+}
+
+/* j's text against rb_generate alone (once the engine is gone). */
+static void check_alone(fixture *f, wk_job *j, const char *what) {
+    ref_out ref;
+    reference(f, j, 256, &ref);
+    char got[8192];
+    size_t glen = 0;
+    job_text(j, got, sizeof got, &glen);
+    if (glen != ref.len || memcmp(got, ref.text, glen) != 0)
+        fail_msg("%s: engine text '%.*s' != reference '%.*s'", what, (int)glen, got, (int)ref.len, ref.text);
+}
+
+/* The first k greedy tokens after prompt[0 .. n) (argmax of rb_model_forward's logits). */
+static void greedy_tokens(fixture *f, const int32_t *prompt, size_t n, int32_t *out, int k) {
+    const int64_t V = rb_model_get_config(f->m)->n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    rb_kv_cache *kv = NULL;
+    assert_non_null(lg);
+    TU_OK(rb_kv_cache_create(f->m, 256, RB_F16, &kv, NULL));
+    TU_OK(rb_model_forward(f->m, kv, prompt, (int64_t)n, false, lg, NULL));
+    for (int i = 0; i < k; i++) {
+        int32_t best = 0;
+        for (int64_t t = 1; t < V; t++)
+            if (lg[t] > lg[best]) best = (int32_t)t;
+        out[i] = best;
+        if (i + 1 < k) TU_OK(rb_model_forward(f->m, kv, &best, 1, false, lg, NULL));
+    }
+    rb_kv_cache_free(kv);
+    free(lg);
+}
+
+/* One slot through jobs that leave it in every state: what it is said to
+ * hold must be what it holds. */
+static void test_cached_prompt_records(void **state) {
+    fixture *f = *state;
+    llm_engine_opts o = {.parallel = 1, .ctx_size = 256, .queue_depth = 2, .step = NULL, .cache_prompt = true};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    const char *P = "And God said unto Moses the LORD of hosts in the land of Egypt and the children of Israel went "
+                    "up unto the king David in the beginning and the LORD said";
+    char pa[512], pb[512], pc[512];
+    snprintf(pa, sizeof pa, "%s unto Moses", P);
+    snprintf(pb, sizeof pb, "%s the king of Egypt", P);
+    snprintf(pc, sizeof pc, "%s in the land", P);
+    wk_job *a = make_job(f, pa, 8, 0.0f, 1, NULL), *a2 = make_job(f, pa, 8, 0.0f, 1, NULL);
+    wk_job *b = make_job(f, pb, 8, 0.0f, 1, NULL), *c = make_job(f, pc, 400, 0.7f, 5, NULL);
+    wk_job *d = make_job(f, pc, 8, 0.0f, 1, NULL), *d2 = make_job(f, pc, 6, 0.0f, 1, NULL);
+    const size_t na = llm_job_task(a)->req.n_prompt, nc = llm_job_task(c)->req.n_prompt;
+    assert_true(lcp_of(a, b) > 20 && lcp_of(a, b) < na);
+    /* a chat's next turn: a's prompt, a's 8 greedy tokens, one more token */
+    wk_job *turn = make_job(f, pa, 5, 0.0f, 1, NULL);
+    llm_gen_request *tr = &llm_job_task(turn)->req;
+    int32_t *tp = realloc(tr->prompt, sizeof(int32_t) * (na + 9));
+    assert_non_null(tp);
+    tr->prompt = tp;
+    greedy_tokens(f, tp, na, tp + na, 8);
+    tp[na + 8] = tp[1];
+    tr->n_prompt = na + 9;
+    run_cached(e, a, 0, "a, first");
+    run_cached(e, a2, (int64_t)na - 1, "a again: all but the last token");
+    /* the 8th token a2 sampled was never fed: it is not in the cache */
+    run_cached(e, turn, (int64_t)na + 7, "the next turn of a2's chat");
+    /* an embeddings job overwrites the slot's cache: nothing of it is reused after */
+    const char *const texts[] = {"And God said, Let there be light", "In the beginning"};
+    wk_job *emb = make_embed_job(f, texts, 2, LLM_POOL_MEAN);
+    TU_OK(llm_engine_submit(e, emb));
+    wait_done(emb, 60000);
+    assert_int_equal(emb->state, WK_JOB_DONE);
+    run_cached(e, b, 0, "b after the embeddings");
+    /* cancelled while decoding: its prompt and the tokens it fed stay */
+    TU_OK(llm_engine_submit(e, c));
+    while (llm_job_task(c)->n_pieces < 3) wait_events(c);
+    wk_job_cancel(c);
+    llm_engine_poke(e);
+    wait_done(c, 5000);
+    assert_int_equal(llm_job_task(c)->stop_reason, RB_STOP_CANCELLED);
+    assert_int_equal(llm_job_task(c)->cached_tokens, (int64_t)lcp_of(b, c));
+    run_cached(e, d, (int64_t)nc - 1, "d, c's prompt after c was cancelled");
+    /* a job that fails (its prompt does not fit) leaves the slot as it was */
+    char longp[4096] = "";
+    for (int i = 0; i < 60; i++) strncat(longp, "And God said unto Moses ", sizeof longp - strlen(longp) - 1);
+    wk_job *big = make_job(f, longp, 4, 0.0f, 1, NULL);
+    TU_OK(llm_engine_submit(e, big));
+    wait_done(big, 5000);
+    assert_string_equal(big->err_code, "CONTEXT_OVERFLOW");
+    run_cached(e, d2, (int64_t)nc - 1, "d again after a failed job");
+    llm_engine_destroy(e);
+    wk_job *gen[] = {a, a2, turn, b, d, d2};
+    const char *names[] = {"a", "a again", "the next turn", "b", "d", "d again"};
+    for (int i = 0; i < 6; i++) check_alone(f, gen[i], names[i]);
+    wk_job *all[] = {a, a2, turn, b, c, d, d2, emb, big};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wk_job_unref(all[i]);
 }
 
 static void test_stop_string(void **state) {
@@ -698,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_logprobs_match_logits), cmocka_unit_test(test_logit_bias_steers),
         cmocka_unit_test(test_kept_special_token),
         cmocka_unit_test(test_embeddings),
+        cmocka_unit_test(test_cached_prompts_match_alone), cmocka_unit_test(test_cached_prompt_records),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -351,7 +351,8 @@ static void test_metrics_render(void **state) {
     wk_counter_add(req, c200, 1);
     wk_counter_add(req, j503, 1);
     wk_counter_add(req, o404, 1);
-    llm_metrics_prefill(&m, 100, 50.0);
+    llm_metrics_prefill(&m, 100, 0, 50.0);
+    llm_metrics_prefill(&m, 140, 40, 50.0); /* 40 from a cache: 100 run in 50 ms */
     llm_metrics_decode_step(&m, 8, 4.0, 1000.0);
     llm_metrics_decode_step(&m, 8, 4.0, 1004.0);
     llm_metrics_tokens_out(&m, 16);
@@ -362,7 +363,8 @@ static void test_metrics_render(void **state) {
     assert_non_null(strstr(s, "llorch_requests_total{route=\"/v1/completions\",status=\"200\"} 2\n"));
     assert_non_null(strstr(s, "llorch_requests_total{route=\"/v1/jobs\",status=\"503\"} 1\n"));
     assert_non_null(strstr(s, "llorch_requests_total{route=\"other\",status=\"404\"} 1\n"));
-    assert_non_null(strstr(s, "llorch_tokens_in_total 100\n"));
+    assert_non_null(strstr(s, "llorch_tokens_in_total 240\n"));
+    assert_non_null(strstr(s, "llorch_prompt_tokens_cached_total 40\n"));
     assert_non_null(strstr(s, "llorch_tokens_out_total 16\n"));
     assert_non_null(strstr(s, "llorch_prefill_tokens_per_second 2000\n"));
     assert_non_null(strstr(s, "llorch_decode_tokens_per_second 2000\n"));
