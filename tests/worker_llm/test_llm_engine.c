@@ -32,8 +32,12 @@ typedef struct fixture {
     rb_tokenizer *tok;
 } fixture;
 
+static int teardown(void **state);
+
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    *state = f; /* the teardown frees what a failed setup made */
     rb_error err;
     rb_error_clear(&err);
     rb_backend_config bc = {.n_threads = 0, .cpu_isa = NULL};
@@ -45,12 +49,12 @@ static int setup(void **state) {
     if (rb_tokenizer_load_hf(RBEE_DEFAULT_MODEL_DIR "/hf/tokenizer.json", RBEE_DEFAULT_MODEL_DIR "/hf/tokenizer_config.json",
                              &f->tok, &err) != RB_OK)
         return -1;
-    *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
+    if (!f) return 0;
     rb_tokenizer_free(f->tok);
     rb_model_free(f->m);
     rb_backend_destroy(f->be);
