@@ -61,7 +61,7 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
  * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
  * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
  * weight type; plus the GEMM path (M = 64, 128: many streams' decode; 512:
- * prefill) on the first shape, and where gemm_q8.cuh (q4_0 / q8_0, M = 9..256)
+ * prefill) on the first shape, and where gemm_q8.cuh (q4_0 / q8_0, M = 9..64)
  * or cuBLAS (float weights, M = 5..32) takes a product, the path before
  * them too (the tuning's no_gemm_q8 and mv_max_m = 32). Weights
  * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
@@ -180,7 +180,7 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
                  * matrix-vector kernels up to 32 rows, the GEMM (q4_0 / q8_0: dequantized) above */
                 const bool q8 = dts[di] == RB_Q4_0 || dts[di] == RB_Q8_0, fl = !rb_dtype_info((int)dts[di])->is_quant;
                 const rb_gpu_tuning alt = {.no_gemm_q8 = true, .mv_max_m = 32}, dflt = {0};
-                if (((q8 && M > 8 && M <= 256) || (fl && M > 4 && M <= 32)) && rb_gpu_backend_tune(be, &alt) == RB_OK) {
+                if (((q8 && M > 8 && M <= 64) || (fl && M > 4 && M <= 32)) && rb_gpu_backend_tune(be, &alt) == RB_OK) {
                     for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
                     const double tq = mvb_time(be, &d, w, nrot, &a, n, false);
                     const double tqg = graphs && M <= 32 ? mvb_time(be, &d, w, nrot, &a, n, true) : 0;

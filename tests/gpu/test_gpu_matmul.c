@@ -4,7 +4,7 @@
  * q5_K and q6_K.
  *  - run_all: M = 1, 3, 8, 19, 70 and 130 through every path (matrix-vector
  *    kernels; float weights from 5 rows and every type from 33: the GEMM;
- *    q4_0 / q8_0 from 9 to 256 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
+ *    q4_0 / q8_0 from 9 to 64 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
  *    broadcast over b's; permuted/sliced activations of f32/f16/bf16; f32
  *    and f16 destinations in strided views. Run twice: with the default GEMM
  *    (cuBLAS on CUDA) and with the tuning's tiled_gemm (the own kernel HIP
@@ -114,7 +114,8 @@ static double path_bound(rb_dtype wt, int64_t M, const rb_gpu_tuning *t) {
     int64_t mv = q8 ? 8 : !quant && !t->tiled_gemm ? 4 : 32;
     if (t->mv_max_m > 0) mv = t->mv_max_m < 32 ? t->mv_max_m : 32;
     if (M <= mv) return quant ? 1e-2 : 1e-5; /* matrix-vector: int8 activations for quantized weights */
-    if (q8 && M <= 256) return 1e-2;         /* gemm_q8.cuh: the same int8 activations */
+    if (q8 && M <= 64) return 1e-2;          /* gemm_q8.cuh: the same int8 activations */
+    if (!quant && M <= 32) return wt == RB_BF16 ? 3e-5 : 1e-5; /* the GEMM on hi and lo 16-bit activations */
     const bool f32 = wt == RB_F32 || (t->tiled_gemm && wt == RB_BF16);
     return f32 ? 1e-5 : wt == RB_BF16 ? 1e-2 : 2e-3; /* GEMM on 16-bit operands */
 }
@@ -204,15 +205,15 @@ static void run_all(bool tiled) {
     rb_backend_destroy(g);
 }
 
-/* gemm_q8.cuh (q4_0 / q8_0 weights, 9..256 rows) at larger shapes: N not
+/* gemm_q8.cuh (q4_0 / q8_0 weights, 9..64 rows) at larger shapes: N not
  * a multiple of any tile width, such that on a 132-multiprocessor GPU each
  * tile width runs (M 9 x N 1031, 33 x 1031 and 64 x 97: 16 rows a block;
- * 65 x 8193 and 200 x 4097: 32; 256 x 4225: 64); K with a partial step at
- * the end (K % 128 = 32, 64, 96) and whole steps; f32 contiguous and
- * permuted f16 activations; two batch slices over one weight matrix; f32,
- * f16 and bf16 destinations; the default and the paths before it
- * (no_gemm_q8) within their bounds of the same reference. K-quant weights
- * at the same shapes take the matrix-vector kernels or the GEMM path. */
+ * 40 x 8449: 32; 64 x 16900: 64); K with a partial step at the end (K % 128
+ * = 32, 64, 96) and whole steps; f32 contiguous and permuted f16
+ * activations; two batch slices over one weight matrix; f32, f16 and bf16
+ * destinations; the default and the paths before it (no_gemm_q8) within
+ * their bounds of the same reference; 200 rows take the GEMM path. K-quant
+ * weights at the same shapes take the matrix-vector kernels or the GEMM. */
 static void test_gemm_q8(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
@@ -221,7 +222,7 @@ static void test_gemm_q8(void **state) {
     tu_rng rng;
     tu_rng_seed(&rng, 502);
     const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
-    const int64_t Ms[] = {9, 33, 64, 65, 200, 256}, Ns[] = {1031, 1031, 97, 8193, 4097, 4225};
+    const int64_t Ms[] = {9, 33, 64, 40, 200, 64}, Ns[] = {1031, 1031, 97, 8449, 4097, 16900};
     const int64_t Kq[] = {1056, 2080, 1024, 1120, 1216, 512};
     const rb_gpu_tuning dflt = {0}, before = {.no_gemm_q8 = true};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {

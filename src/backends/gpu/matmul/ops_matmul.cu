@@ -7,14 +7,15 @@
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
- *  - q4_0 / q8_0 weights at 9 <= M <= 256 (many streams' decode, CUDA):
+ *  - q4_0 / q8_0 weights at 9 <= M <= 64 (many streams' decode, CUDA):
  *    gemm_q8.cuh, int8 tensor-core tiles over the activations quantized as
  *    the matrix-vector kernels quantize them, weights read once per 64 rows.
  *  - float weights from M = 5 where cuBLAS is there: the GEMM (bench_gpu
  *    ops, H100, bf16 4096 x 11008: 41 us at M = 8 and 43 at 32, against 102
- *    and 190 for the matrix-vector kernel, whose f32 FMAs bound it); the
- *    activations are then rounded to the weights' 16-bit type, as in a
- *    prefill.
+ *    and 190 for the matrix-vector kernel, whose f32 FMAs bound it); up to
+ *    32 rows the activations go in as hi and lo 16-bit rows (k_split16) so
+ *    the products keep f32-like precision; above, rounded to the weights'
+ *    type, as in a prefill.
  *  - larger M (prefill): weights are dequantized to f16 (quantized) or used in
  *    place, activations converted to the same type, then one GEMM per batch
  *    slice: cuBLAS (cublasGemmEx, f32 accumulation, no TF32) on CUDA, the own
@@ -105,6 +106,35 @@ __global__ void __launch_bounds__(MVF_THREADS) k_mv_float(gt d, gt a, gt b, int6
             const float s = warp_sum(acc[m]);
             if (lane == 0) stf(d.dt, d.p + n * d.nb[0] + m * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3], s);
         }
+    }
+}
+
+/* Activations for a GEMM on 16-bit float weights at few rows, kept to
+ * f32-like precision: row m of b (any f32/f16/bf16 view, one batch slice)
+ * as two 16-bit rows of the weights' type, hi = round(x) at m and lo =
+ * round(x - hi) at M + m, of a contiguous [K, 2M] buffer. A GEMM of 2M rows
+ * reads the weights once, as one of M rows does, and the two halves of its
+ * result add up to the product of the unrounded activations within about
+ * 2^-16 (bf16) / 2^-22 (f16) of each term. */
+__global__ void k_split16(gt b, uint16_t *out, int bf) {
+    const int64_t K = b.ne[0], M = b.ne[1];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < K * M; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t k = i % K, m = i / K;
+        const float x = ldf(b.dt, b.p + k * b.nb[0] + m * b.nb[1]);
+        const uint16_t hi = bf ? f32_to_bf16(x) : f32_to_f16_bits(x);
+        const float hv = bf ? bf16_to_f32(hi) : f16_bits_to_f32(hi);
+        out[m * K + k] = hi;
+        out[(M + m) * K + k] = bf ? f32_to_bf16(x - hv) : f32_to_f16_bits(x - hv);
+    }
+}
+
+/* d[m][n] = c[m][n] + c[M + m][n]: the two halves of a k_split16 GEMM (c
+ * column-major [N, 2M], f32) into the destination view (one batch slice). */
+__global__ void k_add_halves(gt d, const float *c) {
+    const int64_t N = d.ne[0], M = d.ne[1];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * M; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t n = i % N, m = i / N;
+        stf(d.dt, d.p + n * d.nb[0] + m * d.nb[1], c[m * N + n] + c[(M + m) * N + n]);
     }
 }
 
@@ -362,15 +392,21 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     if (a->dtype == RB_F32) ct = RB_F32;
     if (a->dtype == RB_BF16) ct = tiled ? RB_F32 : RB_BF16;
     const size_t ces = ct == RB_F32 ? 4 : 2;
+    /* 16-bit float weights at up to MV_MAX_M rows (batched decode, short
+     * prompts): the activations split into hi and lo rows (k_split16), so
+     * the products keep the f32-like precision of the matrix-vector kernels */
+    const bool split = !quant && ct != RB_F32 && M <= MV_MAX_M;
+    const int64_t Mb = split ? 2 * M : M; /* rows of the GEMM */
     const bool a_direct = a->dtype == ct && a->nb[0] == ces && a->nb[1] % ces == 0;
-    const bool b_direct = b->dtype == ct && b->nb[0] == ces && b->nb[1] % ces == 0;
+    const bool b_direct = !split && b->dtype == ct && b->nb[0] == ces && b->nb[1] % ces == 0;
     /* cuBLAS also writes 16-bit results of 16-bit operands (f32 accumulation) */
-    const bool c_half = !tiled && ct != RB_F32 && dst->dtype == ct && dst->nb[0] == 2 && dst->nb[1] % 2 == 0;
-    const bool c_direct = (dst->dtype == RB_F32 && dst->nb[0] == 4 && dst->nb[1] % 4 == 0) || c_half;
+    const bool c_half =
+        !split && !tiled && ct != RB_F32 && dst->dtype == ct && dst->nb[0] == 2 && dst->nb[1] % 2 == 0;
+    const bool c_direct = !split && ((dst->dtype == RB_F32 && dst->nb[0] == 4 && dst->nb[1] % 4 == 0) || c_half);
     size_t need = 0;
     if (!a_direct) need += up256((size_t)(N * K) * ces);
-    if (!b_direct) need += up256((size_t)(M * K) * ces);
-    if (!c_direct) need += up256((size_t)(N * M) * 4);
+    if (!b_direct) need += up256((size_t)(Mb * K) * ces);
+    if (!c_direct) need += up256((size_t)(N * Mb) * 4);
     carve cv = {NULL, 0};
     if (need) {
         void *sp = NULL;
@@ -379,8 +415,8 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
         cv.base = (char *)sp;
     }
     void *a_buf = a_direct ? NULL : cv.take((size_t)(N * K) * ces);
-    void *b_buf = b_direct ? NULL : cv.take((size_t)(M * K) * ces);
-    float *c_buf = c_direct ? NULL : (float *)cv.take((size_t)(N * M) * 4);
+    void *b_buf = b_direct ? NULL : cv.take((size_t)(Mb * K) * ces);
+    float *c_buf = c_direct ? NULL : (float *)cv.take((size_t)(N * Mb) * 4);
     int64_t last_a2 = -1, last_a3 = -1;
     for (int64_t i3 = 0; i3 < B3; i3++)
         for (int64_t i2 = 0; i2 < B2; i2++) {
@@ -399,7 +435,11 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                 last_a3 = a3;
                 A = a_buf;
             }
-            if (s == RB_OK && !b_direct) {
+            if (s == RB_OK && split) {
+                k_split16<<<gpu_blocks(K * M, 256), 256, 0, g->stream>>>(bs, (uint16_t *)b_buf, ct == RB_BF16);
+                s = gpu_check_launch(be, "matmul (split activations)");
+                Bp = b_buf;
+            } else if (s == RB_OK && !b_direct) {
                 s = gpu_copy_view(be, gpu_contig_view(b_buf, ct, K, M, 1, 1), bs);
                 Bp = b_buf;
             }
@@ -407,12 +447,12 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
             float *C = c_direct ? (float *)ds.p : c_buf;
             const int64_t ldc = c_direct ? (int64_t)(dst->nb[1] / (c_half ? 2 : 4)) : N;
             if (tiled) {
-                s = gpu_gemm_tiled(be, A, lda, Bp, ldb, ct == RB_F16, C, N, M, K, ldc);
+                s = gpu_gemm_tiled(be, A, lda, Bp, ldb, ct == RB_F16, C, N, Mb, K, ldc);
             } else {
 #if !defined(RBEE_GPU_HIP)
                 const float alpha = 1.0f, beta = 0.0f;
                 const cudaDataType_t dt = ct == RB_F32 ? CUDA_R_32F : ct == RB_F16 ? CUDA_R_16F : CUDA_R_16BF;
-                cublasStatus_t bst = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, A,
+                cublasStatus_t bst = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)Mb, (int)K, &alpha, A,
                                                   dt, (int)lda, Bp, dt, (int)ldb, &beta, C,
                                                   c_half ? dt : CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
                                                   CUBLAS_GEMM_DEFAULT);
@@ -420,7 +460,11 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
 #endif
             }
             if (s != RB_OK) return s;
-            if (!c_direct) {
+            if (split) {
+                k_add_halves<<<gpu_blocks(N * M, 256), 256, 0, g->stream>>>(ds, c_buf);
+                s = gpu_check_launch(be, "matmul (split halves)");
+                if (s != RB_OK) return s;
+            } else if (!c_direct) {
                 s = gpu_copy_view(be, ds, gpu_contig_view(c_buf, RB_F32, N, M, 1, 1));
                 if (s != RB_OK) return s;
             }
