@@ -18,7 +18,8 @@
  * of the backend's (kv->in_host), replay the graph, which fetches them
  * itself (rb_buffer_set_queued: no separate upload before the launch; 1B
  * q4_0 tg128 +2%), and read the logits. The graph is rebuilt when the arena
- * is reallocated and freed with the cache. Longrope models (factors chosen
+ * is reallocated and freed with the cache (a batched step's: one of a few
+ * per leading cache, for the batch sizes a server moves between). Longrope models (factors chosen
  * by position) stay eager; an eager model (rb_model_set_eager_decode,
  * RBEE_NO_GRAPH=1) keeps the per-step shapes, for comparison. */
 #include "models/forward_internal.h"
@@ -95,6 +96,32 @@ static rb_status launch(rb_backend *be, rb_graph *g, rb_error *err) {
     return s == RB_OK ? RB_OK : rb_error_set(err, s, "replaying a decode graph: %s", rb_backend_last_error(be));
 }
 
+/* dg holds a step of owner's captured or warmed up for key and out. */
+static bool slot_is(const rb_decode_graph *dg, const rb_kv_cache *owner, const uint64_t *key, int64_t n_key,
+                    const void *out) {
+    return dg->state != RB_GRAPH_NONE && dg->gen == owner->arena_gen && dg->n_key == n_key && dg->out == out &&
+           memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
+}
+
+/* The batch slot of lead's for a step of key: the one that holds it, else
+ * an empty one, else the least recently used (graph_step drops what it
+ * held). */
+static rb_decode_graph *batch_slot(rb_kv_cache *lead, const uint64_t *key, int64_t n_key, const void *out) {
+    int pick = -1;
+    for (int i = 0; i < RB_BATCH_GRAPHS && pick < 0; i++)
+        if (slot_is(&lead->bat[i], lead, key, n_key, out)) pick = i;
+    for (int i = 0; i < RB_BATCH_GRAPHS && pick < 0; i++)
+        if (lead->bat[i].state == RB_GRAPH_NONE) pick = i;
+    if (pick < 0) {
+        pick = 0;
+        for (int i = 1; i < RB_BATCH_GRAPHS; i++)
+            if (lead->bat_used[i] < lead->bat_used[pick]) pick = i;
+    }
+    lead->bat_used[pick] = ++lead->bat_clock;
+    lead->bat_last = pick;
+    return &lead->bat[pick];
+}
+
 /* Queues the ops of a position-independent step (inputs uploaded) through
  * dg, a graph slot of owner's: replays its graph when it was captured for
  * the same caches (key) and arena; else runs the ops eagerly, and when the
@@ -105,8 +132,7 @@ static rb_status graph_step(rb_model *m, rb_kv_cache *owner, rb_decode_graph *dg
                             const void *out, bool want, bool nowarm, const fwd_bufs *b, int64_t T,
                             const seq_group *grp, int64_t n_grp, rb_error *err) {
     rb_backend *be = m->be;
-    const bool same = dg->state != RB_GRAPH_NONE && dg->gen == owner->arena_gen && dg->n_key == n_key &&
-                      dg->out == out && memcmp(dg->key, key, sizeof(uint64_t) * (size_t)n_key) == 0;
+    const bool same = slot_is(dg, owner, key, n_key, out);
     if (!same && dg->state != RB_GRAPH_NONE) rb_decode_graph_drop(dg);
     if (dg->graph) return launch(be, dg->graph, err);
     if (want && (dg->state == RB_GRAPH_WARM || (dg->state == RB_GRAPH_NONE && nowarm))) {
@@ -226,7 +252,8 @@ static rb_status decode_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_
     const bool direct = direct_logits(lead, logits, n, &b);
     s = rb_fwd_upload_inputs(be, &b, tokens, n, grp, n, err);
     if (s == RB_OK)
-        s = graph_step(m, lead, &lead->bat, key, n_key, direct ? logits : NULL, want, false, &b, n, grp, n, err);
+        s = graph_step(m, lead, batch_slot(lead, key, n_key, direct ? logits : NULL), key, n_key,
+                       direct ? logits : NULL, want, false, &b, n, grp, n, err);
     free(key);
     if (s != RB_OK) return s;
     s = direct ? rb_backend_sync(be) : rb_tensor_get(&b.logits, logits, sizeof(float) * (size_t)(m->cfg.n_vocab * n));

@@ -125,7 +125,7 @@ void rb_decode_graph_drop(rb_decode_graph *dg) {
 
 void rb_kv_cache_drop_graph(rb_kv_cache *kv) { /* before the buffers they address */
     rb_decode_graph_drop(&kv->dec);
-    rb_decode_graph_drop(&kv->bat);
+    for (int i = 0; i < RB_BATCH_GRAPHS; i++) rb_decode_graph_drop(&kv->bat[i]);
 }
 
 void rb_kv_cache_set_decode_mode(rb_kv_cache *kv, rb_decode_mode mode) {
@@ -134,7 +134,8 @@ void rb_kv_cache_set_decode_mode(rb_kv_cache *kv, rb_decode_mode mode) {
 }
 
 rb_graph_state rb_kv_cache_graph_state(const rb_kv_cache *kv) { return kv->dec.state; }
-rb_graph_state rb_kv_cache_batch_graph_state(const rb_kv_cache *kv) { return kv->bat.state; }
+rb_graph_state rb_kv_cache_batch_graph_state(const rb_kv_cache *kv) { return kv->bat[kv->bat_last].state; }
+const rb_graph *rb_kv_cache_batch_graph(const rb_kv_cache *kv) { return kv->bat[kv->bat_last].graph; }
 const char *rb_kv_cache_graph_error(const rb_kv_cache *kv) { return kv->dec.error; }
 
 void rb_kv_cache_free(rb_kv_cache *kv) {

@@ -31,6 +31,9 @@ typedef struct rb_decode_graph {
     char error[RB_ERROR_MSG_MAX];
 } rb_decode_graph;
 
+/* Captured batched steps a cache keeps (of different batch sizes). */
+#define RB_BATCH_GRAPHS 4
+
 /* The memory of caches made together (rb_kv_cache_create_many; a lone cache
  * has a pool of one): per layer, the slots' blocks of n_ctx [k row | v row]
  * pairs one after another, so one layer of every slot is a single tensor
@@ -73,9 +76,14 @@ struct rb_kv_cache {
     size_t out_seen_size;
     uint64_t serial;    /* unique among the caches of this process */
     /* captured decode steps (see forward.c): this cache's one-token step,
-     * and a batched step (rb_model_forward_batch) whose first cache it is */
+     * and the batched steps (rb_model_forward_batch) whose first cache it
+     * is: a few of them, since a server's batch size moves up and down by
+     * one as requests end and start (bat_used: when each slot last ran, for
+     * the least recently used one to give way) */
     rb_decode_mode decode_mode;
-    rb_decode_graph dec, bat;
+    rb_decode_graph dec, bat[RB_BATCH_GRAPHS];
+    uint64_t bat_used[RB_BATCH_GRAPHS], bat_clock;
+    int bat_last; /* the slot of the last batched step */
 };
 
 /* Layer il of every cache of kv's pool: rows [2 head_dim n_kv_heads] of
@@ -91,8 +99,9 @@ void rb_decode_graph_drop(rb_decode_graph *dg);
 /* Switches the decode mode (drops any graph). */
 void rb_kv_cache_set_decode_mode(rb_kv_cache *kv, rb_decode_mode mode);
 rb_graph_state rb_kv_cache_graph_state(const rb_kv_cache *kv);
-/* The same for the batched step this cache leads. */
+/* The same for the last batched step this cache led, and that step's graph (NULL: none). */
 rb_graph_state rb_kv_cache_batch_graph_state(const rb_kv_cache *kv);
+const rb_graph *rb_kv_cache_batch_graph(const rb_kv_cache *kv);
 /* Why the last capture of the one-token step failed ("" if none did). */
 const char *rb_kv_cache_graph_error(const rb_kv_cache *kv);
 /* Test hook: one position-independent decode step of token without the

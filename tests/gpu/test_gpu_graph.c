@@ -355,6 +355,51 @@ static void test_cpu_graph_frontend(void **state) {
 
 /* Decode on a backend whose captures fail: one eager warm-up, one capture
  * attempt, then eager for good, with the per-step decode's bits. */
+/* A lead cache keeps the steps of a few batch sizes (a server's batch moves
+ * between n and n - 1 as requests end and start): on the mock backend,
+ * batches of 3 and 2 caches of one pool led by the same cache, alternating,
+ * are each warmed up and captured once (with one slot, each change of size
+ * dropped the other's warm-up: never a capture); a fifth size evicts the
+ * least recently used one, which is then captured again. The CPU refuses
+ * the queued input copy inside a capture, so the mock's captures fail and
+ * the steps run eagerly: capture attempts are what is counted (a failed
+ * capture is not retried while its slot keeps its key). */
+static void test_cpu_graph_batch_sizes(void **state) {
+    (void)state;
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    be->graph_vt = &k_mock;
+    mock_begins = mock_ends = mock_launches = mock_frees = 0;
+    mock_begin_status = RB_OK;
+    rb_model *m = load(be, MODELS[0]);
+    const int64_t V = rb_model_get_config(m)->n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)(V * 8));
+    assert_non_null(lg);
+    rb_kv_cache *pool[8];
+    rb_error err;
+    TU_OK(rb_kv_cache_create_many(m, 8, N_CTX, RB_F16, pool, &err));
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int i = 0; i < 8; i++) TU_OK(rb_model_forward(m, pool[i], tok, 1, false, lg, &err));
+    /* sizes 3, 2, 3, 2, ...: two warm-ups and two captures, then replays */
+    for (int st = 0; st < 10; st++) {
+        const int n = st % 2 ? 2 : 3;
+        TU_OK(rb_model_forward_batch(m, pool, tok, n, lg, &err));
+    }
+    assert_int_equal(mock_begins, 2);
+    /* sizes 4..7 after them: the fifth evicts the size 3 (least recently used), so 3 is captured again */
+    for (int n = 4; n <= 7; n++)
+        for (int r = 0; r < 3; r++) TU_OK(rb_model_forward_batch(m, pool, tok, n, lg, &err));
+    const int begins = mock_begins;
+    assert_int_equal(begins, 2 + 4);
+    for (int r = 0; r < 3; r++) TU_OK(rb_model_forward_batch(m, pool, tok, 3, lg, &err));
+    assert_int_equal(mock_begins, begins + 1);
+    for (int i = 0; i < 8; i++) rb_kv_cache_free(pool[i]);
+    free(lg);
+    rb_model_free(m);
+    be->graph_vt = NULL;
+    rb_backend_destroy(be);
+}
+
 static void test_cpu_graph_capture_refused(void **state) {
     (void)state;
     rb_backend *be = NULL;
@@ -674,9 +719,9 @@ static void test_gpu_graph_pool_members(void **state) {
         }
         if (st == 2) {
             assert_int_equal(rb_kv_cache_batch_graph_state(pool[0]), RB_GRAPH_READY);
-            g0 = pool[0]->bat.graph;
+            g0 = rb_kv_cache_batch_graph(pool[0]);
         }
-        if (st > 2) assert_ptr_equal(pool[0]->bat.graph, g0); /* other members: the same graph replayed */
+        if (st > 2) assert_ptr_equal(rb_kv_cache_batch_graph(pool[0]), g0); /* other members: the same graph replayed */
     }
     print_message("gpu %s pooled batches of changing members: one graph, max rel vs alone %.3g\n", MODELS[0], worst);
     assert_true(worst < 1e-4);
@@ -721,7 +766,7 @@ static void test_gpu_kv_copy_prefix(void **state) {
         TU_OK(rb_model_forward_batch(m, pool, tok, 3, got, &err));
     }
     assert_int_equal(rb_kv_cache_batch_graph_state(pool[0]), RB_GRAPH_READY);
-    const rb_graph *g0 = pool[0]->bat.graph;
+    const rb_graph *g0 = rb_kv_cache_batch_graph(pool[0]);
     const int64_t k = (int64_t)np - 1;
     TU_OK(rb_kv_cache_copy_prefix(pool[2], pool[0], k, &err));
     assert_int_equal(rb_kv_cache_used(pool[2]), k);
@@ -740,7 +785,7 @@ static void test_gpu_kv_copy_prefix(void **state) {
     tok[1] = 5;
     tok[2] = prompt[k];
     TU_OK(rb_model_forward_batch(m, pool, tok, 3, got, &err));
-    assert_ptr_equal(pool[0]->bat.graph, g0); /* the same graph replayed */
+    assert_ptr_equal(rb_kv_cache_batch_graph(pool[0]), g0); /* the same graph replayed */
     const double e = max_rel(got + 2 * (size_t)V, want, (size_t)V);
     print_message("gpu %s copied prefix of %lld positions: max rel vs a cache that ran them %.3g\n", MODELS[0],
                   (long long)k, e);
@@ -1077,6 +1122,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cpu_fixed_equals_legacy),
         cmocka_unit_test(test_cpu_fused_projections),
         cmocka_unit_test(test_cpu_graph_frontend),
+        cmocka_unit_test(test_cpu_graph_batch_sizes),
         cmocka_unit_test(test_cpu_graph_capture_refused),
         cmocka_unit_test(test_cpu_eager_setting),
         cmocka_unit_test(test_gpu_graph_ids),
