@@ -37,6 +37,52 @@ static void test_greedy(void **state) {
     rb_sampler_free(s);
 }
 
+/* Greedy over a real vocabulary's size (128,256: not a multiple of the
+ * blocks the pick walks) against a plain first-maximum walk: random logits
+ * with NaNs, the maximum at the start, in the middle, in the last partial
+ * block and tied at two places (the first wins), all -inf but one NaN, and
+ * every entry -inf (token 0: the first that is not NaN). */
+static int32_t naive_greedy(const float *x, int64_t n) {
+    int32_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = (int32_t)i;
+    return best < 0 ? 0 : best;
+}
+
+static void test_greedy_large(void **state) {
+    (void)state;
+    enum { GV = 128256 };
+    rb_sampler *s = NULL;
+    rb_sampler_params gp = rb_sampler_default_params(); /* greedy */
+    gp.temperature = 0.0f;
+    TU_OK(rb_sampler_create(&gp, GV, &s, NULL));
+    float *l = malloc(sizeof(float) * GV), *c = malloc(sizeof(float) * GV);
+    assert_non_null(l);
+    assert_non_null(c);
+    tu_rng r;
+    tu_rng_seed(&r, 99);
+    const int64_t at[] = {0, 64127, GV - 3, GV - 1, 17};
+    for (size_t t = 0; t < sizeof at / sizeof at[0] + 2; t++) {
+        for (int64_t i = 0; i < GV; i++) l[i] = tu_rng_uniform(&r) * 20.0f - 10.0f;
+        for (int k = 0; k < 300; k++) l[tu_rng_u64(&r) % GV] = NAN;
+        if (t < sizeof at / sizeof at[0]) l[at[t]] = 11.0f;
+        if (t == 1) l[GV - 2] = 11.0f; /* a tie after the first */
+        if (t == sizeof at / sizeof at[0]) { /* all -inf but one NaN */
+            for (int64_t i = 0; i < GV; i++) l[i] = -INFINITY;
+            l[0] = NAN;
+        }
+        if (t == sizeof at / sizeof at[0] + 1)
+            for (int64_t i = 0; i < GV; i++) l[i] = -INFINITY;
+        memcpy(c, l, sizeof(float) * GV);
+        const int32_t want = naive_greedy(c, GV);
+        assert_int_equal(rb_sampler_sample(s, l, NULL, 0), want);
+        if (t < sizeof at / sizeof at[0]) assert_int_equal(want, at[t]);
+    }
+    free(l);
+    free(c);
+    rb_sampler_free(s);
+}
+
 static void test_seeded_reproducible(void **state) {
     (void)state;
     rb_sampler_params p = rb_sampler_default_params();
@@ -343,6 +389,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_vocabulary),
         cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_greedy_large),
         cmocka_unit_test(test_seeded_reproducible),
         cmocka_unit_test(test_distribution_matches_softmax),
         cmocka_unit_test(test_filters),
