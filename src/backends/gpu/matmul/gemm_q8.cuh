@@ -11,10 +11,10 @@
  * each sum scaled by its activation and weight scales into f32 accumulators.
  * Each weight byte is read once per 64 activation rows, as int4/int8 (the
  * matrix-vector kernels' int8 dot products run on the CUDA cores, whose rate
- * bounds them from a few rows on). CUDA only (ops_matmul.cu): HIP keeps the
- * matrix-vector kernels and the GEMM path; the plain integer loops that
- * stand in for the tensor-core instructions where they are missing keep
- * the kernel whole for every compilation pass. */
+ * bounds them from a few rows on). CUDA only (ops_matmul.cu instantiates
+ * it for CUDA alone): HIP keeps the matrix-vector kernels and the GEMM path.
+ * On CUDA GPUs before sm_80 (no int8 mma.sync) plain integer loops over the
+ * same tiles stand in for the tensor-core instructions. */
 #ifndef RBEE_GPU_GEMM_Q8_CUH
 #define RBEE_GPU_GEMM_Q8_CUH
 
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(Q8_THREADS) k_gemm_q8(gt d, gt a, const int8_t
 
 /* Weight rows per block: the widest tile (fewest activation re-reads) whose
  * grid still gives every multiprocessor two blocks, else 16. */
-static int gemm_q8_bn(int64_t N, int64_t mtiles, int64_t slices, int n_sm) {
+static inline int gemm_q8_bn(int64_t N, int64_t mtiles, int64_t slices, int n_sm) {
     const int64_t want = 2 * (int64_t)n_sm;
     if (((N + 63) / 64) * mtiles * slices >= want) return 64;
     if (((N + 31) / 32) * mtiles * slices >= want) return 32;

@@ -359,7 +359,9 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
         return RB_OK;
     }
 
-    /* ---- q4_0 / q8_0 weights, up to Q8_MAX_M rows: gemm_q8.cuh ---- */
+    /* ---- q4_0 / q8_0 weights, up to Q8_MAX_M rows: gemm_q8.cuh (CUDA only: never
+     * instantiated for HIP, whose clang-15 AMDGPU back end crashes on it) ---- */
+#if !defined(RBEE_GPU_HIP)
     if (q8 && M <= Q8_MAX_M) {
         const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
                           b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
@@ -384,6 +386,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
                                                                                                     r2, r3);
         return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, int8 tensor-core tiles)");
     }
+#endif
 
     /* ---- GEMM path ---- */
     /* compute type of both operands: f16 for quantized/f16 weights, f32 for
