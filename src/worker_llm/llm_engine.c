@@ -29,7 +29,10 @@
  * used count (what slot_view claims), and a cancelled job leaves there. Under
  * the exactness above, a prompt of more than RB_BATCH_INVARIANT_ROWS tokens
  * to run goes in pieces of more than that many, so that each of its rows
- * takes a whole prefill's arithmetic (prefill_piece). */
+ * takes a whole prefill's arithmetic (prefill_piece); there
+ * rb_model_forward_seqs would run the sequences one at a time, so the
+ * decode tokens run as a batched step (the same bits, the weights read once
+ * for them) and the pieces after it. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
 #include "worker/wk_job_queue.h"
@@ -765,23 +768,33 @@ static void *engine_main(void *arg) {
         const int n_dec = n;
         if (e->o.prefill_chunk > 0) n += schedule_prefill(e, n, &n_tok);
         if (n > 0) {
-            rb_error err;
-            rb_error_clear(&err);
+            /* the decode tokens' outcome and the pieces' (the same where one pass runs both) */
+            rb_status st_dec = RB_OK, st_pf = RB_OK;
+            rb_error err_dec, err_pf;
+            rb_error_clear(&err_dec);
+            rb_error_clear(&err_pf);
+            const size_t V = (size_t)e->n_vocab;
             double t0 = wk_now_ms();
-            rb_status st = n > n_dec
-                               ? e->o.seqs(e->m, e->step_kvs, e->step_tokens, e->step_counts, n, e->logits, &err)
-                               : e->o.step(e->m, e->step_kvs, e->step_tokens, n, e->logits, &err);
+            if (n == n_dec) st_dec = e->o.step(e->m, e->step_kvs, e->step_tokens, n, e->logits, &err_dec);
+            else if (!e->exact || n_dec == 0) {
+                st_dec = st_pf = e->o.seqs(e->m, e->step_kvs, e->step_tokens, e->step_counts, n, e->logits, &err_pf);
+                err_dec = err_pf;
+            } else { /* one by one anyway: the decode tokens as a batched step, the pieces after */
+                st_dec = e->o.step(e->m, e->step_kvs, e->step_tokens, n_dec, e->logits, &err_dec);
+                st_pf = e->o.seqs(e->m, e->step_kvs + n_dec, e->step_tokens + n_dec, e->step_counts + n_dec,
+                                  n - n_dec, e->logits + (size_t)n_dec * V, &err_pf);
+            }
             double t1 = wk_now_ms();
-            if (e->metrics && st == RB_OK && n_dec > 0)
+            if (e->metrics && st_dec == RB_OK && n_dec > 0)
                 llm_metrics_decode_step(e->metrics, (uint64_t)n_dec, t1 - t0, t1);
             for (int k = 0; k < n; k++) {
                 llm_seq *q = &e->slots[e->step_slot[k]];
                 if (!q->job) continue; /* freed with a failed sibling choice */
-                if (st != RB_OK) {
-                    fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+                if ((k < n_dec ? st_dec : st_pf) != RB_OK) {
+                    fail_seq(e, q, "INFERENCE_FAILED", k < n_dec ? err_dec.msg : err_pf.msg);
                     continue;
                 }
-                float *row = e->logits + (size_t)k * (size_t)e->n_vocab;
+                float *row = e->logits + (size_t)k * V;
                 if (q->prefill) {
                     prefill_piece_done(e, q, row);
                     continue;

@@ -17,8 +17,8 @@
 #define RBEE_VERSION "0.0.0"
 #endif
 /* --prefill-chunk's default (docs/PERFORMANCE.md has the measurement behind it) */
-#define LLM_DEFAULT_PREFILL_CHUNK 256
-#define LLM_DEFAULT_PREFILL_CHUNK_TEXT "256"
+#define LLM_DEFAULT_PREFILL_CHUNK 128
+#define LLM_DEFAULT_PREFILL_CHUNK_TEXT "128"
 /* the built-in chat page (src/worker_llm/web, embedded by the build) */
 extern const rb_embedded_file llm_web_files[];
 extern const int llm_web_n_files;

@@ -6,7 +6,7 @@
 //   request's sending and its first token, and both answers (text and
 //   logprobs, every printed digit) equal the same requests run alone on a
 //   worker started with --prefill-chunk 0 (every prompt prefilled whole);
-// - /props reports prefill_chunk (256 by default), a bad value is a
+// - /props reports prefill_chunk (128 by default), a bad value is a
 //   startup error.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -104,7 +104,7 @@ test('/props reports prefill_chunk; a bad value is refused at startup', async ()
   assert.equal(JSON.parse((await request(whole, 'GET', '/props')).body).prefill_chunk, 0);
   const dflt = await startWorker(['--local-mode', '--model', GGUF]);
   workers.push(dflt);
-  assert.equal(JSON.parse((await request(dflt, 'GET', '/props')).body).prefill_chunk, 256);
+  assert.equal(JSON.parse((await request(dflt, 'GET', '/props')).body).prefill_chunk, 128);
   const r = spawnSync(BIN, ['--local-mode', '--model', GGUF, '--port', '0', '--prefill-chunk', '300'],
     { encoding: 'utf8', timeout: 60000 });
   assert.equal(r.status, 2, r.stderr); // a command-line error
