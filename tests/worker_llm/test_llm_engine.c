@@ -19,8 +19,8 @@
  * several choices, a grammar, a prompt that fills the context, a job
  * cancelled halfway through its prompt (the next job reuses exactly what its
  * cache got), and, on a batch-invariant backend, log probabilities equal
- * bit for bit to an unchunked run's. Uses the bundled default model (KJV,
- * byte-level BPE). */
+ * bit for bit to an unchunked run's, and a failed piece failing its job
+ * alone. Uses the bundled default model (KJV, byte-level BPE). */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -450,7 +450,19 @@ static void test_bad_args(void **state) {
     o.ctx_size = 1;
     assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
     assert_null(e);
-    /* A prompt that does not fit the slot fails the job, not the engine. */
+    /* prefill chunks: 0..LLM_MAX_PREFILL_CHUNK, and then at most that many slots */
+    o.ctx_size = 64;
+    o.prefill_chunk = -1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    o.prefill_chunk = LLM_MAX_PREFILL_CHUNK + 1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    o.prefill_chunk = 8;
+    o.parallel = LLM_MAX_PREFILL_CHUNK + 1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    assert_null(e);
+    o.parallel = 2;
+    o.prefill_chunk = 4;
+    /* A prompt that does not fit the slot fails the job, not the engine (nor does an empty one). */
     o.ctx_size = 8;
     TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
     TU_OK(llm_engine_start(e, NULL));
@@ -459,6 +471,12 @@ static void test_bad_args(void **state) {
     wait_done(j, 5000);
     assert_int_equal(j->state, WK_JOB_FAILED);
     assert_string_equal(j->err_code, "CONTEXT_OVERFLOW");
+    wk_job *empty = make_job(f, "And", 3, 0.0f, 1, NULL);
+    llm_job_task(empty)->req.n_prompt = 0;
+    TU_OK(llm_engine_submit(e, empty));
+    wait_done(empty, 5000);
+    assert_string_equal(empty->err_code, "INVALID_PARAMS");
+    wk_job_unref(empty);
     wk_job *ok = make_job(f, "And", 3, 0.0f, 1, NULL);
     TU_OK(llm_engine_submit(e, ok));
     wait_done(ok, 5000);
@@ -1031,6 +1049,55 @@ static void test_chunked_cancel_midway(void **state) {
     wk_job_unref(b2);
 }
 
+/* A mixed step that fails when a sequence brings 20 tokens or more (a long
+ * prompt's piece), and runs otherwise. */
+static rb_status failing_seqs(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts,
+                              int n, float *logits, rb_error *err) {
+    for (int i = 0; i < n; i++)
+        if (counts[i] >= 20) return rb_error_set(err, RB_E_BACKEND, "injected failure");
+    return llm_seqs_forward(m, kvs, tokens, counts, n, logits, err);
+}
+
+/* Where the pieces run apart from the decode tokens (a batch-invariant
+ * backend), a failed piece fails its job alone: the stream beside it goes
+ * on and still equals rb_generate alone on that backend. */
+static void test_chunked_failure_fails_one_job(void **state) {
+    fixture *f = *state;
+    rb_backend_config bc = {.n_threads = 0, .cpu_isa = NULL, .batch_invariant = true};
+    rb_backend *be = NULL;
+    rb_model *m = NULL;
+    TU_OK(rb_backend_create("cpu", &bc, &be, NULL));
+    TU_OK(rb_model_load(RBEE_DEFAULT_MODEL_DIR "/rbee-default-q8_0.gguf", be, NULL, &m, NULL));
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 256, .queue_depth = 2, .step = NULL, .seqs = failing_seqs,
+                         .prefill_chunk = 32};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *run = make_job(f, "In the beginning", 40, 0.0f, 1, NULL); /* a prompt of a few tokens: one piece */
+    llm_job_task(run)->req.ignore_eos = true;
+    char lp[4096];
+    long_prompt(lp, sizeof lp, 10, "and");
+    wk_job *bad = make_job(f, lp, 4, 0.0f, 1, NULL);
+    TU_OK(llm_engine_submit(e, run));
+    while (llm_job_task(run)->n_pieces < 2) wait_events(run);
+    TU_OK(llm_engine_submit(e, bad));
+    wait_done(bad, 60000);
+    assert_false(wk_job_is_finished(run));
+    wait_done(run, 60000);
+    llm_engine_destroy(e);
+    assert_string_equal(bad->err_code, "INFERENCE_FAILED");
+    assert_int_equal(run->state, WK_JOB_DONE);
+    assert_int_equal(llm_job_task(run)->tokens_out, 40);
+    rb_model *fm = f->m;
+    f->m = m; /* the reference on the batch-invariant backend */
+    check_alone(f, run, "the stream beside a failed prefill");
+    f->m = fm;
+    wk_job_unref(run);
+    wk_job_unref(bad);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
 /* One job's log probabilities (the JSON text of its entries). */
 static char *entries_text(wk_job *j) {
     json_t *a = choice_entries(j, 0);
@@ -1111,6 +1178,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_match_alone),        cmocka_unit_test(test_chunked_choices_match_alone),
         cmocka_unit_test(test_chunked_interleaves),        cmocka_unit_test(test_chunked_grammar_and_context),
         cmocka_unit_test(test_chunked_cancel_midway),      cmocka_unit_test(test_chunked_exact_logprobs),
+        cmocka_unit_test(test_chunked_failure_fails_one_job),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
