@@ -26,8 +26,10 @@
  * and several short ones may share a step). When a job's last prompt token
  * has run, its row of that pass is its first token's logits, used as a whole
  * prefill's are. Between pieces a slot's cache holds the prompt up to its
- * used count (what slot_view claims), and a cancelled job leaves there. Under
- * the exactness above, a prompt of more than RB_BATCH_INVARIANT_ROWS tokens
+ * used count (what slot_view claims), and a cancelled job leaves there. On a
+ * batch-invariant backend a prompt's pieces do not depend on the load (each
+ * the next prefill_chunk tokens, whole in one step). Under the exactness
+ * above, a prompt of more than RB_BATCH_INVARIANT_ROWS tokens
  * to run goes in pieces of more than that many, so that each of its rows
  * takes a whole prefill's arithmetic (prefill_piece); there
  * rb_model_forward_seqs would run the sequences one at a time, so the
@@ -101,6 +103,8 @@ struct llm_engine {
     int *step_slot;
     llm_prefix_view *views; /* one per slot, for the prefix choices */
     bool exact;             /* cached positions must give a cold run's bits (see the top) */
+    bool invariant;         /* a batch-invariant backend: a prompt's pieces must not depend on the load */
+    size_t chunk;           /* prompt tokens a step runs (prefill_chunk, as prefill_piece needs it) */
     size_t min_run;         /* prompt tokens that run at least when a prefix is reused */
     uint64_t clock;         /* counts releases (the slots' last_used) */
     uint64_t admitted;      /* counts chunked-prefill admissions (pf_order) */
@@ -131,6 +135,16 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     const rb_backend *be = rb_model_backend(m);
     e->exact = rb_backend_batch_invariant(be) && rb_backend_row_exact_products(be);
     e->min_run = e->exact ? RB_BATCH_INVARIANT_ROWS + 1 : 1;
+    e->invariant = rb_backend_batch_invariant(be);
+    if (o->prefill_chunk > 0) {
+        /* at least 17 under exactness; room left in a step of RB_MODEL_MAX_STEP_TOKENS after the decode
+         * tokens of the other slots and prefill_piece's overshoot (>= 240: parallel <= 256) */
+        const size_t over = e->exact ? RB_BATCH_INVARIANT_ROWS : 0;
+        const size_t room = RB_MODEL_MAX_STEP_TOKENS - over - (size_t)(o->parallel - 1);
+        e->chunk = (size_t)o->prefill_chunk;
+        if (e->exact && e->chunk <= RB_BATCH_INVARIANT_ROWS) e->chunk = RB_BATCH_INVARIANT_ROWS + 1;
+        if (e->chunk > room) e->chunk = room;
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     const int P = o->parallel;
@@ -614,33 +628,32 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     prefill_done(e, q0, row);
 }
 
-/* Prompt tokens a prefilling job runs this step: up to budget of the left
- * ones. Where cached positions must give a cold run's bits and more than
+/* Prompt tokens a prefilling job runs this step out of the left ones,
+ * budget being what the step's chunk has left. Without batch invariance, up
+ * to budget. With it, the piece does not depend on what else runs (its
+ * rows' bits may depend on the piece: a GPU's products): the next chunk of
+ * the prompt, all of it in this step or (behind other pieces) none. Where
+ * cached positions must give a cold run's bits and more than
  * RB_BATCH_INVARIANT_ROWS prompt tokens run in all (run), every piece is
- * longer than that, as a whole prefill's product is: a piece of at least
- * RB_BATCH_INVARIANT_ROWS + 1 (none, to wait for a step with room, when the
- * budget is smaller), never leaving a shorter rest (the last piece then
- * takes up to RB_BATCH_INVARIANT_ROWS more than the budget). */
+ * longer than that, as a whole prefill's products are: the chunk is at
+ * least RB_BATCH_INVARIANT_ROWS + 1 (e->chunk), and no shorter rest is left
+ * (the last piece then takes up to RB_BATCH_INVARIANT_ROWS more than the
+ * chunk, only as a step's first piece). */
 static size_t prefill_piece(const llm_engine *e, size_t left, size_t run, size_t budget) {
-    size_t k = left < budget ? left : budget;
-    if (!e->exact || run <= RB_BATCH_INVARIANT_ROWS) return k;
+    if (!e->invariant) return left < budget ? left : budget;
+    size_t want = left < e->chunk ? left : e->chunk;
     const size_t least = RB_BATCH_INVARIANT_ROWS + 1;
-    if (k < least) return 0; /* left >= least: every piece before left at least that */
-    const size_t rest = left - k;
-    if (rest > 0 && rest < least) k = left >= 2 * least ? left - least : left;
-    return k;
+    if (e->exact && run > RB_BATCH_INVARIANT_ROWS && left - want > 0 && left - want < least)
+        want = left >= 2 * least ? left - least : left;
+    return want <= budget || budget == e->chunk ? want : 0;
 }
 
-/* Appends to the step (after its n sequences, *n_tok tokens) the pieces of
- * prompts it runs: the prefilling jobs' first slots in admission order,
- * each the next tokens of its prompt, prefill_chunk tokens in all (see
- * prefill_piece). Returns the sequences added. */
+/* Appends to the step (after its n decode tokens) the pieces of prompts it
+ * runs: the prefilling jobs' first slots in admission order, each the next
+ * tokens of its prompt, e->chunk tokens in all (see prefill_piece). Returns
+ * the sequences added. */
 static int schedule_prefill(llm_engine *e, int n, size_t *n_tok) {
-    const size_t margin = e->exact ? RB_BATCH_INVARIANT_ROWS : 0; /* prefill_piece's overshoot */
-    size_t chunk = (size_t)e->o.prefill_chunk;
-    if (e->exact && chunk <= RB_BATCH_INVARIANT_ROWS) chunk = RB_BATCH_INVARIANT_ROWS + 1;
-    const size_t room = RB_MODEL_MAX_STEP_TOKENS - margin - (size_t)n; /* n <= LLM_MAX_PREFILL_CHUNK */
-    size_t budget = chunk < room ? chunk : room;
+    size_t budget = e->chunk; /* the step has room for it, and for prefill_piece's overshoot (llm_engine_create) */
     int added = 0;
     uint64_t after = 0;
     while (budget > 0) {

@@ -36,13 +36,15 @@ typedef struct llm_engine_opts {
     llm_seqs_fn seqs;  /* steps that run prompt pieces (NULL: llm_seqs_forward) */
     bool cache_prompt; /* reuse cached prompt prefixes (--cache-prompt; false: every prompt prefilled whole) */
     /* prompt tokens a step may run beside the decode tokens (--prefill-chunk,
-     * 0..LLM_MAX_PREFILL_CHUNK; 0: every prompt whole at admission). Where
-     * cached positions must give a cold run's bits (a batch-invariant CPU
-     * backend) a prompt of more than RB_BATCH_INVARIANT_ROWS tokens runs in
-     * pieces of more than that many (the rows of a product of more rows take
-     * other arithmetic), so a piece holds at least RB_BATCH_INVARIANT_ROWS + 1
-     * tokens and a prompt's last piece up to RB_BATCH_INVARIANT_ROWS more
-     * than N. */
+     * 0..LLM_MAX_PREFILL_CHUNK; 0: every prompt whole at admission). On a
+     * batch-invariant backend a prompt's pieces do not depend on the load:
+     * each is the next N tokens (the last one the rest), run whole in one
+     * step. Where cached positions must give a cold run's bits (a
+     * batch-invariant CPU backend) a prompt of more than
+     * RB_BATCH_INVARIANT_ROWS tokens runs in pieces of more than that many
+     * (the rows of a product of more rows take other arithmetic), so a piece
+     * holds at least RB_BATCH_INVARIANT_ROWS + 1 tokens and a prompt's last
+     * piece up to RB_BATCH_INVARIANT_ROWS more than N. */
     int prefill_chunk;
 } llm_engine_opts;
 
