@@ -275,8 +275,8 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
         {"prefill-chunk", WK_OPT_INT, &lw->prefill_chunk, 0, LLM_MAX_PREFILL_CHUNK, "N",
          "a new prompt runs in pieces of up to N tokens inside the decode steps of the running streams, which "
          "keep streaming meanwhile (default " LLM_DEFAULT_PREFILL_CHUNK_TEXT "; 0: each prompt whole when its "
-         "request starts, the other streams waiting). With --deterministic the pieces do not depend on the load, and on the CPU hold at least 17 tokens "
-         "(docs/OPENAI_API.md)"},
+         "request starts, the other streams waiting). With --deterministic the pieces do not depend on the "
+         "load, and on the CPU hold at least 17 tokens (docs/OPENAI_API.md)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;
