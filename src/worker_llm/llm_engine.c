@@ -16,7 +16,25 @@
  * still depends on whether its product had more than RB_BATCH_INVARIANT_ROWS
  * rows (a prefill) or not (a decode step, a short prefill): there only the
  * positions a long prefill computed are reused, and at least that many
- * prompt tokens run again, so a cached prefix gives a cold run's bits. */
+ * prompt tokens run again, so a cached prefix gives a cold run's bits.
+ *
+ * Chunked prefill (prefill_chunk > 0): an admitted job's slots are
+ * "prefilling" until its prompt has run; each step runs, in one
+ * rb_model_forward_seqs pass, the decode token of every other active slot and
+ * up to prefill_chunk prompt tokens taken from the prefilling jobs' first
+ * slots in the order they were admitted (a prompt may span several steps,
+ * and several short ones may share a step). When a job's last prompt token
+ * has run, its row of that pass is its first token's logits, used as a whole
+ * prefill's are. Between pieces a slot's cache holds the prompt up to its
+ * used count (what slot_view claims), and a cancelled job leaves there. On a
+ * batch-invariant backend a prompt's pieces do not depend on the load (each
+ * the next prefill_chunk tokens, whole in one step). Under the exactness
+ * above, a prompt of more than RB_BATCH_INVARIANT_ROWS tokens
+ * to run goes in pieces of more than that many, so that each of its rows
+ * takes a whole prefill's arithmetic (prefill_piece); there
+ * rb_model_forward_seqs would run the sequences one at a time, so the
+ * decode tokens run as a batched step (the same bits, the weights read once
+ * for them) and the pieces after it. */
 #include "worker_llm/llm_engine.h"
 #include "runtime/stop_matcher.h"
 #include "worker/wk_job_queue.h"
@@ -51,6 +69,11 @@ typedef struct llm_seq {
     size_t n_held;
     size_t n_exact;     /* exact engines: leading positions a prefill of more than RB_BATCH_INVARIANT_ROWS rows made */
     uint64_t last_used; /* engine clock at the last release */
+    /* chunked prefill: the job's prompt has not all run yet (every slot of
+     * the job); its first slot runs the pieces */
+    bool prefill;
+    uint64_t pf_order; /* first slot: admission order (first come, first served) */
+    double pf_t0;      /* first slot: when the job started (its prefill time runs from there) */
 } llm_seq;
 
 struct llm_engine {
@@ -75,12 +98,16 @@ struct llm_engine {
     float *scratch; /* n_vocab: a row sampled from while the raw one is kept */
     rb_grammar_vocab *gvocab; /* built at the first request with a grammar */
     rb_kv_cache **step_kvs;
-    int32_t *step_tokens;
+    int32_t *step_tokens;  /* parallel + RB_MODEL_MAX_STEP_TOKENS: decode tokens, then prompt pieces */
+    int64_t *step_counts;  /* tokens of each sequence of a step */
     int *step_slot;
     llm_prefix_view *views; /* one per slot, for the prefix choices */
     bool exact;             /* cached positions must give a cold run's bits (see the top) */
+    bool invariant;         /* a batch-invariant backend: a prompt's pieces must not depend on the load */
+    size_t chunk;           /* prompt tokens a step runs (prefill_chunk, as prefill_piece needs it) */
     size_t min_run;         /* prompt tokens that run at least when a prefix is reused */
     uint64_t clock;         /* counts releases (the slots' last_used) */
+    uint64_t admitted;      /* counts chunked-prefill admissions (pf_order) */
 };
 
 static void finish_seq(llm_engine *e, llm_seq *q, rb_stop_reason why);
@@ -89,6 +116,10 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
                             llm_metrics *metrics, llm_engine **out, rb_error *err) {
     if (!m || !tok || !o || !out || o->parallel < 1 || o->ctx_size < 2 || o->queue_depth < 0)
         return rb_error_set(err, RB_E_INVALID, "llm_engine_create: bad arguments");
+    if (o->prefill_chunk < 0 || o->prefill_chunk > LLM_MAX_PREFILL_CHUNK ||
+        (o->prefill_chunk > 0 && o->parallel > LLM_MAX_PREFILL_CHUNK))
+        return rb_error_set(err, RB_E_INVALID, "prefill chunk %d: 0..%d tokens, and at most %d slots with chunks",
+                            o->prefill_chunk, LLM_MAX_PREFILL_CHUNK, LLM_MAX_PREFILL_CHUNK);
     *out = NULL;
     llm_engine *e = calloc(1, sizeof *e);
     if (!e) return rb_error_set(err, RB_E_NOMEM, "out of memory");
@@ -96,6 +127,7 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     e->tok = tok;
     e->o = *o;
     if (!e->o.step) e->o.step = llm_step_default();
+    if (!e->o.seqs) e->o.seqs = llm_seqs_forward;
     e->log = log;
     e->metrics = metrics;
     e->n_vocab = rb_model_get_config(m)->n_vocab;
@@ -103,6 +135,16 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     const rb_backend *be = rb_model_backend(m);
     e->exact = rb_backend_batch_invariant(be) && rb_backend_row_exact_products(be);
     e->min_run = e->exact ? RB_BATCH_INVARIANT_ROWS + 1 : 1;
+    e->invariant = rb_backend_batch_invariant(be);
+    if (o->prefill_chunk > 0) {
+        /* at least 17 under exactness; room left in a step of RB_MODEL_MAX_STEP_TOKENS after the decode
+         * tokens of the other slots and prefill_piece's overshoot (>= 240: parallel <= 256) */
+        const size_t over = e->exact ? RB_BATCH_INVARIANT_ROWS : 0;
+        const size_t room = RB_MODEL_MAX_STEP_TOKENS - over - (size_t)(o->parallel - 1);
+        e->chunk = (size_t)o->prefill_chunk;
+        if (e->exact && e->chunk <= RB_BATCH_INVARIANT_ROWS) e->chunk = RB_BATCH_INVARIANT_ROWS + 1;
+        if (e->chunk > room) e->chunk = room;
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     const int P = o->parallel;
@@ -111,12 +153,13 @@ rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engi
     /* read back every step: page-locked on a GPU (rb_backend_host_alloc) */
     e->logits = rb_backend_host_alloc(rb_model_backend(m), sizeof(float) * (size_t)P * (size_t)e->n_vocab);
     e->step_kvs = calloc((size_t)P, sizeof *e->step_kvs);
-    e->step_tokens = calloc((size_t)P, sizeof *e->step_tokens);
+    e->step_tokens = calloc((size_t)P + RB_MODEL_MAX_STEP_TOKENS, sizeof *e->step_tokens);
+    e->step_counts = calloc((size_t)P, sizeof *e->step_counts);
     e->step_slot = calloc((size_t)P, sizeof *e->step_slot);
     e->scratch = malloc(sizeof(float) * (size_t)e->n_vocab);
     e->views = calloc((size_t)P, sizeof *e->views);
-    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_slot || !e->scratch ||
-        !e->views) {
+    if (qs != RB_OK || !e->slots || !e->logits || !e->step_kvs || !e->step_tokens || !e->step_counts ||
+        !e->step_slot || !e->scratch || !e->views) {
         llm_engine_destroy(e);
         return rb_error_set(err, RB_E_NOMEM, "out of memory for %d sequence slots", P);
     }
@@ -440,12 +483,53 @@ static void run_embed(llm_engine *e, llm_seq *q) {
     finish_seq(e, q, wk_job_cancel_requested(j) ? RB_STOP_CANCELLED : RB_STOP_NONE);
 }
 
+/* The slot of job j that makes choice c (NULL: none, the job failed). */
+static llm_seq *job_slot(llm_engine *e, const wk_job *j, int c) {
+    for (int s = 0; s < e->o.parallel; s++)
+        if (e->slots[s].job == j && e->slots[s].choice == c) return &e->slots[s];
+    return NULL;
+}
+
+/* The end of the prefill of q0's job (q0: its first slot, whose cache now
+ * holds the whole prompt; row: the logits of the prompt's last token): the
+ * other choices' slots get copies of the cache, then every choice samples
+ * its first token from row. */
+static void prefill_done(llm_engine *e, llm_seq *q0, float *row) {
+    wk_job *j = q0->job;
+    const llm_task *task = llm_job_task(j);
+    const llm_gen_request *r = &task->req;
+    const int n = llm_gen_choices(r);
+    rb_error err;
+    rb_error_clear(&err);
+    for (int c = 1; c < n; c++) {
+        llm_seq *q = job_slot(e, j, c);
+        if (!q) continue;
+        if (rb_kv_cache_copy(q->kv, q0->kv, &err) != RB_OK) {
+            fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
+            return;
+        }
+        q->n_exact = q0->n_exact;
+    }
+    const double t1 = wk_now_ms(), prefill_ms = t1 - q0->pf_t0;
+    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, (uint64_t)task->cached_tokens, prefill_ms);
+    for (int c = 0; c < n; c++) {
+        llm_seq *q = job_slot(e, j, c);
+        if (!q) return; /* the job failed: every slot of it was freed */
+        q->prefill = false;
+        q->prefill_ms = prefill_ms;
+        q->t_decode0 = t1;
+        int32_t t = sample_row(e, q, row, n > 1);
+        if (t >= 0) take_token(e, q, t, r->logprobs ? row : NULL);
+    }
+}
+
 /* A newly admitted job in its n reserved slots: prefill once, copy the KV
  * cache to the other choices' slots, the first token of every choice. With
  * cache_prompt the first slot keeps the positions it shares with the prompt,
  * or takes a longer shared prefix from another slot (busy or free: the
  * engine's one thread runs steps, so a busy cache's first positions hold
- * still), and only the rest of the prompt runs. */
+ * still), and only the rest of the prompt runs. With chunked prefill the
+ * rest runs in the next steps instead (its slots marked prefilling). */
 static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     llm_task *task = llm_job_task(j);
     const llm_gen_request *r = &task->req;
@@ -471,6 +555,10 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     }
     if (wk_job_cancel_requested(j)) {
         for (int i = 0; i < n; i++) finish_seq(e, &e->slots[slot_ids[i]], RB_STOP_CANCELLED);
+        return;
+    }
+    if (r->n_prompt == 0) {
+        fail_seq(e, q0, "INVALID_PARAMS", "the prompt has no tokens");
         return;
     }
     if ((int64_t)r->n_prompt >= rb_kv_cache_size(q0->kv)) {
@@ -508,7 +596,7 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
         fail_seq(e, q0, "OUT_OF_MEMORY", "out of memory starting the job");
         return;
     }
-    double t0 = wk_now_ms();
+    q0->pf_t0 = wk_now_ms();
     size_t cached = (size_t)rb_kv_cache_used(q0->kv), more = 0;
     const int donor = e->o.cache_prompt
                           ? llm_prefix_donor(slot_views(e), e->o.parallel, slot_ids[0], r->prompt, r->n_prompt,
@@ -523,6 +611,12 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
         q0->n_exact = more;
     }
     task->cached_tokens = (int64_t)cached;
+    if (e->o.prefill_chunk > 0) { /* the steps run the rest (schedule_prefill) */
+        if (q0->n_exact > cached) q0->n_exact = cached;
+        q0->pf_order = ++e->admitted;
+        for (int i = 0; i < n; i++) e->slots[slot_ids[i]].prefill = true;
+        return;
+    }
     float *row = e->logits; /* rows are only in use during a step */
     if (rb_model_forward(e->m, q0->kv, r->prompt + cached, (int64_t)(r->n_prompt - cached), false, row, &err) !=
         RB_OK) {
@@ -531,24 +625,72 @@ static void start_job(llm_engine *e, wk_job *j, const int *slot_ids, int n) {
     }
     /* the rows this prefill made came from a product of as many rows as a cold prefill's, or not */
     q0->n_exact = r->n_prompt - cached > RB_BATCH_INVARIANT_ROWS ? r->n_prompt : cached;
-    for (int i = 1; i < n; i++) {
-        if (rb_kv_cache_copy(e->slots[slot_ids[i]].kv, q0->kv, &err) != RB_OK) {
-            fail_seq(e, q0, "INFERENCE_FAILED", err.msg);
-            return;
+    prefill_done(e, q0, row);
+}
+
+/* Prompt tokens a prefilling job runs this step out of the left ones,
+ * budget being what the step's chunk has left. Without batch invariance, up
+ * to budget. With it, the piece does not depend on what else runs (its
+ * rows' bits may depend on the piece: a GPU's products): the next chunk of
+ * the prompt, all of it in this step or (behind other pieces) none. Where
+ * cached positions must give a cold run's bits and more than
+ * RB_BATCH_INVARIANT_ROWS prompt tokens run in all (run), every piece is
+ * longer than that, as a whole prefill's products are: the chunk is at
+ * least RB_BATCH_INVARIANT_ROWS + 1 (e->chunk), and no shorter rest is left
+ * (the last piece then takes up to RB_BATCH_INVARIANT_ROWS more than the
+ * chunk, only as a step's first piece). */
+static size_t prefill_piece(const llm_engine *e, size_t left, size_t run, size_t budget) {
+    if (!e->invariant) return left < budget ? left : budget;
+    size_t want = left < e->chunk ? left : e->chunk;
+    const size_t least = RB_BATCH_INVARIANT_ROWS + 1;
+    if (e->exact && run > RB_BATCH_INVARIANT_ROWS && left - want > 0 && left - want < least)
+        want = left >= 2 * least ? left - least : left;
+    return want <= budget || budget == e->chunk ? want : 0;
+}
+
+/* Appends to the step (after its n decode tokens) the pieces of prompts it
+ * runs: the prefilling jobs' first slots in admission order, each the next
+ * tokens of its prompt, e->chunk tokens in all (see prefill_piece). Returns
+ * the sequences added. */
+static int schedule_prefill(llm_engine *e, int n, size_t *n_tok) {
+    size_t budget = e->chunk; /* the step has room for it, and for prefill_piece's overshoot (llm_engine_create) */
+    int added = 0;
+    uint64_t after = 0;
+    while (budget > 0) {
+        int s0 = -1;
+        for (int s = 0; s < e->o.parallel; s++) {
+            const llm_seq *p = &e->slots[s];
+            if (p->job && p->prefill && p->choice == 0 && p->pf_order > after &&
+                (s0 < 0 || p->pf_order < e->slots[s0].pf_order))
+                s0 = s;
         }
-        e->slots[slot_ids[i]].n_exact = q0->n_exact;
+        if (s0 < 0) break;
+        llm_seq *q = &e->slots[s0];
+        after = q->pf_order;
+        const llm_task *task = llm_job_task(q->job);
+        const size_t done = (size_t)rb_kv_cache_used(q->kv), left = task->req.n_prompt - done;
+        const size_t k = prefill_piece(e, left, task->req.n_prompt - (size_t)task->cached_tokens, budget);
+        if (k == 0) break; /* first come, first served: no later job goes first */
+        e->step_kvs[n + added] = q->kv;
+        e->step_counts[n + added] = (int64_t)k;
+        e->step_slot[n + added] = s0;
+        memcpy(e->step_tokens + *n_tok, task->req.prompt + done, sizeof(int32_t) * k);
+        *n_tok += k;
+        added++;
+        budget = k < budget ? budget - k : 0;
     }
-    const double prefill_ms = wk_now_ms() - t0;
-    if (e->metrics) llm_metrics_prefill(e->metrics, r->n_prompt, cached, prefill_ms);
-    const double t1 = wk_now_ms();
-    for (int i = 0; i < n; i++) {
-        llm_seq *q = &e->slots[slot_ids[i]];
-        if (q->job != j) return; /* the job failed: every slot of it was freed */
-        q->prefill_ms = prefill_ms;
-        q->t_decode0 = t1;
-        int32_t t = sample_row(e, q, row, n > 1);
-        if (t >= 0) take_token(e, q, t, r->logprobs ? row : NULL);
-    }
+    return added;
+}
+
+/* After a step ran a piece of q's prompt (q: the job's first slot; row: the
+ * logits of the piece's last token): what its cache holds exactly, and at
+ * the prompt's end its first tokens. */
+static void prefill_piece_done(llm_engine *e, llm_seq *q, float *row) {
+    const llm_task *task = llm_job_task(q->job);
+    const size_t used = (size_t)rb_kv_cache_used(q->kv);
+    if (task->req.n_prompt - (size_t)task->cached_tokens > RB_BATCH_INVARIANT_ROWS) q->n_exact = used;
+    if (used < task->req.n_prompt) return;
+    prefill_done(e, q, row);
 }
 
 /* Slots a job takes: one per choice (an embeddings job: one). */
@@ -627,28 +769,49 @@ static void *engine_main(void *arg) {
             if (q->job && (stop || wk_job_cancel_requested(q->job))) finish_seq(e, q, RB_STOP_CANCELLED);
         }
         int n = 0;
+        size_t n_tok = 0;
         for (int s = 0; s < P; s++) {
             llm_seq *q = &e->slots[s];
-            if (!q->job) continue;
+            if (!q->job || q->prefill) continue;
             e->step_kvs[n] = q->kv;
-            e->step_tokens[n] = q->last;
+            e->step_tokens[n_tok++] = q->last;
+            e->step_counts[n] = 1;
             e->step_slot[n++] = s;
         }
+        const int n_dec = n;
+        if (e->o.prefill_chunk > 0) n += schedule_prefill(e, n, &n_tok);
         if (n > 0) {
-            rb_error err;
-            rb_error_clear(&err);
+            /* the decode tokens' outcome and the pieces' (the same where one pass runs both) */
+            rb_status st_dec = RB_OK, st_pf = RB_OK;
+            rb_error err_dec, err_pf;
+            rb_error_clear(&err_dec);
+            rb_error_clear(&err_pf);
+            const size_t V = (size_t)e->n_vocab;
             double t0 = wk_now_ms();
-            rb_status st = e->o.step(e->m, e->step_kvs, e->step_tokens, n, e->logits, &err);
+            if (n == n_dec) st_dec = e->o.step(e->m, e->step_kvs, e->step_tokens, n, e->logits, &err_dec);
+            else if (!e->exact || n_dec == 0) {
+                st_dec = st_pf = e->o.seqs(e->m, e->step_kvs, e->step_tokens, e->step_counts, n, e->logits, &err_pf);
+                err_dec = err_pf;
+            } else { /* one by one anyway: the decode tokens as a batched step, the pieces after */
+                st_dec = e->o.step(e->m, e->step_kvs, e->step_tokens, n_dec, e->logits, &err_dec);
+                st_pf = e->o.seqs(e->m, e->step_kvs + n_dec, e->step_tokens + n_dec, e->step_counts + n_dec,
+                                  n - n_dec, e->logits + (size_t)n_dec * V, &err_pf);
+            }
             double t1 = wk_now_ms();
-            if (e->metrics && st == RB_OK) llm_metrics_decode_step(e->metrics, (uint64_t)n, t1 - t0, t1);
+            if (e->metrics && st_dec == RB_OK && n_dec > 0)
+                llm_metrics_decode_step(e->metrics, (uint64_t)n_dec, t1 - t0, t1);
             for (int k = 0; k < n; k++) {
                 llm_seq *q = &e->slots[e->step_slot[k]];
                 if (!q->job) continue; /* freed with a failed sibling choice */
-                if (st != RB_OK) {
-                    fail_seq(e, q, "INFERENCE_FAILED", err.msg);
+                if ((k < n_dec ? st_dec : st_pf) != RB_OK) {
+                    fail_seq(e, q, "INFERENCE_FAILED", k < n_dec ? err_dec.msg : err_pf.msg);
                     continue;
                 }
-                float *row = e->logits + (size_t)k * (size_t)e->n_vocab;
+                float *row = e->logits + (size_t)k * V;
+                if (q->prefill) {
+                    prefill_piece_done(e, q, row);
+                    continue;
+                }
                 const bool lp = llm_job_task(q->job)->req.logprobs;
                 const int32_t t = sample_row(e, q, row, false);
                 if (t >= 0) take_token(e, q, t, lp ? row : NULL);
@@ -705,6 +868,7 @@ void llm_engine_destroy(llm_engine *e) {
     rb_grammar_vocab_free(e->gvocab);
     free(e->step_kvs);
     free(e->step_tokens);
+    free(e->step_counts);
     free(e->step_slot);
     free(e->views);
     pthread_cond_destroy(&e->cv);

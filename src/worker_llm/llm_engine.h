@@ -11,8 +11,13 @@
  * raw logits row only when its request asks for them. Embedding jobs run
  * whole in one slot when admitted. With cache_prompt a prompt that starts
  * with tokens a slot's cache already holds (this slot's or, copied on the
- * device, another's) prefills only the rest (llm_prefix.h). Jobs carry an
- * llm_task payload (llm_job.h). */
+ * device, another's) prefills only the rest (llm_prefix.h). With
+ * prefill_chunk N > 0 a prompt is not prefilled at admission but piece by
+ * piece inside the steps: each step runs, in one rb_model_forward_seqs pass,
+ * one token of every decoding sequence plus up to N prompt tokens of the
+ * jobs still prefilling, first admitted first, so a long prompt never stalls
+ * the running streams (0: each prompt whole at admission, the running
+ * streams waiting meanwhile). Jobs carry an llm_task payload (llm_job.h). */
 #ifndef RBEE_LLM_ENGINE_H
 #define RBEE_LLM_ENGINE_H
 
@@ -28,12 +33,32 @@ typedef struct llm_engine_opts {
     int64_t ctx_size;  /* KV positions per slot */
     int queue_depth;   /* jobs that may wait beyond the free slots */
     llm_step_fn step;  /* NULL: llm_step_default() */
+    llm_seqs_fn seqs;  /* steps that run prompt pieces (NULL: llm_seqs_forward) */
     bool cache_prompt; /* reuse cached prompt prefixes (--cache-prompt; false: every prompt prefilled whole) */
+    /* prompt tokens a step may run beside the decode tokens (--prefill-chunk,
+     * 0..LLM_MAX_PREFILL_CHUNK; 0: every prompt whole at admission). On a
+     * batch-invariant backend a prompt's pieces do not depend on the load:
+     * each is the next N tokens (the last one the rest), run whole in one
+     * step. Where cached positions must give a cold run's bits (a
+     * batch-invariant CPU backend) a prompt of more than
+     * RB_BATCH_INVARIANT_ROWS tokens runs in pieces of more than that many
+     * (the rows of a product of more rows take other arithmetic), so a piece
+     * holds at least RB_BATCH_INVARIANT_ROWS + 1 tokens and a prompt's last
+     * piece up to RB_BATCH_INVARIANT_ROWS more than N. */
+    int prefill_chunk;
 } llm_engine_opts;
+
+/* The largest prefill_chunk; with prefill_chunk > 0 parallel may be at most
+ * this too, so that a step (at most RB_MODEL_MAX_STEP_TOKENS tokens) always
+ * has room for a piece of prompt. */
+#define LLM_MAX_PREFILL_CHUNK 256
 
 typedef struct llm_engine llm_engine;
 
-/* Allocates the slots' KV caches. log and metrics may be NULL. */
+/* Allocates the slots' KV caches. log and metrics may be NULL.
+ * RB_E_INVALID: parallel < 1, ctx_size < 2, a negative queue depth,
+ * prefill_chunk out of 0..LLM_MAX_PREFILL_CHUNK, or prefill_chunk > 0 with
+ * more than LLM_MAX_PREFILL_CHUNK slots. */
 rb_status llm_engine_create(rb_model *m, const rb_tokenizer *tok, const llm_engine_opts *o, wk_log *log,
                             llm_metrics *metrics, llm_engine **out, rb_error *err);
 rb_status llm_engine_start(llm_engine *e, rb_error *err);

@@ -5,7 +5,7 @@
  * path, the chat template in use (the model's, or the plain fallback),
  * BOS/EOS text, build info, whether embeddings are on, deterministic
  * batching and prompt-prefix reuse (cache_prompt, as llama-server names
- * its request field). */
+ * its request field), and prefill_chunk (--prefill-chunk, 0: off). */
 #include "worker/wk_util.h"
 #include "worker_llm/llm_worker.h"
 
@@ -34,7 +34,7 @@ static bool route_props(wk_req *r, void *ctx) {
                                "max_stop", LLM_MAX_STOP, "max_n", pc.lim.max_choices, "ignore_eos", 0);
     char build[96];
     snprintf(build, sizeof build, "rbee-c %s (%s)", RBEE_VERSION, lw->be ? rb_backend_name(lw->be) : "?");
-    json_t *o = json_pack("{s:{s:I,s:o},s:I,s:o,s:o,s:o,s:o,s:s,s:s,s:{s:b,s:b},s:b,s:s,s:b,s:b}", "default_generation_settings",
+    json_t *o = json_pack("{s:{s:I,s:o},s:I,s:o,s:o,s:o,s:o,s:s,s:s,s:{s:b,s:b},s:b,s:s,s:b,s:b,s:I}", "default_generation_settings",
                           "n_ctx", (json_int_t)lw->ctx_size, "params", params, "total_slots", (json_int_t)lw->parallel,
                           "model_path", wk_json_text(w->model_path, strlen(w->model_path)), "chat_template",
                           tpl ? wk_json_text(tpl, strlen(tpl)) : json_string(""), "bos_token",
@@ -42,7 +42,7 @@ static bool route_props(wk_req *r, void *ctx) {
                           token_text(lw->tok, rb_tokenizer_eos(lw->tok)), "model_alias", w->model_id, "build_info",
                           build, "modalities", "vision", 0, "audio", 0, "embedding", lw->embedding, "pooling",
                           lw->pooling == LLM_POOL_LAST ? "last" : "mean", "deterministic", lw->deterministic,
-                          "cache_prompt", lw->cache_prompt);
+                          "cache_prompt", lw->cache_prompt, "prefill_chunk", (json_int_t)lw->prefill_chunk);
     return wk_reply_json(r, 200, o);
 }
 

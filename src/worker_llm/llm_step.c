@@ -17,3 +17,8 @@ rb_status llm_step_batched(rb_model *m, rb_kv_cache *const *kvs, const int32_t *
 }
 
 llm_step_fn llm_step_default(void) { return llm_step_batched; }
+
+rb_status llm_seqs_forward(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts, int n,
+                           float *logits, rb_error *err) {
+    return rb_model_forward_seqs(m, kvs, tokens, counts, n, logits, err);
+}

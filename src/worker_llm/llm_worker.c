@@ -16,6 +16,9 @@
 #ifndef RBEE_VERSION
 #define RBEE_VERSION "0.0.0"
 #endif
+/* --prefill-chunk's default (docs/PERFORMANCE.md has the measurement behind it) */
+#define LLM_DEFAULT_PREFILL_CHUNK 128
+#define LLM_DEFAULT_PREFILL_CHUNK_TEXT "128"
 /* the built-in chat page (src/worker_llm/web, embedded by the build) */
 extern const rb_embedded_file llm_web_files[];
 extern const int llm_web_n_files;
@@ -181,7 +184,7 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     lw->ctx_size = ctx;
     if (!w->cfg.no_warmup) warmup(lw);
     llm_engine_opts eo = {.parallel = (int)lw->parallel, .ctx_size = ctx, .queue_depth = (int)w->cfg.queue_depth,
-                          .step = NULL, .cache_prompt = lw->cache_prompt};
+                          .step = NULL, .cache_prompt = lw->cache_prompt, .prefill_chunk = (int)lw->prefill_chunk};
     llm_engine *e = NULL;
     if ((s = llm_engine_create(lw->model, lw->tok, &eo, &w->log, &lw->metrics, &e, err)) != RB_OK) return s;
     if ((s = llm_engine_start(e, err)) != RB_OK) {
@@ -269,6 +272,11 @@ int llm_worker_options(llm_worker *lw, wk_opt *out, int max) {
          "of a chat) takes them from there and runs only the rest (default on; off: every prompt runs whole). "
          "With --deterministic on the CPU the logits are a cold run's, bit for bit; elsewhere equal to rounding "
          "(docs/OPENAI_API.md)"},
+        {"prefill-chunk", WK_OPT_INT, &lw->prefill_chunk, 0, LLM_MAX_PREFILL_CHUNK, "N",
+         "a new prompt runs in pieces of up to N tokens inside the decode steps of the running streams, which "
+         "keep streaming meanwhile (default " LLM_DEFAULT_PREFILL_CHUNK_TEXT "; 0: each prompt whole when its "
+         "request starts, the other streams waiting). With --deterministic the pieces do not depend on the "
+         "load, and on the CPU hold at least 17 tokens (docs/OPENAI_API.md)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     if (max < n) return 0;
@@ -280,6 +288,7 @@ int llm_worker_main(int argc, char **argv) {
     llm_worker lw;
     memset(&lw, 0, sizeof lw);
     lw.parallel = 4;
+    lw.prefill_chunk = LLM_DEFAULT_PREFILL_CHUNK;
     pthread_rwlock_init(&lw.engine_lock, NULL);
     wk_opt opts[8];
     const int n_opts = llm_worker_options(&lw, opts, 8);

@@ -1,5 +1,5 @@
 /* llm-worker-rbee on the shared worker layer: its options (--parallel,
- * --ctx-size, --embedding, --pooling, --deterministic, --cache-prompt), the loaded model, tokenizer and chat
+ * --ctx-size, --embedding, --pooling, --deterministic, --cache-prompt, --prefill-chunk), the loaded model, tokenizer and chat
  * template, the inference engine behind a read-write lock (handlers use it,
  * shutdown takes it away), the metrics, and the routes it adds (rbee job
  * creation, the OpenAI API with embeddings, llama-server's /tokenize,
@@ -29,6 +29,7 @@ typedef struct llm_worker {
     bool deterministic;             /* batch-invariant backend (resolved when loading) */
     const char *cache_prompt_name;  /* --cache-prompt on|off */
     bool cache_prompt;              /* reuse cached prompt prefixes (resolved at setup) */
+    int64_t prefill_chunk;          /* --prefill-chunk: prompt tokens a step runs beside the decode tokens (0: off) */
     llm_metrics metrics;
     bool metrics_ok;
 

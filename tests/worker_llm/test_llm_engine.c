@@ -13,7 +13,14 @@
  * a slot, or copied from a busy one) still equal rb_generate alone on a
  * fresh cache, and the count of cached prompt tokens is the common prefix
  * with what the slot held, also after an embeddings job overwrote the slot,
- * a cancelled job and a failed one. Uses the bundled default model (KJV, byte-level BPE). */
+ * a cancelled job and a failed one. With chunked prefill (prefill_chunk) the
+ * same outputs, while a running stream keeps emitting tokens between a long
+ * prompt's start and its first token (and emits none there without chunks);
+ * several choices, a grammar, a prompt that fills the context, a job
+ * cancelled halfway through its prompt (the next job reuses exactly what its
+ * cache got), and, on a batch-invariant backend, log probabilities equal
+ * bit for bit to an unchunked run's, and a failed piece failing its job
+ * alone. Uses the bundled default model (KJV, byte-level BPE). */
 #include "testutil.h"
 
 #include "rbee/generate.h"
@@ -115,6 +122,7 @@ static void reference(fixture *f, const wk_job *j, int64_t ctx, ref_out *o) {
     rb_gen_params gp = rb_gen_default_params();
     gp.sampling = llm_job_task(j)->req.sampling;
     gp.max_tokens = llm_job_task(j)->req.max_tokens;
+    gp.ignore_eos = llm_job_task(j)->req.ignore_eos;
     for (int i = 0; i < llm_job_task(j)->req.n_stop; i++) gp.stop[gp.n_stop++] = llm_job_task(j)->req.stop[i];
     TU_OK(rb_generate(f->m, f->tok, kv, llm_job_task(j)->req.prompt, llm_job_task(j)->req.n_prompt, &gp, collect, o, &o->res, NULL));
     rb_kv_cache_free(kv);
@@ -152,10 +160,10 @@ static void job_text(wk_job *j, char *buf, size_t cap, size_t *len) {
 
 /* n_jobs random jobs at once; with shared > 0 every prompt starts with the
  * same `shared` words and the engine reuses cached prompt prefixes. */
-static void run_jobs(fixture *f, llm_step_fn step, int parallel, int n_jobs, uint64_t seed, int shared) {
+static void run_jobs(fixture *f, llm_step_fn step, int parallel, int n_jobs, uint64_t seed, int shared, int chunk) {
     const int64_t ctx = 96 + 2 * shared;
-    llm_engine_opts o = {
-        .parallel = parallel, .ctx_size = ctx, .queue_depth = n_jobs, .step = step, .cache_prompt = shared > 0};
+    llm_engine_opts o = {.parallel = parallel, .ctx_size = ctx, .queue_depth = n_jobs, .step = step,
+                         .cache_prompt = shared > 0, .prefill_chunk = chunk};
     llm_engine *e = NULL;
     TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
     TU_OK(llm_engine_start(e, NULL));
@@ -205,21 +213,30 @@ static void run_jobs(fixture *f, llm_step_fn step, int parallel, int n_jobs, uin
 }
 
 static void test_batched_matches_alone(void **state) {
-    run_jobs(*state, llm_step_batched, 4, 11, 7, 0);
+    run_jobs(*state, llm_step_batched, 4, 11, 7, 0, 0);
 }
 
 static void test_sequential_step_matches_alone(void **state) {
-    run_jobs(*state, llm_step_sequential, 3, 7, 8, 0);
+    run_jobs(*state, llm_step_sequential, 3, 7, 8, 0, 0);
 }
 
 static void test_single_slot(void **state) {
-    run_jobs(*state, NULL, 1, 4, 9, 0);
+    run_jobs(*state, NULL, 1, 4, 9, 0, 0);
 }
 
 /* Shared prefixes kept in free slots and copied from busy ones. */
 static void test_cached_prompts_match_alone(void **state) {
-    run_jobs(*state, NULL, 4, 12, 10, 30);
-    run_jobs(*state, NULL, 1, 5, 11, 30);
+    run_jobs(*state, NULL, 4, 12, 10, 30, 0);
+    run_jobs(*state, NULL, 1, 5, 11, 30, 0);
+}
+
+/* The same with prompts run in pieces of 8 and 3 tokens inside the steps. */
+static void test_chunked_match_alone(void **state) {
+    run_jobs(*state, llm_step_batched, 4, 11, 7, 0, 8);
+    run_jobs(*state, llm_step_sequential, 3, 7, 8, 0, 3);
+    run_jobs(*state, NULL, 1, 4, 9, 0, 8);
+    run_jobs(*state, NULL, 4, 12, 10, 30, 8);
+    run_jobs(*state, NULL, 1, 5, 11, 30, 3);
 }
 
 static size_t lcp_of(const wk_job *a, const wk_job *b) {
@@ -433,7 +450,19 @@ static void test_bad_args(void **state) {
     o.ctx_size = 1;
     assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
     assert_null(e);
-    /* A prompt that does not fit the slot fails the job, not the engine. */
+    /* prefill chunks: 0..LLM_MAX_PREFILL_CHUNK, and then at most that many slots */
+    o.ctx_size = 64;
+    o.prefill_chunk = -1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    o.prefill_chunk = LLM_MAX_PREFILL_CHUNK + 1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    o.prefill_chunk = 8;
+    o.parallel = LLM_MAX_PREFILL_CHUNK + 1;
+    assert_int_equal(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, &err), RB_E_INVALID);
+    assert_null(e);
+    o.parallel = 2;
+    o.prefill_chunk = 4;
+    /* A prompt that does not fit the slot fails the job, not the engine (nor does an empty one). */
     o.ctx_size = 8;
     TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
     TU_OK(llm_engine_start(e, NULL));
@@ -442,6 +471,12 @@ static void test_bad_args(void **state) {
     wait_done(j, 5000);
     assert_int_equal(j->state, WK_JOB_FAILED);
     assert_string_equal(j->err_code, "CONTEXT_OVERFLOW");
+    wk_job *empty = make_job(f, "And", 3, 0.0f, 1, NULL);
+    llm_job_task(empty)->req.n_prompt = 0;
+    TU_OK(llm_engine_submit(e, empty));
+    wait_done(empty, 5000);
+    assert_string_equal(empty->err_code, "INVALID_PARAMS");
+    wk_job_unref(empty);
     wk_job *ok = make_job(f, "And", 3, 0.0f, 1, NULL);
     TU_OK(llm_engine_submit(e, ok));
     wait_done(ok, 5000);
@@ -510,10 +545,10 @@ static json_t *choice_entries(wk_job *j, int choice) {
     return a;
 }
 
-static void test_choices_match_alone(void **state) {
+static void choices_match_alone(void **state, int chunk) {
     fixture *f = *state;
     const int64_t ctx = 96;
-    llm_engine_opts o = {.parallel = 4, .ctx_size = ctx, .queue_depth = 4, .step = NULL};
+    llm_engine_opts o = {.parallel = 4, .ctx_size = ctx, .queue_depth = 4, .step = NULL, .prefill_chunk = chunk};
     llm_engine *e = NULL;
     TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
     TU_OK(llm_engine_start(e, NULL));
@@ -570,6 +605,9 @@ static void test_choices_match_alone(void **state) {
     wk_job_unref(greedy);
     wk_job_unref(too_many);
 }
+
+static void test_choices_match_alone(void **state) { choices_match_alone(state, 0); }
+static void test_chunked_choices_match_alone(void **state) { choices_match_alone(state, 2); }
 
 /* log-softmax of one row in double */
 static void log_softmax(const float *x, int64_t n, double *out) {
@@ -829,6 +867,304 @@ static void test_embeddings(void **state) {
     wk_job_unref(last);
 }
 
+/* ---- chunked prefill ---- */
+
+/* A prompt of `reps` times "And God said unto Moses " and a tail word. */
+static void long_prompt(char *buf, size_t cap, int reps, const char *tail) {
+    buf[0] = '\0';
+    for (int i = 0; i < reps; i++) strncat(buf, "And God said unto Moses ", cap - strlen(buf) - 1);
+    strncat(buf, tail, cap - strlen(buf) - 1);
+}
+
+/* Time of j's first event of a type (-1: none). */
+static double event_time(wk_job *j, const char *type) {
+    double t = -1;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n_events && t < 0; i++)
+        if (!strcmp(j->events[i].type, type)) t = j->events[i].t_ms;
+    pthread_mutex_unlock(&j->mu);
+    return t;
+}
+
+/* j's token events strictly between t0 and t1. */
+static int tokens_between(wk_job *j, double t0, double t1) {
+    int n = 0;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->n_events; i++)
+        n += !strcmp(j->events[i].type, "token") && j->events[i].t_ms > t0 && j->events[i].t_ms < t1;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+/* A stream decodes while a long prompt arrives: with chunks it emits tokens
+ * between that job's start and its first token, without chunks none; both
+ * outputs equal rb_generate alone either way. */
+static void interleave(fixture *f, int chunk, int *between) {
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 512, .queue_depth = 2, .step = NULL, .prefill_chunk = chunk};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *a = make_job(f, "In the beginning", 150, 0.0f, 1, NULL);
+    llm_job_task(a)->req.ignore_eos = true;
+    char lp[4096];
+    long_prompt(lp, sizeof lp, 40, "and the LORD");
+    wk_job *b = make_job(f, lp, 6, 0.0f, 1, NULL);
+    assert_true(llm_job_task(b)->req.n_prompt > 200);
+    TU_OK(llm_engine_submit(e, a));
+    while (llm_job_task(a)->n_pieces < 3) wait_events(a);
+    TU_OK(llm_engine_submit(e, b));
+    wait_done(b, 60000);
+    wait_done(a, 60000);
+    llm_engine_destroy(e);
+    assert_int_equal(a->state, WK_JOB_DONE);
+    assert_int_equal(b->state, WK_JOB_DONE);
+    const double t0 = event_time(b, "started"), t1 = event_time(b, "token");
+    assert_true(t0 > 0 && t1 >= t0);
+    *between = tokens_between(a, t0, t1);
+    print_message("prefill chunk %d: %d tokens of the running stream during a %zu-token prefill (%.1f ms)\n", chunk,
+                  *between, llm_job_task(b)->req.n_prompt, t1 - t0);
+    check_alone(f, a, "the running stream");
+    check_alone(f, b, "the long prompt");
+    wk_job_unref(a);
+    wk_job_unref(b);
+}
+
+static void test_chunked_interleaves(void **state) {
+    int with = 0, without = -1;
+    interleave(*state, 8, &with);
+    interleave(*state, 0, &without);
+    assert_int_equal(without, 0);
+    assert_true(with >= 10); /* over 200 prompt tokens in pieces of 8: 25 steps, one token of the stream each */
+}
+
+/* A grammar's output, a prompt that fills the context (one token of room
+ * left) and one that does not fit, all with chunks, beside a decoding
+ * stream: the grammar job's text equals the unchunked engine's, the others
+ * rb_generate alone's (a context of the same size). */
+static void test_chunked_grammar_and_context(void **state) {
+    fixture *f = *state;
+    const char *gbnf = "root ::= (\" God\" | \" Moses\" | \" the LORD\")+ \".\"";
+    char lp[4096];
+    long_prompt(lp, sizeof lp, 12, "and");
+    int32_t *ids = NULL;
+    size_t n_lp = 0;
+    TU_OK(rb_tokenizer_encode(f->tok, lp, strlen(lp), RB_TOK_ADD_SPECIAL, &ids, &n_lp, NULL));
+    free(ids);
+    const int64_t ctx = (int64_t)n_lp + 1;
+    char text[2][4096];
+    size_t len[2];
+    for (int pass = 0; pass < 2; pass++) {
+        llm_engine_opts o = {.parallel = 3, .ctx_size = ctx, .queue_depth = 3, .step = NULL, .prefill_chunk = pass ? 5 : 0};
+        llm_engine *e = NULL;
+        TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+        TU_OK(llm_engine_start(e, NULL));
+        wk_job *run = make_job(f, "In the beginning", 40, 0.0f, 1, NULL);
+        wk_job *g = make_job(f, "And God said unto Moses and the LORD spake unto", 12, 0.0f, 1, NULL);
+        TU_OK(rb_grammar_parse(gbnf, strlen(gbnf), "root", &llm_job_task(g)->req.grammar, NULL));
+        wk_job *full = make_job(f, lp, 20, 0.0f, 1, NULL);
+        char over[4200];
+        snprintf(over, sizeof over, "%s the", lp);
+        wk_job *big = make_job(f, over, 4, 0.0f, 1, NULL);
+        TU_OK(llm_engine_submit(e, run));
+        TU_OK(llm_engine_submit(e, g));
+        TU_OK(llm_engine_submit(e, full));
+        TU_OK(llm_engine_submit(e, big));
+        wait_done(run, 60000);
+        wait_done(g, 60000);
+        wait_done(full, 60000);
+        wait_done(big, 60000);
+        llm_engine_destroy(e);
+        assert_int_equal(g->state, WK_JOB_DONE);
+        job_text(g, text[pass], sizeof text[pass], &len[pass]);
+        assert_true(len[pass] > 0);
+        assert_string_equal(big->err_code, "CONTEXT_OVERFLOW");
+        assert_int_equal(full->state, WK_JOB_DONE);
+        assert_int_equal(llm_job_task(full)->tokens_out, 2); /* the prompt's logits', then the last position's */
+        assert_int_equal(llm_job_task(full)->stop_reason, RB_STOP_MAX_TOKENS);
+        ref_out ref;
+        reference(f, full, ctx, &ref);
+        char got[8192];
+        size_t glen = 0;
+        job_text(full, got, sizeof got, &glen);
+        assert_int_equal(glen, ref.len);
+        assert_memory_equal(got, ref.text, glen);
+        check_alone(f, run, "the running stream");
+        wk_job *all[] = {run, g, full, big};
+        for (int i = 0; i < 4; i++) wk_job_unref(all[i]);
+    }
+    assert_int_equal(len[0], len[1]);
+    assert_memory_equal(text[0], text[1], len[0]);
+    assert_true(text[0][len[0] - 1] == '.');
+}
+
+/* A mixed step slowed down, so that a test can act between two of them. */
+static rb_status slow_seqs(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts, int n,
+                           float *logits, rb_error *err) {
+    wk_sleep_ms(3);
+    return llm_seqs_forward(m, kvs, tokens, counts, n, logits, err);
+}
+
+/* A job cancelled halfway through its prompt ends without tokens, the
+ * stream beside it goes on, and with cache_prompt the next job with that
+ * prompt takes exactly the positions the cancelled one had run (and still
+ * equals rb_generate alone). */
+static void test_chunked_cancel_midway(void **state) {
+    fixture *f = *state;
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 512, .queue_depth = 2, .step = NULL, .seqs = slow_seqs,
+                         .cache_prompt = true, .prefill_chunk = 8};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(f->m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *a = make_job(f, "In the beginning", 200, 0.0f, 1, NULL);
+    llm_job_task(a)->req.ignore_eos = true;
+    char lp[4096];
+    long_prompt(lp, sizeof lp, 40, "and the LORD");
+    wk_job *b = make_job(f, lp, 6, 0.0f, 1, NULL), *b2 = make_job(f, lp, 6, 0.0f, 1, NULL);
+    const size_t nb = llm_job_task(b)->req.n_prompt;
+    TU_OK(llm_engine_submit(e, a));
+    while (llm_job_task(a)->n_pieces < 2) wait_events(a);
+    TU_OK(llm_engine_submit(e, b));
+    while (event_time(b, "started") < 0) wait_events(b);
+    const int before = (int)llm_job_task(a)->n_pieces;
+    while ((int)llm_job_task(a)->n_pieces < before + 4) wait_events(a); /* a few pieces of b ran */
+    wk_job_cancel(b);
+    llm_engine_poke(e);
+    wait_done(b, 5000);
+    assert_int_equal(llm_job_task(b)->stop_reason, RB_STOP_CANCELLED);
+    assert_int_equal(llm_job_task(b)->tokens_out, 0);
+    assert_true(event_time(b, "token") < 0);
+    assert_false(wk_job_is_finished(a)); /* the stream goes on */
+    TU_OK(llm_engine_submit(e, b2));
+    wait_done(b2, 60000);
+    wait_done(a, 60000);
+    llm_engine_destroy(e);
+    const int64_t got = llm_job_task(b2)->cached_tokens;
+    print_message("cancelled after %lld of %zu prompt tokens\n", (long long)got, nb);
+    const int64_t ran = got - llm_job_task(b)->cached_tokens; /* b may have copied the BOS position from a */
+    assert_true(ran >= 8 && got < (int64_t)nb - 8 && ran % 8 == 0); /* whole pieces of 8, not all of them */
+    check_alone(f, b2, "the prompt after the cancelled one");
+    check_alone(f, a, "the running stream");
+    wk_job_unref(a);
+    wk_job_unref(b);
+    wk_job_unref(b2);
+}
+
+/* A mixed step that fails when a sequence brings 20 tokens or more (a long
+ * prompt's piece), and runs otherwise. */
+static rb_status failing_seqs(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, const int64_t *counts,
+                              int n, float *logits, rb_error *err) {
+    for (int i = 0; i < n; i++)
+        if (counts[i] >= 20) return rb_error_set(err, RB_E_BACKEND, "injected failure");
+    return llm_seqs_forward(m, kvs, tokens, counts, n, logits, err);
+}
+
+/* Where the pieces run apart from the decode tokens (a batch-invariant
+ * backend), a failed piece fails its job alone: the stream beside it goes
+ * on and still equals rb_generate alone on that backend. */
+static void test_chunked_failure_fails_one_job(void **state) {
+    fixture *f = *state;
+    rb_backend_config bc = {.n_threads = 0, .cpu_isa = NULL, .batch_invariant = true};
+    rb_backend *be = NULL;
+    rb_model *m = NULL;
+    TU_OK(rb_backend_create("cpu", &bc, &be, NULL));
+    TU_OK(rb_model_load(RBEE_DEFAULT_MODEL_DIR "/rbee-default-q8_0.gguf", be, NULL, &m, NULL));
+    llm_engine_opts o = {.parallel = 2, .ctx_size = 256, .queue_depth = 2, .step = NULL, .seqs = failing_seqs,
+                         .prefill_chunk = 32};
+    llm_engine *e = NULL;
+    TU_OK(llm_engine_create(m, f->tok, &o, NULL, NULL, &e, NULL));
+    TU_OK(llm_engine_start(e, NULL));
+    wk_job *run = make_job(f, "In the beginning", 40, 0.0f, 1, NULL); /* a prompt of a few tokens: one piece */
+    llm_job_task(run)->req.ignore_eos = true;
+    char lp[4096];
+    long_prompt(lp, sizeof lp, 10, "and");
+    wk_job *bad = make_job(f, lp, 4, 0.0f, 1, NULL);
+    TU_OK(llm_engine_submit(e, run));
+    while (llm_job_task(run)->n_pieces < 2) wait_events(run);
+    TU_OK(llm_engine_submit(e, bad));
+    wait_done(bad, 60000);
+    assert_false(wk_job_is_finished(run));
+    wait_done(run, 60000);
+    llm_engine_destroy(e);
+    assert_string_equal(bad->err_code, "INFERENCE_FAILED");
+    assert_int_equal(run->state, WK_JOB_DONE);
+    assert_int_equal(llm_job_task(run)->tokens_out, 40);
+    rb_model *fm = f->m;
+    f->m = m; /* the reference on the batch-invariant backend */
+    check_alone(f, run, "the stream beside a failed prefill");
+    f->m = fm;
+    wk_job_unref(run);
+    wk_job_unref(bad);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
+/* One job's log probabilities (the JSON text of its entries). */
+static char *entries_text(wk_job *j) {
+    json_t *a = choice_entries(j, 0);
+    char *t = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(a);
+    assert_non_null(t);
+    return t;
+}
+
+/* On a batch-invariant CPU backend (--deterministic), with the q8_0 weights
+ * the worker serves by default, a prompt run in pieces
+ * beside other streams and prefills gives the log probabilities, bit for
+ * bit, of the same prompt run whole and alone; with cache_prompt a second
+ * copy (its prefix taken from the cache) too. */
+static void test_chunked_exact_logprobs(void **state) {
+    fixture *f = *state;
+    rb_backend_config bc = {.n_threads = 0, .cpu_isa = NULL, .batch_invariant = true};
+    rb_backend *be = NULL;
+    rb_model *m = NULL;
+    TU_OK(rb_backend_create("cpu", &bc, &be, NULL));
+    /* q8_0 weights: their products of more than RB_BATCH_INVARIANT_ROWS rows take the packed kernels */
+    TU_OK(rb_model_load(RBEE_DEFAULT_MODEL_DIR "/rbee-default-q8_0.gguf", be, NULL, &m, NULL));
+    char lp[4096], lp2[4096];
+    long_prompt(lp, sizeof lp, 14, "and the LORD");
+    long_prompt(lp2, sizeof lp2, 11, "in the land of Egypt");
+    char *want = NULL;
+    for (int pass = 0; pass < 3; pass++) {
+        const int chunk = pass == 0 ? 0 : pass == 1 ? 8 : 40;
+        llm_engine_opts o = {.parallel = 4, .ctx_size = 256, .queue_depth = 4, .step = NULL, .cache_prompt = true,
+                             .prefill_chunk = chunk};
+        llm_engine *e = NULL;
+        TU_OK(llm_engine_create(m, f->tok, &o, NULL, NULL, &e, NULL));
+        TU_OK(llm_engine_start(e, NULL));
+        wk_job *run = NULL, *other = NULL;
+        if (pass > 0) { /* company: a stream and another prefill */
+            run = make_job(f, "In the beginning", 60, 0.0f, 1, NULL);
+            other = make_job(f, lp2, 10, 0.0f, 1, NULL);
+            TU_OK(llm_engine_submit(e, run));
+            while (llm_job_task(run)->n_pieces < 2) wait_events(run);
+            TU_OK(llm_engine_submit(e, other));
+        }
+        wk_job *j = make_openai_job(f, lp, 12, 0.0f, 1, 1, 3, NULL, 0);
+        wk_job *again = make_openai_job(f, lp, 12, 0.0f, 1, 1, 3, NULL, 0);
+        TU_OK(llm_engine_submit(e, j));
+        wait_done(j, 60000);
+        TU_OK(llm_engine_submit(e, again));
+        wait_done(again, 60000);
+        if (run) wait_done(run, 60000);
+        if (other) wait_done(other, 60000);
+        llm_engine_destroy(e);
+        assert_true(llm_job_task(again)->cached_tokens > 0);
+        char *got = entries_text(j), *got2 = entries_text(again);
+        if (!want) want = strdup(got);
+        if (strcmp(got, want) != 0) fail_msg("chunk %d: log probabilities differ from an unchunked run", chunk);
+        if (strcmp(got2, want) != 0) fail_msg("chunk %d, cached prefix: log probabilities differ", chunk);
+        free(got);
+        free(got2);
+        wk_job_unref(j);
+        wk_job_unref(again);
+        if (run) wk_job_unref(run);
+        if (other) wk_job_unref(other);
+    }
+    free(want);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_matches_alone), cmocka_unit_test(test_sequential_step_matches_alone),
@@ -839,6 +1175,10 @@ int main(void) {
         cmocka_unit_test(test_kept_special_token),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_cached_prompts_match_alone), cmocka_unit_test(test_cached_prompt_records),
+        cmocka_unit_test(test_chunked_match_alone),        cmocka_unit_test(test_chunked_choices_match_alone),
+        cmocka_unit_test(test_chunked_interleaves),        cmocka_unit_test(test_chunked_grammar_and_context),
+        cmocka_unit_test(test_chunked_cancel_midway),      cmocka_unit_test(test_chunked_exact_logprobs),
+        cmocka_unit_test(test_chunked_failure_fails_one_job),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

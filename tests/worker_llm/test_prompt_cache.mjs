@@ -129,15 +129,27 @@ for (const [name, model, flags, tol] of CONFIGS) {
     // --parallel 2: L holds a slot while it runs; M shares L's prefix and takes the other slot
     const L = `${P} ${words(30, 21)}`, M = `${P} ${words(18, 23)}`;
     const tL = await tokens(w, L), tM = await tokens(w, M);
-    const long = request(w, 'POST', '/v1/completions', {
-      prompt: L, max_tokens: 200, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true },
+    // L streams; M is asked once L's first token came (its whole prompt is in its cache then: with
+    // --prefill-chunk a slot still prefilling holds only the pieces that ran, and gives only those)
+    let decoding;
+    const firstToken = new Promise((r) => { decoding = r; });
+    const long = new Promise((resolve, reject) => {
+      const data = JSON.stringify({
+        prompt: L, max_tokens: 200, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true },
+      });
+      const req = http.request(`${w.url}/v1/completions`, {
+        method: 'POST', agent: false, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) },
+      }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c) => { body += c; if (/"text":"[^"]/.test(body)) decoding(); });
+        res.on('end', () => resolve({ status: res.statusCode, body }));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end(data);
     });
-    // wait until L runs (its prefill counted), then ask M while it decodes
-    for (let i = 0; i < 400; i++) {
-      const a = (await metrics(w)).llorch_active_sequences;
-      if (a === 1) break;
-      await new Promise((r) => setTimeout(r, 5));
-    }
+    await firstToken;
     const gotM = await complete(w, M);
     const refM = await complete(cold, M);
     const lr = await long;
