@@ -19,32 +19,16 @@ usage: sd_worker_bench.py SD_WORKER_BIN RBEE_BIN [--backend cpu|cuda|rocm] [--de
 import argparse
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
+
+from bench_http import free_port, post
 
 PROMPT = 'a photograph of an astronaut riding a horse'
 NEGATIVE = 'blurry'
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def post(port, path, body, timeout=3600):
-    req = urllib.request.Request(f'http://127.0.0.1:{port}{path}', data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise SystemExit(f'POST {path}: HTTP {e.code}: {e.read().decode(errors="replace")}')
 
 
 def stream(port, job_id):

@@ -12,31 +12,13 @@ usage: worker_parallel.py WORKER_BIN [--backend cpu|cuda|rocm] [--device N] [--m
 """
 import argparse
 import json
-import socket
 import subprocess
 import threading
 import time
-import urllib.request
+
+from bench_http import free_port, get, post
 
 PROMPTS = ['And God said', 'In the beginning', 'And the LORD spake unto Moses', 'Blessed are the']
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def post(port, path, body, timeout=600):
-    req = urllib.request.Request(f'http://127.0.0.1:{port}{path}', data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def get(port, path):
-    with urllib.request.urlopen(f'http://127.0.0.1:{port}{path}', timeout=30) as r:
-        return r.read().decode()
 
 
 def metric(text, name):

@@ -15,11 +15,11 @@ usage: worker_prompt_cache.py WORKER_BIN [--backend cpu|cuda|rocm] [--device N] 
 """
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import time
-import urllib.request
+
+from bench_http import free_port, get, post
 
 WORDS = ['And', 'God', 'said', 'unto', 'Moses', 'the', 'LORD', 'of', 'hosts', 'in', 'beginning', 'land', 'Egypt',
          'children', 'Israel', 'king', 'David', 'house', 'went', 'up', 'to', 'Jerusalem']
@@ -32,24 +32,6 @@ def words(n, seed):
         s = (s * 1103515245 + 12345) & 0xffffffff
         out.append(WORDS[(s >> 8) % len(WORDS)])
     return ' '.join(out)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def post(port, path, body, timeout=600):
-    req = urllib.request.Request(f'http://127.0.0.1:{port}{path}', data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def get(port, path):
-    with urllib.request.urlopen(f'http://127.0.0.1:{port}{path}', timeout=30) as r:
-        return r.read().decode()
 
 
 def main():
