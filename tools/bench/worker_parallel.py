@@ -11,12 +11,10 @@ usage: worker_parallel.py WORKER_BIN [--backend cpu|cuda|rocm] [--device N] [--m
                           [--levels 1,4,8,16]
 """
 import argparse
-import json
-import subprocess
 import threading
 import time
 
-from bench_http import free_port, get, post
+from bench_http import get, post, start_worker, stop_worker
 
 PROMPTS = ['And God said', 'In the beginning', 'And the LORD spake unto Moses', 'Blessed are the']
 
@@ -40,22 +38,12 @@ def main():
     print('| parallel | sequences x tokens | wall s | client aggregate tok/s | worker decode tok/s |')
     print('| --- | --- | --- | --- | --- |')
     for p in [int(x) for x in a.levels.split(',')]:
-        port = free_port()
-        cmd = [a.worker, '--local-mode', '--port', str(port), '--parallel', str(p), '--ctx-size',
-               str(a.max_tokens + 32), '--backend', a.backend, '--device', a.device]
+        cmd = [a.worker, '--parallel', str(p), '--ctx-size', str(a.max_tokens + 32), '--backend', a.backend, '--device',
+               a.device]
         if a.model:
             cmd += ['--model', a.model]
-        w = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        w, port = start_worker(cmd)
         try:
-            for _ in range(600):
-                if w.poll() is not None:
-                    raise SystemExit(f'worker exited with {w.returncode}: {w.stderr.read().decode()[-2000:]}')
-                try:
-                    if json.loads(get(port, '/v1/ready')).get('ready'):
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.1)
             post(port, '/v1/completions', {'prompt': 'warm up', 'max_tokens': 8, 'temperature': 0})
             out = [None] * p
 
@@ -74,11 +62,7 @@ def main():
             dec = metric(get(port, '/metrics'), 'llorch_decode_tokens_per_second')
             print(f'| {p} | {p} x {a.max_tokens} | {secs:.2f} | {tokens / secs:.1f} | {dec:.1f} |', flush=True)
         finally:
-            w.terminate()
-            try:
-                w.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                w.kill()
+            stop_worker(w)
 
 
 if __name__ == '__main__':

@@ -14,12 +14,10 @@ usage: worker_prompt_cache.py WORKER_BIN [--backend cpu|cuda|rocm] [--device N] 
                               [--prefix-tokens 2000] [--reps 5] [--cache-prompt on|off]
 """
 import argparse
-import json
 import statistics
-import subprocess
 import time
 
-from bench_http import free_port, get, post
+from bench_http import post, start_worker, stop_worker
 
 WORDS = ['And', 'God', 'said', 'unto', 'Moses', 'the', 'LORD', 'of', 'hosts', 'in', 'beginning', 'land', 'Egypt',
          'children', 'Israel', 'king', 'David', 'house', 'went', 'up', 'to', 'Jerusalem']
@@ -44,23 +42,12 @@ def main():
     ap.add_argument('--reps', type=int, default=5)
     ap.add_argument('--cache-prompt', default='on')
     a = ap.parse_args()
-    port = free_port()
-    cmd = [a.worker, '--local-mode', '--port', str(port), '--parallel', '1', '--ctx-size', str(a.prefix_tokens + 512),
-           '--backend', a.backend, '--device', a.device, '--cache-prompt', a.cache_prompt]
+    cmd = [a.worker, '--parallel', '1', '--ctx-size', str(a.prefix_tokens + 512), '--backend', a.backend, '--device',
+           a.device, '--cache-prompt', a.cache_prompt]
     if a.model:
         cmd += ['--model', a.model]
-    w = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    w, port = start_worker(cmd)
     try:
-        for _ in range(600):
-            if w.poll() is not None:
-                raise SystemExit(f'worker exited with {w.returncode}: {w.stderr.read().decode()[-2000:]}')
-            try:
-                if json.loads(get(port, '/v1/ready')).get('ready'):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-
         def n_tokens(text):
             return len(post(port, '/tokenize', {'content': text, 'add_special': True})['tokens'])
 
@@ -86,11 +73,7 @@ def main():
         print(f"| {usage['prompt_tokens']} | {usage['prompt_tokens_details']['cached_tokens']} | {ma:.1f} | {mb:.1f} "
               f'| {mb / ma:.3f} |', flush=True)
     finally:
-        w.terminate()
-        try:
-            w.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            w.kill()
+        stop_worker(w)
 
 
 if __name__ == '__main__':
