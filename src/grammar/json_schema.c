@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #define JS_MAX_DEPTH 64
@@ -400,7 +401,7 @@ static bool gen_array(js_ctx *c, const json_t *s, const char *path, js_buf *b) {
 
 static bool type_matches(const char *type, const json_t *v) {
     if (!strcmp(type, "string")) return json_is_string(v);
-    if (!strcmp(type, "integer")) return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v));
+    if (!strcmp(type, "integer")) return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
     if (!strcmp(type, "number")) return json_is_number(v);
     if (!strcmp(type, "boolean")) return json_is_boolean(v);
     if (!strcmp(type, "null")) return json_is_null(v);

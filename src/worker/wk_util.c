@@ -90,7 +90,7 @@ char *wk_utf8_sanitize(const char *s, char *buf, size_t cap) {
 }
 
 char *wk_fmt_double(double v, char *buf, size_t len) {
-    if (v == (double)(long long)v && fabs(v) < 1e15) { /* whole numbers plainly: "30", not "3e+01" */
+    if (fabs(v) < 1e15 && v == (double)(long long)v) { /* whole numbers plainly: "30", not "3e+01" */
         snprintf(buf, len, "%.0f", v);
         return buf;
     }

@@ -22,6 +22,7 @@ mkdir -p "$CORPUS/sd_request"
 printf '\000{"prompt":"a cat","width":64,"height":64,"steps":4,"seed":1,"sampler":"dpmpp_2m_karras","mask":null}' >"$CORPUS/sd_request/rbee"
 printf '\001{"prompt":"a (red:1.2) cat","sampler_name":"Euler a","n_iter":2,"override_settings":{"randn_source":"CPU"}}' >"$CORPUS/sd_request/a1111"
 printf '\002{"init_images":["iVBORw0KGgo="],"denoising_strength":0.6,"mask_blur":0}' >"$CORPUS/sd_request/img2img"
+printf '\002{"init_images":["1KGgo="],"denoising_strength":8.9e74,"mask_blur":0}' >"$CORPUS/sd_request/huge_number" # once cast to long long
 printf '\003{"prompt":"x","n":2,"size":"64x64","response_format":"b64_json","output_format":"jpeg"}' >"$CORPUS/sd_request/openai"
 printf '\004a cat\nNegative prompt: dog\nSteps: 20, Sampler: Euler, Size: 512x768, Note: "a, b"' >"$CORPUS/sd_request/infotext"
 printf '\005data:image/png;base64,Zm9vYmFy' >"$CORPUS/sd_request/base64"
