@@ -8,9 +8,12 @@ import { after, test } from 'node:test';
 import { killAll, request, sleep, startWorker } from './worker_harness.mjs';
 
 after(killAll);
+const hives = []; // closed at the end even when a test fails, so node can exit
+after(() => Promise.all(hives.map(closeHive)));
 
 function fakeHive(port = 0) {
   const hive = { heartbeats: [], callbacks: [], sockets: new Set() };
+  hives.push(hive);
   hive.server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => { body += c; });
@@ -28,7 +31,7 @@ function fakeHive(port = 0) {
 
 function closeHive(hive) {
   for (const s of hive.sockets) s.destroy();
-  return new Promise((resolve) => hive.server.close(resolve));
+  return new Promise((resolve) => hive.server.close(() => resolve()));
 }
 
 async function until(what, cond, ms = 15000) {
@@ -70,10 +73,22 @@ test('heartbeats, ready callback, hive outage and final stopping heartbeat', asy
   const per = hive.heartbeats.length - n0;
   assert.ok(per >= 2 && per <= 12, `heartbeats in 1.2 s: ${per}`);
 
-  // busy while a long request runs
-  const long = request(w, 'POST', '/v1/completions', { prompt: 'And God said', max_tokens: 300, temperature: 0 });
-  await until('a busy heartbeat', () => hive.heartbeats.some((h) => h.body.worker.status === 'busy'));
-  await long;
+  // busy while requests run: one 300-token completion can end inside one 200 ms
+  // interval on a fast machine, so requests follow each other until a heartbeat lands
+  let sawBusy = false;
+  const load = (async () => {
+    const t0 = Date.now();
+    while (!sawBusy && Date.now() - t0 < 15000) {
+      const r = await request(w, 'POST', '/v1/completions', { prompt: 'And God said', max_tokens: 300, temperature: 0 });
+      assert.equal(r.status, 200);
+    }
+  })();
+  try {
+    await until('a busy heartbeat', () => hive.heartbeats.some((h) => h.body.worker.status === 'busy'));
+  } finally {
+    sawBusy = true;
+    await load;
+  }
 
   // hive down: the worker keeps serving
   await closeHive(hive);
