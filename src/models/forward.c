@@ -339,6 +339,27 @@ static rb_status batch_invariant_step(rb_model *m, rb_kv_cache *const *kvs, cons
     return RB_OK;
 }
 
+/* Sequence i of a batch (rb_model_forward_batch: step, one token each;
+ * rb_model_forward_seqs): a cache of m's that appears once in the batch,
+ * with room for its count tokens, each inside the vocabulary. */
+static rb_status check_seq(const rb_model *m, rb_kv_cache *const *kvs, int64_t i, const int32_t *toks, int64_t count,
+                           bool step, rb_error *err) {
+    const rb_kv_cache *kv = kvs[i];
+    if (!kv || kv->m != m) return rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
+    if (step && kv->used + 1 > kv->n_ctx)
+        return rb_error_set(err, RB_E_RANGE, "sequence %lld: context of %lld is full", (long long)i, (long long)kv->n_ctx);
+    if (count > kv->n_ctx - kv->used)
+        return rb_error_set(err, RB_E_RANGE, "sequence %lld: %lld tokens do not fit: context %lld, %lld used",
+                            (long long)i, (long long)count, (long long)kv->n_ctx, (long long)kv->used);
+    for (int64_t j = 0; j < count; j++)
+        if (toks[j] < 0 || toks[j] >= m->cfg.n_vocab)
+            return rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i,
+                                toks[j]);
+    for (int64_t j = 0; j < i; j++)
+        if (kvs[j] == kv) return rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
+    return RB_OK;
+}
+
 rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int32_t *tokens, int64_t n,
                                  float *logits, rb_error *err) {
     if (!m || !kvs || !tokens || !logits || n <= 0)
@@ -348,15 +369,8 @@ rb_status rb_model_forward_batch(rb_model *m, rb_kv_cache *const *kvs, const int
     if (!g) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     rb_status s = RB_OK;
     for (int64_t i = 0; i < n && s == RB_OK; i++) {
-        rb_kv_cache *kv = kvs[i];
-        if (!kv || kv->m != m) s = rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
-        else if (kv->used + 1 > kv->n_ctx)
-            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: context of %lld is full", (long long)i, (long long)kv->n_ctx);
-        else if (tokens[i] < 0 || tokens[i] >= V)
-            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i, tokens[i]);
-        for (int64_t j = 0; j < i && s == RB_OK; j++)
-            if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
-        g[i] = (seq_group){.kv = kv, .row0 = i, .n = 1, .p0 = kv ? kv->used : 0};
+        s = check_seq(m, kvs, i, tokens + i, 1, true, err);
+        g[i] = (seq_group){.kv = kvs[i], .row0 = i, .n = 1, .p0 = kvs[i] ? kvs[i]->used : 0};
     }
     if (s == RB_OK && n > 1 && rb_backend_batch_invariant(m->be) &&
         (!rb_backend_row_exact_products(m->be) || n > RB_BATCH_INVARIANT_ROWS)) {
@@ -413,18 +427,8 @@ rb_status rb_model_forward_seqs(rb_model *m, rb_kv_cache *const *kvs, const int3
     if (!g) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     rb_status s = RB_OK;
     for (int64_t i = 0, row = 0; i < n && s == RB_OK; row += counts[i], i++) {
-        rb_kv_cache *kv = kvs[i];
-        if (!kv || kv->m != m) s = rb_error_set(err, RB_E_INVALID, "sequence %lld: KV cache of another model", (long long)i);
-        else if (counts[i] > kv->n_ctx - kv->used)
-            s = rb_error_set(err, RB_E_RANGE, "sequence %lld: %lld tokens do not fit: context %lld, %lld used",
-                             (long long)i, (long long)counts[i], (long long)kv->n_ctx, (long long)kv->used);
-        for (int64_t j = 0; j < counts[i] && s == RB_OK; j++)
-            if (tokens[row + j] < 0 || tokens[row + j] >= V)
-                s = rb_error_set(err, RB_E_RANGE, "sequence %lld: token id %d is outside the vocabulary", (long long)i,
-                                 tokens[row + j]);
-        for (int64_t j = 0; j < i && s == RB_OK; j++)
-            if (kvs[j] == kv) s = rb_error_set(err, RB_E_INVALID, "the same KV cache appears twice in one batch");
-        if (s == RB_OK) g[i] = (seq_group){.kv = kv, .row0 = row, .n = counts[i], .p0 = kv->used};
+        s = check_seq(m, kvs, i, tokens + row, counts[i], false, err);
+        if (s == RB_OK) g[i] = (seq_group){.kv = kvs[i], .row0 = row, .n = counts[i], .p0 = kvs[i]->used};
     }
     if (s == RB_OK && rb_backend_batch_invariant(m->be)) {
         free(g);
