@@ -1,0 +1,82 @@
+"""Checks that rbee draws the same picture as this folder's PyTorch definition of a saved model.
+
+Why: the networks in sdnets.py mirror diffusers' by name and behaviour; rbee's SD engine is itself matched
+to diffusers stage by stage (tests/sd). If `rbee txt2img` on the saved folder gives the image that
+sdnets.py + train.sample give for the same prompt, seed, steps and guidance, the folder is a valid SD 1.x
+pipeline as rbee reads it and the two definitions agree. Exits non-zero on a mismatch.
+
+  python3 check_rbee.py MODEL_DIR RBEE_BINARY [--steps 8] [--cfg 5]
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+import pngio
+import scenes
+import sdnets
+import train
+
+
+def load_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        dt = {"F16": torch.float16, "F32": torch.float32}[v["dtype"]]
+        out[k] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=dt).view(v["shape"]).float()
+    return out
+
+
+def load(model_dir):
+    cfg = lambda p: json.load(open(os.path.join(model_dir, p)))  # noqa: E731
+    unet, te, vae = sdnets.UNet(cfg("unet/config.json")), sdnets.ClipTextModel(cfg("text_encoder/config.json")), \
+        sdnets.Vae(cfg("vae/config.json"))
+    unet.load_state_dict(load_safetensors(os.path.join(model_dir, "unet/diffusion_pytorch_model.safetensors")))
+    te.load_state_dict(load_safetensors(os.path.join(model_dir, "text_encoder/model.safetensors")))
+    vae.load_state_dict(load_safetensors(os.path.join(model_dir, "vae/diffusion_pytorch_model.safetensors")))
+    vocab = json.load(open(os.path.join(model_dir, "tokenizer/vocab.json")))
+    return unet.eval(), te.eval(), vae.eval(), cfg("vae/config.json"), cfg("unet/config.json"), vocab
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("rbee")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--cfg", type=float, default=5.0)
+    ap.add_argument("--max-diff", type=int, default=3, help="largest allowed per-channel difference (of 255)")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    unet, te, vae, vcfg, ucfg, vocab = load(args.model)
+    size = ucfg["sample_size"] * 8
+    worst = 0
+    for seed, prompt in ((7, "a red circle on a blue background"),
+                         (8, "a yellow triangle above an orange square on a black background")):
+        ids = scenes.clip_ids([prompt], vocab)
+        mine = train.sample(unet, te, vae, vcfg, ids, scenes.clip_ids([""], vocab), args.steps, args.cfg, seed, size,
+                            torch.device("cpu"))[0]
+        mine = (mine * 255).round().to(torch.uint8).permute(1, 2, 0)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r.png")
+            subprocess.run([args.rbee, "txt2img", "-m", args.model, "-p", prompt, "--seed", str(seed), "--steps",
+                            str(args.steps), "--cfg", str(args.cfg), "--sampler", "euler", "-q", "-o", out], check=True)
+            theirs = pngio.read_png(out)
+        d = (mine.int() - theirs.int()).abs()
+        print(f"seed {seed} '{prompt}': max |diff| {d.max().item()}, mean {d.float().mean().item():.4f}")
+        worst = max(worst, d.max().item())
+    print("rbee matches" if worst <= args.max_diff else "MISMATCH")
+    sys.exit(0 if worst <= args.max_diff else 1)
+
+
+if __name__ == "__main__":
+    main()

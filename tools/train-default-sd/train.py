@@ -1,0 +1,305 @@
+"""Trains rbee-c's default Stable Diffusion model (SD 1.x architecture, small widths) on scenes.py's images
+and writes it as a diffusers folder.
+
+Why: the SD worker needs a model that ships with the project, draws what simple prompts say, and runs in
+seconds on two CPU cores. Phases: the VAE (reconstruction + a small KL term), its latent scaling factor,
+then the UNet and the CLIP text encoder together on the frozen VAE's latents (epsilon prediction, DDPM
+scaled_linear betas, 10% empty captions for classifier-free guidance, EMA weights). Every random choice
+comes from --seed. Writes OUT/model (the diffusers folder), OUT/samples-*.png, OUT/summary.json.
+
+  python3 train.py --out DIR [--device cuda] [--quick]
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import struct
+import time
+
+import torch
+import torch.nn.functional as F
+
+import clip_vocab
+import pngio
+import scenes
+import sdnets
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def save_safetensors(path, sd, dtype=torch.float16):
+    """The safetensors format: an 8-byte header length, a JSON header of names/dtypes/shapes/offsets, data."""
+    names = sorted(sd)
+    header, off, blobs = {}, 0, []
+    for n in names:
+        t = sd[n].detach().to("cpu", dtype).contiguous()
+        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[n] = {"dtype": {torch.float16: "F16", torch.float32: "F32"}[dtype], "shape": list(t.shape),
+                     "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def alphas_cumprod(device):
+    betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2  # scaled_linear
+    return torch.cumprod(1 - betas, 0).to(device)
+
+
+def fit_budget(step, total, t0, budget, log, what):
+    """After 100 steps, shortens the run (and so its learning-rate schedule) to what fits the time budget."""
+    if step != 100 or budget <= 0:
+        return total
+    fit = int(100 * budget / max(1e-6, time.time() - t0))
+    if fit < total:
+        log(f"{what}: {total} steps would exceed {budget:.0f}s; training {fit}")
+        return fit
+    return total
+
+
+def ema_update(ema, model, decay):
+    with torch.no_grad():
+        for pe, pm in zip(ema.parameters(), model.parameters()):
+            pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
+
+
+def lr_at(step, total, peak, warm=200):
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+class Data:
+    """Training images rendered once on the device (seeds 0..n-1; held-out combinations never drawn), their
+    CLIP ids, and a seeded sampler of batches."""
+
+    def __init__(self, n, size, dev, vocab, seed):
+        self.x, caps = scenes.dataset(range(n), size, dev)
+        self.ids = scenes.clip_ids(caps, vocab).to(dev)
+        self.gen = torch.Generator(dev).manual_seed(seed)
+
+    def batch(self, bs):
+        i = torch.randint(0, self.x.shape[0], (bs,), device=self.x.device, generator=self.gen)
+        return self.x[i].float() / 127.5 - 1, self.ids[i]
+
+
+def heldout_images(n, size, dev, first_seed):
+    x, caps, _ = scenes.batch(range(first_seed, first_seed + n), size, heldout=True, device=dev)
+    return x * 2 - 1, caps
+
+
+def train_vae(args, dev, data, log):
+    cfg = sdnets.vae_config(channels=args.vae_channels, layers=args.vae_layers, groups=args.groups, sample=args.size)
+    torch.manual_seed(args.seed + 1)
+    vae = sdnets.Vae(cfg).to(dev)
+    opt = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
+    t0, total = time.time(), args.vae_steps
+    step = 0
+    while step < total:
+        total = fit_budget(step, total, t0, args.budget_s * 0.25, log, "vae")
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, args.vae_lr)
+        x, _ = data.batch(args.batch)
+        mean, logvar = vae.encode(x)
+        z = mean + torch.randn_like(mean) * (0.5 * logvar).exp()
+        rec = vae.decode(z)
+        l_rec = F.mse_loss(rec, x) + 0.5 * F.l1_loss(rec, x)
+        l_kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).sum(dim=(1, 2, 3)).mean()
+        loss = l_rec + args.kl * l_kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % args.log_every == 0 or step == total - 1:
+            log(f"vae step {step} rec {l_rec.item():.5f} kl {l_kl.item():.2f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"{time.time() - t0:.0f}s")
+        step += 1
+    vae.eval()
+    with torch.no_grad():  # scaling factor: 1 / std of the latents, as SD's 0.18215 was chosen
+        zs = [vae.encode(data.batch(args.batch)[0])[0] for i in range(8)]
+        std = torch.cat(zs).std().item()
+        x, _ = heldout_images(16, args.size, dev, 30_000_000)
+        rec = vae.decode(vae.encode(x)[0])
+        psnr = 10 * math.log10(4.0 / F.mse_loss(rec, x).item())
+    cfg["scaling_factor"] = round(1.0 / std, 5)
+    log(f"vae latent std {std:.4f} -> scaling_factor {cfg['scaling_factor']}; held-out PSNR {psnr:.2f} dB")
+    pngio.write_png(os.path.join(args.out, "samples-vae.png"),
+                    pngio.grid(torch.cat([x[:8], rec[:8]]).cpu() * 0.5 + 0.5, 8))
+    return vae, cfg, {"vae_psnr_db": psnr, "vae_latent_std": std, "vae_seconds": time.time() - t0, "vae_steps": total}
+
+
+def sample(unet, te, vae, vcfg, ids, uncond, steps, cfg_scale, seed, size, dev):
+    """Euler (diffusers' EulerDiscreteScheduler, linspace spacing) with classifier-free guidance."""
+    acp = alphas_cumprod(dev)
+    sig_all = ((1 - acp) / acp).sqrt()
+    ts = torch.linspace(0, 999, steps, dtype=torch.float64, device=dev).flip(0)
+    lo, frac = ts.floor().long(), ts - ts.floor()
+    sig = (1 - frac) * sig_all[lo] + frac * sig_all[(lo + 1).clamp(max=999)]
+    sig = torch.cat([sig, sig.new_zeros(1)])
+    g = torch.Generator("cpu").manual_seed(seed)
+    n, s = ids.shape[0], size // 8
+    x = torch.randn(n, 4, s, s, generator=g).to(dev).double() * sig[0]
+    with torch.no_grad():
+        ctx = torch.cat([te(uncond.expand(n, -1)), te(ids)])
+        for i in range(steps):
+            xin = (x / (sig[i] ** 2 + 1).sqrt()).float()
+            e = unet(torch.cat([xin, xin]), ts[i].float().expand(2 * n), ctx).double()
+            e = e[:n] + cfg_scale * (e[n:] - e[:n])
+            x = x + e * (sig[i + 1] - sig[i])
+        img = vae.decode((x / vcfg["scaling_factor"]).float())
+    return (img * 0.5 + 0.5).clamp(0, 1)
+
+
+def train_unet(args, dev, data, vae, vcfg, vocab, log):
+    tcfg = sdnets.clip_config(hidden=args.text_hidden, layers=args.text_layers, heads=args.text_heads,
+                              ff=args.text_hidden * 4)
+    ucfg = sdnets.unet_config(channels=args.unet_channels, layers=args.unet_layers, heads=args.heads,
+                              ctx=args.text_hidden, groups=args.groups, sample=args.size // 8)
+    torch.manual_seed(args.seed + 2)
+    te = sdnets.ClipTextModel(tcfg).to(dev)
+    with torch.no_grad():
+        te.text_model.embeddings.token_embedding.weight.normal_(0, 0.02)
+        te.text_model.embeddings.position_embedding.weight.normal_(0, 0.01)
+    torch.manual_seed(args.seed + 3)
+    unet = sdnets.UNet(ucfg).to(dev)
+    ema_u, ema_t = copy.deepcopy(unet).eval(), copy.deepcopy(te).eval()
+    params = list(unet.parameters()) + list(te.parameters())
+    opt = torch.optim.AdamW(params, lr=args.unet_lr, weight_decay=0.01)
+    acp = alphas_cumprod(dev).float()
+    uncond = scenes.clip_ids([""], vocab).to(dev)
+    gen = torch.Generator(dev).manual_seed(args.seed + 4)
+    t0, ema_loss, total = time.time(), None, args.unet_steps
+    step = 0
+    while step < total:
+        total = fit_budget(step, total, t0, args.budget_s * 0.75, log, "unet")
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, args.unet_lr)
+        x, ids = data.batch(args.batch)
+        drop = torch.rand(ids.shape[0], device=dev, generator=gen) < 0.1
+        ids = torch.where(drop[:, None], uncond.expand_as(ids), ids)
+        with torch.no_grad():
+            mean, logvar = vae.encode(x)
+            z = (mean + torch.randn(mean.shape, device=dev, generator=gen) * (0.5 * logvar).exp()) * vcfg["scaling_factor"]
+        t = torch.randint(0, 1000, (z.shape[0],), device=dev, generator=gen)
+        eps = torch.randn(z.shape, device=dev, generator=gen)
+        a = acp[t].view(-1, 1, 1, 1)
+        zt = a.sqrt() * z + (1 - a).sqrt() * eps
+        loss = F.mse_loss(unet(zt, t, te(ids)), eps)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        ema_update(ema_u, unet, args.ema if step > 500 else 0.0)
+        ema_update(ema_t, te, args.ema if step > 500 else 0.0)
+        ema_loss = loss.item() if ema_loss is None else 0.98 * ema_loss + 0.02 * loss.item()
+        if step % args.log_every == 0 or step == total - 1:
+            log(f"unet step {step} loss {loss.item():.4f} (smoothed {ema_loss:.4f}) lr {opt.param_groups[0]['lr']:.2e} "
+                f"{time.time() - t0:.0f}s")
+        step += 1
+    return ema_u, ema_t, ucfg, tcfg, {"unet_final_loss_smoothed": ema_loss, "unet_seconds": time.time() - t0,
+                                      "unet_steps": total}
+
+
+def write_folder(dst, unet, te, vae, ucfg, tcfg, vcfg, tok_dir):
+    for sub in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):
+        os.makedirs(os.path.join(dst, sub), exist_ok=True)
+    save_safetensors(os.path.join(dst, "unet", "diffusion_pytorch_model.safetensors"), unet.state_dict())
+    save_safetensors(os.path.join(dst, "vae", "diffusion_pytorch_model.safetensors"), vae.state_dict())
+    save_safetensors(os.path.join(dst, "text_encoder", "model.safetensors"), te.state_dict())
+    dump = lambda p, o: json.dump(o, open(os.path.join(dst, p), "w"), indent=2)  # noqa: E731
+    dump("unet/config.json", ucfg)
+    dump("vae/config.json", vcfg)
+    dump("text_encoder/config.json", tcfg)
+    dump("scheduler/scheduler_config.json", {
+        "_class_name": "EulerDiscreteScheduler", "_diffusers_version": "0.30.0", "beta_start": 0.00085,
+        "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000,
+        "prediction_type": "epsilon", "timestep_spacing": "linspace", "steps_offset": 1,
+        "interpolation_type": "linear", "use_karras_sigmas": False, "trained_betas": None})
+    dump("model_index.json", {
+        "_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.30.0",
+        "feature_extractor": [None, None], "image_encoder": [None, None], "requires_safety_checker": False,
+        "safety_checker": [None, None], "scheduler": ["diffusers", "EulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "CLIPTextModel"], "tokenizer": ["transformers", "CLIPTokenizer"],
+        "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]})
+    for f in ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(os.path.join(tok_dir, f), os.path.join(dst, "tokenizer", f))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--clip-bpe", default=os.path.join(ROOT, "models", "clip", "bpe_simple_vocab_16e6.txt.gz"),
+                    help="OpenAI's CLIP BPE file; the model's tokenizer files are derived from it")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--images", type=int, default=50000, help="training images rendered once (seeds 0..N-1)")
+    ap.add_argument("--groups", type=int, default=16)
+    ap.add_argument("--vae-channels", type=int, nargs="+", default=[32, 64, 64, 64])
+    ap.add_argument("--vae-layers", type=int, default=1)
+    ap.add_argument("--vae-steps", type=int, default=3000)
+    ap.add_argument("--vae-lr", type=float, default=4e-4)
+    ap.add_argument("--kl", type=float, default=1e-6)
+    ap.add_argument("--unet-channels", type=int, nargs="+", default=[64, 128, 128])
+    ap.add_argument("--unet-layers", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--unet-steps", type=int, default=12000)
+    ap.add_argument("--unet-lr", type=float, default=3e-4)
+    ap.add_argument("--ema", type=float, default=0.999)
+    ap.add_argument("--text-hidden", type=int, default=64)
+    ap.add_argument("--text-layers", type=int, default=3)
+    ap.add_argument("--text-heads", type=int, default=4)
+    ap.add_argument("--log-every", type=int, default=250)
+    ap.add_argument("--budget-s", type=float, default=420,
+                    help="training time budget in seconds (a quarter for the VAE); 0 = none")
+    ap.add_argument("--quick", action="store_true", help="a few steps of everything: a smoke test of the pipeline")
+    args = ap.parse_args()
+    if args.quick:
+        args.vae_steps, args.unet_steps, args.batch, args.log_every, args.images = 4, 4, 4, 1, 16
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "train_log.txt"), "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    dev = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    log(f"== default SD model: torch {torch.__version__} on {args.device}; args {vars(args)}")
+    tok_dir = os.path.join(args.out, "tokenizer")
+    vocab = clip_vocab.write(args.clip_bpe, tok_dir)
+    t0 = time.time()
+    data = Data(args.images, args.size, dev, vocab, args.seed)
+    log(f"rendered {args.images} training images in {time.time() - t0:.1f}s")
+    vae, vcfg, s_vae = train_vae(args, dev, data, log)
+    for p in vae.parameters():
+        p.requires_grad_(False)
+    unet, te, ucfg, tcfg, s_unet = train_unet(args, dev, data, vae, vcfg, vocab, log)
+    dst = os.path.join(args.out, "model")
+    write_folder(dst, unet, te, vae, ucfg, tcfg, vcfg, tok_dir)
+    # the published weights are f16: evaluate what is shipped
+    for m in (unet, te, vae):
+        for p in m.parameters():
+            p.data = p.data.half().float()
+    caps = heldout_images(16, args.size, dev, 40_000_000)[1]
+    ids = scenes.clip_ids(caps, vocab).to(dev)
+    img = sample(unet, te, vae, vcfg, ids, scenes.clip_ids([""], vocab).to(dev), 20, 5.0, 42, args.size, dev)
+    pngio.write_png(os.path.join(args.out, "samples-heldout.png"), pngio.grid(img.cpu(), 4))
+    n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in (("unet", unet), ("text_encoder", te), ("vae", vae))}
+    summary = {"params": n_params, "heldout_captions": caps, **s_vae, **s_unet}
+    json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=2)
+    log(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
