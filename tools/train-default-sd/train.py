@@ -21,6 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import analyse
 import clip_vocab
 import pngio
 import scenes
@@ -257,13 +258,14 @@ def main():
     ap.add_argument("--text-hidden", type=int, default=64)
     ap.add_argument("--text-layers", type=int, default=3)
     ap.add_argument("--text-heads", type=int, default=4)
+    ap.add_argument("--eval-images", type=int, default=128, help="held-out captions judged by analyse.py")
     ap.add_argument("--log-every", type=int, default=250)
     ap.add_argument("--budget-s", type=float, default=420,
                     help="training time budget in seconds (a quarter for the VAE); 0 = none")
     ap.add_argument("--quick", action="store_true", help="a few steps of everything: a smoke test of the pipeline")
     args = ap.parse_args()
     if args.quick:
-        args.vae_steps, args.unet_steps, args.batch, args.log_every, args.images = 4, 4, 4, 1, 16
+        args.vae_steps, args.unet_steps, args.batch, args.log_every, args.images, args.eval_images = 4, 4, 4, 1, 16, 8
     os.makedirs(args.out, exist_ok=True)
     logf = open(os.path.join(args.out, "train_log.txt"), "a")
 
@@ -291,12 +293,18 @@ def main():
     for m in (unet, te, vae):
         for p in m.parameters():
             p.data = p.data.half().float()
-    caps = heldout_images(16, args.size, dev, 40_000_000)[1]
+    # held-out captions, 20 Euler steps: what the pictures show (analyse.py), per guidance scale
+    _, caps, facts = scenes.batch(range(40_000_000, 40_000_000 + args.eval_images), args.size, heldout=True)
     ids = scenes.clip_ids(caps, vocab).to(dev)
-    img = sample(unet, te, vae, vcfg, ids, scenes.clip_ids([""], vocab).to(dev), 20, 5.0, 42, args.size, dev)
-    pngio.write_png(os.path.join(args.out, "samples-heldout.png"), pngio.grid(img.cpu(), 4))
+    quality = {}
+    for g in (3.0, 5.0, 7.5):
+        imgs = torch.cat([sample(unet, te, vae, vcfg, ids[i:i + 32], scenes.clip_ids([""], vocab).to(dev), 20, g,
+                                 42 + i, args.size, dev) for i in range(0, len(caps), 32)]).cpu()
+        quality[f"cfg{g}"] = analyse.rate(imgs, facts)
+        log(f"held-out, cfg {g}: {quality[f'cfg{g}']}")
+        pngio.write_png(os.path.join(args.out, f"samples-heldout-cfg{g}.png"), pngio.grid(imgs[:16], 4))
     n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in (("unet", unet), ("text_encoder", te), ("vae", vae))}
-    summary = {"params": n_params, "heldout_captions": caps, **s_vae, **s_unet}
+    summary = {"params": n_params, "heldout_quality": quality, "heldout_captions": caps[:16], **s_vae, **s_unet}
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=2)
     log(json.dumps(summary))
 

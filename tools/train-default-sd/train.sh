@@ -27,5 +27,5 @@ extra=()
     (cd "$out/model" && find . -type f | sort | xargs sha256sum)
 } 2>&1 | tee -a "$out/train_log.txt"
 status=${PIPESTATUS[0]}
-tar czf "$out/default-sd.tar.gz" -C "$out" model samples-vae.png samples-heldout.png summary.json train_log.txt || exit 1
+(cd "$out" && tar czf default-sd.tar.gz model samples-*.png summary.json train_log.txt) || exit 1
 exit "$status"
