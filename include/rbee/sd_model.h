@@ -211,6 +211,30 @@ rb_status rb_vae_decode_scratch_bytes(rb_vae *v, int64_t w, int64_t h, int64_t B
  * sample is mean + std * noise. */
 rb_status rb_vae_encode(rb_vae *v, const rb_tensor *image, rb_tensor *mean, rb_tensor *logvar, rb_error *err);
 
+/* ---- TAESD: the tiny autoencoder's decoder, for fast previews ---- */
+
+typedef struct rb_taesd rb_taesd;
+
+/* path: an original TAESD decoder file (taesd_decoder.safetensors,
+ * taesdxl_decoder.safetensors, ...), a diffusers AutoencoderTiny folder or
+ * its diffusion_pytorch_model.safetensors; the layout (channels, stages) is
+ * read from the tensors. opts may be NULL (f32 weights and activations). */
+rb_status rb_taesd_load(const char *path, rb_backend *be, const rb_sd_load_opts *opts, rb_taesd **out,
+                        rb_error *err);
+void rb_taesd_free(rb_taesd *t);
+int rb_taesd_latent_channels(const rb_taesd *t);
+/* Image pixels per latent pixel (8 for the published decoders). */
+int rb_taesd_scale(const rb_taesd *t);
+/* latents f32 [w, h, latent_channels, B] as the sampler holds them (not
+ * divided by the VAE's scaling factor) -> image f32 [w*s, h*s, 3, B] in
+ * about [0, 1], not clamped (diffusers' AutoencoderTiny.decode returns
+ * 2 x this - 1). */
+rb_status rb_taesd_decode(rb_taesd *t, const rb_tensor *latents, rb_tensor *image, rb_error *err);
+/* The same from and to host memory: latents batch x latent_channels x h x w,
+ * image batch x 3 x (h*s) x (w*s) floats (the caller's). */
+rb_status rb_taesd_decode_host(rb_taesd *t, const float *latents, int batch, int h, int w, float *image,
+                               rb_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -80,7 +80,7 @@ static rb_status on_step(void *user, const rb_sd_step_info *info) {
         rb_error_clear(&err);
         /* the clean image this step predicts, not the noisy latents */
         const float *lat = info->denoised ? info->denoised : info->latents;
-        if (sd_preview_png(c->e->info.arch, lat, info->batch, info->channels, info->latent_h,
+        if (sd_preview_png(c->e->o.taesd, c->e->info.arch, lat, info->batch, info->channels, info->latent_h,
                            info->latent_w, &png, &len, &err) == RB_OK)
             b64 = wk_base64_encode(png, len);
         free(png);

@@ -17,6 +17,7 @@
 
 typedef struct sd_engine_opts {
     int queue_depth; /* jobs that may wait beyond the running one */
+    rb_taesd *taesd; /* previews through this decoder (the caller's, on the model's backend), or NULL */
 } sd_engine_opts;
 
 typedef struct sd_engine sd_engine;

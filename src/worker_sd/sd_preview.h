@@ -4,12 +4,13 @@
  * fitted for SD 1.x/2.x and for SDXL latents, as
  * AUTOMATIC1111's "Approx cheap" and ComfyUI's latent previews use), at
  * latent resolution (1/8 of the image), the images of a batch side by side,
- * encoded as a fast PNG. No network runs: the engine has no TAESD decoder,
- * so this is the only preview there is. */
+ * encoded as a fast PNG; or, with a TAESD decoder (--taesd), that small
+ * network's full-size picture of the same latents. */
 #ifndef RBEE_SD_PREVIEW_H
 #define RBEE_SD_PREVIEW_H
 
 #include "rbee/image.h"
+#include "rbee/sd_model.h"
 #include "rbee/sd_pipeline.h"
 
 #include <stdint.h>
@@ -20,8 +21,13 @@
 rb_status sd_preview_image(rb_sd_arch arch, const float *latents, int batch, int channels, int h, int w,
                            rb_image *img, rb_error *err);
 
-/* The same as a PNG (malloc'ed). */
-rb_status sd_preview_png(rb_sd_arch arch, const float *latents, int batch, int channels, int h, int w, uint8_t **png,
+/* The TAESD decoder's picture: (w x scale) x batch wide, h x scale high.
+ * RB_E_UNSUPPORTED when channels is not what t decodes. */
+rb_status sd_preview_taesd_image(rb_taesd *t, const float *latents, int batch, int channels, int h, int w,
+                                 rb_image *img, rb_error *err);
+
+/* Either one as a PNG (malloc'ed): TAESD when t is not NULL. */
+rb_status sd_preview_png(rb_taesd *t, rb_sd_arch arch, const float *latents, int batch, int channels, int h, int w, uint8_t **png,
                          size_t *len, rb_error *err);
 
 #endif

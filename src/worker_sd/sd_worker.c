@@ -160,9 +160,6 @@ static rb_status setup(wk_worker *w, void *user, rb_error *err) {
     if (!sd_version_parse(sw->sd_version, &arch, &arch_set, &pred, &turbo))
         return rb_error_set(err, RB_E_INVALID, "--sd-version must be auto, v1-5, v2-1, v2-1-base, xl, turbo or "
                             "xl-refiner (got '%s')", sw->sd_version);
-    if (sw->taesd_path)
-        return rb_error_set(err, RB_E_UNSUPPORTED, "--taesd is not supported: this engine has no TAESD decoder yet, "
-                            "so previews come from the cheap latent-to-RGB approximation; leave --taesd out");
     sd_metrics_init(&sw->metrics, &w->metrics);
     sw->metrics_ok = true;
     rb_status s;
@@ -248,8 +245,17 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
                            "weight_bytes", (json_int_t)sw->info.weight_bytes, "default_width",
                            sw->info.default_width, "default_height", sw->info.default_height),
                  "model loaded in %.0f ms", wk_now_ms() - t0);
+    if (sw->taesd_path) {
+        if ((s = rb_taesd_load(sw->taesd_path, sw->be, NULL, &sw->taesd, err)) != RB_OK) {
+            rb_error_prefix(err, "--taesd: ");
+            return s;
+        }
+        if (rb_taesd_latent_channels(sw->taesd) != sw->info.latent_channels)
+            return rb_error_set(err, RB_E_INVALID, "--taesd: %s decodes %d latent channels, the model makes %d",
+                                sw->taesd_path, rb_taesd_latent_channels(sw->taesd), sw->info.latent_channels);
+    }
     if (!w->cfg.no_warmup) warmup(sw);
-    sd_engine_opts eo = {.queue_depth = (int)w->cfg.queue_depth};
+    sd_engine_opts eo = {.queue_depth = (int)w->cfg.queue_depth, .taesd = sw->taesd};
     sd_engine *e = NULL;
     if ((s = sd_engine_create(sw->model, &eo, &w->log, &sw->metrics, &e, err)) != RB_OK) return s;
     if ((s = sd_engine_start(e, err)) != RB_OK) {
@@ -284,7 +290,7 @@ static void info(void *user, json_t *j, bool loaded) {
     sd_worker *sw = user;
     loaded = loaded && sw->model;
     json_object_set_new(j, "max_size", json_integer((json_int_t)sw->max_size));
-    json_object_set_new(j, "previews", json_string("latent-rgb"));
+    json_object_set_new(j, "previews", json_string(sw->taesd ? "taesd" : "latent-rgb"));
     if (sw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(sw->be)));
     if (!loaded) {
         json_object_set_new(j, "memory", json_null());
@@ -311,6 +317,8 @@ static void info(void *user, json_t *j, bool loaded) {
 static void destroy(void *user) {
     sd_worker *sw = user;
     stop(sw);
+    rb_taesd_free(sw->taesd);
+    sw->taesd = NULL;
     rb_sd_model_free(sw->model);
     sw->model = NULL;
     if (sw->be) rb_backend_destroy(sw->be);
@@ -329,8 +337,9 @@ int sd_worker_options(sd_worker *sw, wk_opt *out, int max) {
         {"config-dir", WK_OPT_STRING, &sw->config_dir, 0, 0, "DIR",
          "single-file and GGUF models: configs, tokenizers and scheduler from this diffusers folder (for "
          "checkpoints whose structure the tensors cannot show)"},
-        {"taesd", WK_OPT_STRING, &sw->taesd_path, 0, 0, "DIR",
-         "not supported: the engine has no TAESD decoder; previews use the latent-to-RGB approximation"},
+        {"taesd", WK_OPT_STRING, &sw->taesd_path, 0, 0, "PATH",
+         "live previews through this TAESD decoder (taesd_decoder.safetensors for SD 1.x/2.x, taesdxl_decoder for "
+         "SDXL, or a diffusers AutoencoderTiny folder) instead of the latent-to-RGB approximation"},
         {"max-size", WK_OPT_INT, &sw->max_size, 64, RB_SD_MAX_SIDE, "N",
          "largest width or height a request may ask for, in pixels (default 2048)"},
     };

@@ -30,6 +30,7 @@ typedef struct sd_worker {
     /* model: written once by the main thread before the worker is READY */
     rb_backend *be;
     rb_sd_model *model;
+    rb_taesd *taesd; /* --taesd, or NULL */
     rb_sd_model_info info;
     sd_model_limits limits;
     bool turbo;

@@ -39,6 +39,7 @@ async function job(body) {
 }
 
 const pngOf = (s) => Buffer.from(s, 'base64');
+const TAESD = path.join(process.env.RBEE_SOURCE_DIR, 'tests/data/sd/taesd');
 const cli = (args) => {
   const r = spawnSync(CLI, args, { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
@@ -429,6 +430,24 @@ test('a single-file checkpoint (with --config-dir) and its GGUF serve the folder
   }
 });
 
+test('--taesd: previews are the TAESD decoder\'s full-size pictures', async () => {
+  const wt = await startWorker(['--local-mode', '--model', MODEL, '--taesd', path.join(TAESD, 'taesd_decoder.safetensors')]);
+  assert.equal(json(await request(wt, 'GET', '/v1/info')).previews, 'taesd');
+  const r = await request(wt, 'POST', '/v1/jobs', { prompt: 'a red fox', width: 64, height: 48, steps: 4, seed: 11,
+    batch_size: 2, preview_every: 2 });
+  const { events, done } = await streamJob(wt, json(r).job_id);
+  assert.ok(done);
+  const previews = events.filter((e) => e.type === 'progress' && e.preview);
+  assert.deepEqual(previews.map((e) => e.step), [2]);
+  const p = readPng(pngOf(previews[0].preview));
+  assert.deepEqual([p.width, p.height, p.channels], [128, 48, 3]); // the batch side by side, at image size
+  // the images themselves do not depend on the previews
+  const img = events.find((e) => e.type === 'image').png;
+  const plain = await job({ prompt: 'a red fox', width: 64, height: 48, steps: 4, seed: 11, batch_size: 2, preview_every: 2 });
+  assert.equal(plain.events.find((e) => e.type === 'image').png, img);
+  assert.equal((await wt.stop()).code, 0);
+});
+
 test('startup: --taesd, a missing model, a model of another family, --help and the environment', async () => {
   const run = (args, env = {}) => new Promise((resolve) => {
     const p = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -437,9 +456,13 @@ test('startup: --taesd, a missing model, a model of another family, --help and t
     p.stderr.on('data', (d) => { out += d; });
     p.on('exit', (code) => resolve({ code, out }));
   });
-  let r = await run(['--local-mode', '--port', '0', '--model', MODEL, '--taesd', '/some/taesd']);
+  let r = await run(['--local-mode', '--port', '0', '--model', MODEL, '--taesd', '/some/taesd', '--no-warmup']);
   assert.notEqual(r.code, 0);
-  assert.match(r.out, /--taesd is not supported: this engine has no TAESD decoder/);
+  assert.match(r.out, /--taesd: .*\/some\/taesd/);
+  r = await run(['--local-mode', '--port', '0', '--model', MODEL, '--taesd', path.join(TAESD, 'taesd16_decoder.safetensors'),
+    '--no-warmup']);
+  assert.notEqual(r.code, 0);
+  assert.match(r.out, /--taesd: .*taesd16_decoder.safetensors decodes 16 latent channels, the model makes 4/);
   r = await run(['--local-mode', '--port', '0']);
   assert.notEqual(r.code, 0);
   assert.match(r.out, /no --model given and the bundled default model was not found: .*default-sd.*pass --model PATH/);

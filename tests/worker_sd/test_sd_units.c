@@ -17,6 +17,7 @@
 #include "testutil.h"
 
 #include "rbee/image.h"
+#include "rbee/safetensors.h"
 #include "worker/wk_base64.h"
 #include "worker_sd/sd_a1111.h"
 #include "worker_sd/sd_engine.h"
@@ -660,13 +661,59 @@ static void test_preview(void **state) {
     assert_int_equal(sd_preview_image(RB_SD_ARCH_SD1, lat, 1, 16, 1, 1, &img, NULL), RB_E_UNSUPPORTED);
     uint8_t *png = NULL;
     size_t n = 0;
-    TU_OK(sd_preview_png(RB_SD_ARCH_SD1, lat, B, C, H, W, &png, &n, NULL));
+    TU_OK(sd_preview_png(NULL, RB_SD_ARCH_SD1, lat, B, C, H, W, &png, &n, NULL));
     rb_image back = {0};
     TU_OK(rb_image_decode(png, n, NULL, &back, NULL));
     assert_int_equal(back.width, 10);
     assert_int_equal(back.height, 3);
     rb_image_free(&back);
     free(png);
+}
+
+/* TAESD previews: the decoder's picture of tests/data/sd/taesd's reference
+ * latents, the batch side by side, each pixel round(clamp(ref) x 255). */
+static void test_preview_taesd(void **state) {
+    (void)state;
+    char p[1024];
+    rb_backend *be = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_taesd *t = NULL;
+    TU_OK(rb_taesd_load(tu_data(p, sizeof p, "sd/taesd/taesd_decoder.safetensors"), be, NULL, &t, NULL));
+    rb_st_set *r = NULL;
+    TU_OK(rb_st_open(tu_data(p, sizeof p, "sd/taesd/refs.safetensors"), &r, NULL));
+    const float *lat = rb_st_find(r, "a_latents")->data, *ref = rb_st_find(r, "a_image")->data;
+    const int B = 2, C = 4, H = 5, W = 7, S = 8;
+    rb_image img = {0};
+    TU_OK(sd_preview_taesd_image(t, lat, B, C, H, W, &img, NULL));
+    assert_int_equal(img.width, W * S * B);
+    assert_int_equal(img.height, H * S);
+    int clipped = 0;
+    for (int b = 0; b < B; b++)
+        for (int y = 0; y < H * S; y++)
+            for (int x = 0; x < W * S; x++)
+                for (int k = 0; k < 3; k++) {
+                    double v = ref[(((size_t)b * 3 + (size_t)k) * (size_t)(H * S) + (size_t)y) * (size_t)(W * S) + (size_t)x];
+                    clipped += v < 0 || v > 1;
+                    v = v < 0 ? 0 : v > 1 ? 1 : v;
+                    const int got = img.data[((size_t)y * (size_t)img.width + (size_t)(b * W * S + x)) * 3 + (size_t)k];
+                    assert_true(abs(got - (int)lrint(v * 255.0)) <= 1);
+                }
+    assert_true(clipped > 0); /* the clamp is exercised */
+    rb_image_free(&img);
+    float lat16[16 * 2 * 2] = {0};
+    assert_int_equal(sd_preview_taesd_image(t, lat16, 1, 16, 2, 2, &img, NULL), RB_E_UNSUPPORTED);
+    uint8_t *png = NULL;
+    size_t n = 0;
+    TU_OK(sd_preview_png(t, RB_SD_ARCH_SD1, lat, B, C, H, W, &png, &n, NULL));
+    rb_image back = {0};
+    TU_OK(rb_image_decode(png, n, NULL, &back, NULL));
+    assert_int_equal(back.width, W * S * B);
+    assert_int_equal(back.height, H * S);
+    rb_image_free(&back);
+    free(png);
+    rb_st_close(r);
+    rb_taesd_free(t);
+    rb_backend_destroy(be);
 }
 
 /* ---- the tiled fallback ---- */
@@ -745,7 +792,7 @@ int main(void) {
         cmocka_unit_test(test_base64),         cmocka_unit_test(test_sampler_names),
         cmocka_unit_test(test_rbee_request),   cmocka_unit_test(test_a1111_request),
         cmocka_unit_test(test_a1111_options),  cmocka_unit_test(test_openai_request),
-        cmocka_unit_test(test_infotext),       cmocka_unit_test(test_preview),
+        cmocka_unit_test(test_infotext),       cmocka_unit_test(test_preview), cmocka_unit_test(test_preview_taesd),
         cmocka_unit_test(test_decode_fallback), cmocka_unit_test(test_sd_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
