@@ -96,6 +96,18 @@ typedef struct {
     uint8_t qs[RB_QK_K / 2];
 } rb_block_iq4_xs;
 
+/* iq3_xxs / iq3_s: see src/core/quant_iq3.c for the layouts. */
+typedef struct { rb_f16 d; uint8_t qs[3 * RB_QK_K / 8]; } rb_block_iq3_xxs;
+typedef struct {
+    rb_f16 d;
+    uint8_t qs[RB_QK_K / 4];
+    uint8_t qh[RB_QK_K / 32];
+    uint8_t signs[RB_QK_K / 8];
+    uint8_t scales[RB_QK_K / 64];
+} rb_block_iq3_s;
+
+_Static_assert(sizeof(rb_block_iq3_xxs) == 98, "iq3_xxs layout");
+_Static_assert(sizeof(rb_block_iq3_s) == 110, "iq3_s layout");
 _Static_assert(sizeof(rb_block_iq4_nl) == 18, "iq4_nl layout");
 _Static_assert(sizeof(rb_block_iq4_xs) == 136, "iq4_xs layout");
 _Static_assert(sizeof(rb_block_q4_0) == 18, "q4_0 layout");
@@ -116,6 +128,9 @@ _Static_assert(sizeof(rb_block_q8_K) == 292, "q8_K layout");
 extern const int8_t rb_mxfp4_values[16];
 /* The 16 values an iq4_nl / iq4_xs nibble stands for (a fixed non-uniform grid, part of the format). */
 extern const int8_t rb_iq4nl_values[16];
+/* The iq3 grids (quant_iq_tables.c): each point's four 3-bit level indices, and the 8 levels. */
+extern const uint16_t rb_iq3xxs_grid[256], rb_iq3s_grid[512];
+extern const uint8_t rb_iq3xxs_levels[8], rb_iq3s_levels[8];
 /* The 6-bit scale of sub-block i (0..7) of an iq4_xs block, before the -32 offset. */
 static inline int rb_iq4_xs_scale(const rb_block_iq4_xs *b, int i) {
     return ((b->scales_l[i / 2] >> (4 * (i % 2))) & 15) | (((b->scales_h >> (2 * i)) & 3) << 4);

@@ -7,7 +7,7 @@
 
 const rb_dtype mm_weight_dtypes[] = {RB_F32,  RB_F16,  RB_BF16, RB_Q4_0, RB_Q4_1, RB_Q5_0, RB_Q5_1,
                                      RB_Q8_0, RB_Q2_K, RB_Q3_K, RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_MXFP4,
-                                     RB_IQ4_NL, RB_IQ4_XS};
+                                     RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S};
 const int mm_n_weight_dtypes = (int)(sizeof mm_weight_dtypes / sizeof mm_weight_dtypes[0]);
 
 void mm_fill(tu_rng *r, float *x, size_t n, float scale) {
@@ -70,6 +70,26 @@ static void encode_iq4(rb_dtype t, const float *x, void *q, int64_t n) {
     }
 }
 
+/* iq3 blocks: bytes from a generator seeded by x (grid indices, signs and
+ * scales all random), d = 1/256: values up to about 2 in magnitude. */
+static void encode_iq3(rb_dtype t, const float *x, void *q, int64_t n) {
+    uint32_t st;
+    memcpy(&st, x, sizeof st);
+    st |= 1u;
+    const size_t bs = t == RB_IQ3_XXS ? sizeof(rb_block_iq3_xxs) : sizeof(rb_block_iq3_s);
+    unsigned char *p = q;
+    for (int64_t b = 0; b < n / RB_QK_K; b++, p += bs) {
+        for (size_t k = 0; k < bs; k++) {
+            st ^= st << 13;
+            st ^= st >> 17;
+            st ^= st << 5;
+            p[k] = (unsigned char)(st >> 8);
+        }
+        const rb_f16 d = rb_f32_to_f16(1.0f / 256.0f);
+        memcpy(p, &d, sizeof d);
+    }
+}
+
 void *mm_encode(rb_dtype t, const float *x, int64_t rows, int64_t n) {
     size_t rs = rb_dtype_row_size(t, n);
     assert_true(rs > 0);
@@ -77,6 +97,10 @@ void *mm_encode(rb_dtype t, const float *x, int64_t rows, int64_t n) {
     assert_non_null(q);
     if (t == RB_IQ4_NL || t == RB_IQ4_XS) {
         for (int64_t r = 0; r < rows; r++) encode_iq4(t, x + r * n, (char *)q + (size_t)r * rs, n);
+        return q;
+    }
+    if (t == RB_IQ3_XXS || t == RB_IQ3_S) {
+        for (int64_t r = 0; r < rows; r++) encode_iq3(t, x + r * n, (char *)q + (size_t)r * rs, n);
         return q;
     }
     TU_OK(rb_quantize_rows(t, x, q, rows, n));

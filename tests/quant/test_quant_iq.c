@@ -1,10 +1,11 @@
 /* The IQ formats against llama.cpp: every quantized tensor of the tiny model
  * llama-quantize --pure wrote in iq4_nl and iq4_xs (tests/data/llamacpp)
  * decodes to exactly ggml's to_float output (SHA-256 of the f32 bytes, made
- * by tools/llamacpp_fixtures/iq_fixtures.c); hand-packed blocks decode to the
- * values the format's definition gives (exact small-integer products); the
- * dtype traits match ggml's ids and sizes; bad lengths and encoding are
- * refused. */
+ * by tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
+ * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); hand-packed blocks
+ * decode to the values the format's definition gives (exact small-integer
+ * products; iq3_xxs's implied eighth sign); the dtype traits match ggml's ids
+ * and sizes; bad lengths and encoding are refused. */
 #include "testutil.h"
 #include "tu_sha256.h"
 
@@ -58,6 +59,57 @@ static void check_file(const char *tag, rb_dtype dtype) {
 static void test_decode_matches_ggml(void **state) {
     (void)state;
     for (size_t t = 0; t < sizeof k_iq / sizeof k_iq[0]; t++) check_file(k_iq[t].tag, k_iq[t].dtype);
+}
+
+/* blk.1.attn_k.weight of tiny-f32.gguf (256 x 128) as ggml's iq3 blocks. */
+static void test_iq3_blocks_match_ggml(void **state) {
+    (void)state;
+    char path[1024];
+    size_t len = 0;
+    char *list = tu_read_file(tu_data(path, sizeof path, "llamacpp/blk1-attn_k.dequant.sha256"), &len);
+    assert_non_null(list);
+    int checked = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char want[65], tag[32], rel[128];
+        if (sscanf(line, "%64s %31s", want, tag) != 2) fail_msg("bad line: %s", line);
+        rb_dtype t;
+        assert_true(rb_dtype_from_name(tag, &t));
+        snprintf(rel, sizeof rel, "llamacpp/blk1-attn_k.%s.blocks", tag);
+        size_t nbytes = 0;
+        void *blocks = tu_read_file(tu_data(path, sizeof path, rel), &nbytes);
+        const int64_t n = 256 * 128;
+        assert_int_equal(nbytes, rb_dtype_row_size(t, n));
+        float *out = malloc((size_t)n * sizeof(float));
+        assert_non_null(out);
+        TU_OK(rb_dequantize_row(t, blocks, out, n));
+        char got[65];
+        tu_sha256_floats_le(out, (size_t)n, got);
+        if (strcmp(got, want) != 0) fail_msg("%s: decoding differs from ggml's (sha256 %s, want %s)", tag, got, want);
+        free(out);
+        free(blocks);
+        checked++;
+    }
+    assert_int_equal(checked, 2);
+    free(list);
+}
+
+/* iq3_xxs: group 0's word holds 7-bit sign fields and the scale in bits
+ * 28-31; the eighth sign of each 8 values makes the minus count even. Grid
+ * point 0 is (4, 4, 4, 4) (the format's first lattice point). */
+static void test_iq3_xxs_definition(void **state) {
+    (void)state;
+    rb_block_iq3_xxs b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3C00;                                               /* 1 */
+    const uint32_t w = (3u << 28) | (1u << 0) | (3u << 7) | (0x7Fu << 21); /* fields 1, 3, 0, 127 */
+    memcpy(b.qs + 64, &w, 4);
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ3_XXS, &b, out, 256));
+    const float sc = 1.0f * (0.5f + 3.0f) * 0.5f; /* 1.75 */
+    const int minus[4][8] = {{1, 0, 0, 0, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 0, 0, 0}, {0}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < 8; j++) assert_true(out[8 * l + j] == (minus[l][j] ? -4.0f : 4.0f) * sc);
+    for (int i = 32; i < 256; i++) assert_true(out[i] == 4.0f * 0.25f); /* scale (0 + 1/2) / 2 */
 }
 
 static const int k_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -123,6 +175,14 @@ static void test_traits_and_refusals(void **state) {
     assert_int_equal(rb_dequantize_row(RB_IQ4_XS, blocks, out, 200), RB_E_INVALID);
     assert_int_equal(rb_dequantize_row(RB_IQ4_NL, blocks, out, 33), RB_E_INVALID);
     assert_int_equal(rb_dequantize_row(RB_IQ4_NL, NULL, out, 32), RB_E_INVALID);
+    assert_true(rb_dtype_from_name("iq3_xxs", &t));
+    assert_int_equal(t, 18);
+    assert_true(rb_dtype_from_name("IQ3_S", &t));
+    assert_int_equal(t, 21);
+    assert_int_equal(rb_dtype_info(RB_IQ3_XXS)->type_size, 98);
+    assert_int_equal(rb_dtype_info(RB_IQ3_S)->type_size, 110);
+    assert_int_equal(rb_dequantize_row(RB_IQ3_S, blocks, out, 128), RB_E_INVALID);
+    assert_int_equal(rb_quantize_row(RB_IQ3_XXS, out, blocks, 256), RB_E_UNSUPPORTED);
     assert_false(rb_quant_can_quantize(RB_IQ4_NL));
     assert_false(rb_quant_can_quantize(RB_IQ4_XS));
     assert_int_equal(rb_quantize_row(RB_IQ4_NL, out, blocks, 32), RB_E_UNSUPPORTED);
@@ -132,6 +192,8 @@ static void test_traits_and_refusals(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_matches_ggml),
+        cmocka_unit_test(test_iq3_blocks_match_ggml),
+        cmocka_unit_test(test_iq3_xxs_definition),
         cmocka_unit_test(test_iq4_nl_definition),
         cmocka_unit_test(test_iq4_xs_definition),
         cmocka_unit_test(test_traits_and_refusals),
