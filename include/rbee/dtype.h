@@ -28,6 +28,10 @@ typedef enum rb_dtype {
     RB_Q5_K = 13,
     RB_Q6_K = 14,
     RB_Q8_K = 15,
+    RB_IQ3_XXS = 18, /* 3-bit lattice: 4-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq3_xxs) */
+    RB_IQ4_NL = 20, /* non-linear 4-bit: 16-entry value table, f16 scale per 32 (ggml's block_iq4_nl) */
+    RB_IQ3_S = 21,   /* 3-bit lattice: 512 grid points, sign bits, 4-bit scale per 32 (ggml's block_iq3_s) */
+    RB_IQ4_XS = 23, /* iq4_nl's table in 256-blocks with 6-bit scales per 32 (ggml's block_iq4_xs) */
     RB_I8 = 24,
     RB_I16 = 25,
     RB_I32 = 26,

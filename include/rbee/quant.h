@@ -23,6 +23,7 @@ extern "C" {
 #define RB_QK8_1 32
 #define RB_QK_K 256
 #define RB_QK_MXFP4 32
+#define RB_QK4_NL 32
 #define RB_K_SCALE_SIZE 12
 
 typedef struct { rb_f16 d; uint8_t qs[RB_QK4_0 / 2]; } rb_block_q4_0;
@@ -82,6 +83,33 @@ typedef struct {
  * one, each an index into the table (bit 3 the sign). */
 typedef struct { uint8_t e; uint8_t qs[RB_QK_MXFP4 / 2]; } rb_block_mxfp4;
 
+/* iq4_nl: value j < 16 is the low nibble of qs[j], value j + 16 the high
+ * one, each an index into rb_iq4nl_values, times d. */
+typedef struct { rb_f16 d; uint8_t qs[RB_QK4_NL / 2]; } rb_block_iq4_nl;
+/* iq4_xs: eight sub-blocks of 32 laid out as iq4_nl's qs; sub-block i has
+ * the 6-bit scale ls = (scales_l[i / 2] >> 4 * (i % 2)) & 15 | ((scales_h >>
+ * 2 * i) & 3) << 4 and its values are d * (ls - 32) * table[nibble]. */
+typedef struct {
+    rb_f16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[RB_QK_K / 64];
+    uint8_t qs[RB_QK_K / 2];
+} rb_block_iq4_xs;
+
+/* iq3_xxs / iq3_s: see src/core/quant_iq3.c for the layouts. */
+typedef struct { rb_f16 d; uint8_t qs[3 * RB_QK_K / 8]; } rb_block_iq3_xxs;
+typedef struct {
+    rb_f16 d;
+    uint8_t qs[RB_QK_K / 4];
+    uint8_t qh[RB_QK_K / 32];
+    uint8_t signs[RB_QK_K / 8];
+    uint8_t scales[RB_QK_K / 64];
+} rb_block_iq3_s;
+
+_Static_assert(sizeof(rb_block_iq3_xxs) == 98, "iq3_xxs layout");
+_Static_assert(sizeof(rb_block_iq3_s) == 110, "iq3_s layout");
+_Static_assert(sizeof(rb_block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(rb_block_iq4_xs) == 136, "iq4_xs layout");
 _Static_assert(sizeof(rb_block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(rb_block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(rb_block_q4_1) == 20, "q4_1 layout");
@@ -98,6 +126,15 @@ _Static_assert(sizeof(rb_block_q8_K) == 292, "q8_K layout");
 
 /* The 16 values an mxfp4 nibble stands for (E2M1 doubled: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives). */
 extern const int8_t rb_mxfp4_values[16];
+/* The 16 values an iq4_nl / iq4_xs nibble stands for (a fixed non-uniform grid, part of the format). */
+extern const int8_t rb_iq4nl_values[16];
+/* The iq3 grids (quant_iq_tables.c): each point's four 3-bit level indices, and the 8 levels. */
+extern const uint16_t rb_iq3xxs_grid[256], rb_iq3s_grid[512];
+extern const uint8_t rb_iq3xxs_levels[8], rb_iq3s_levels[8];
+/* The 6-bit scale of sub-block i (0..7) of an iq4_xs block, before the -32 offset. */
+static inline int rb_iq4_xs_scale(const rb_block_iq4_xs *b, int i) {
+    return ((b->scales_l[i / 2] >> (4 * (i % 2))) & 15) | (((b->scales_h >> (2 * i)) & 3) << 4);
+}
 /* 2^(e - 128) as f32 (subnormal for e < 2): an mxfp4 block's scale. Inline:
  * the SIMD dot products call it per block. */
 static inline float rb_e8m0_half_to_f32(uint8_t e) {

@@ -31,6 +31,14 @@ void rb_q5_1_decode(const rb_block_q5_1 *x, float *y, int64_t nb);
 void rb_q8_0_decode(const rb_block_q8_0 *x, float *y, int64_t nb);
 void rb_q8_1_decode(const rb_block_q8_1 *x, float *y, int64_t nb);
 
+/* ---- non-linear 4-bit iq4_nl / iq4_xs (quant_iq4.c; decode only) ---- */
+void rb_iq4_nl_decode(const rb_block_iq4_nl *x, float *y, int64_t nb);
+void rb_iq4_xs_decode(const rb_block_iq4_xs *x, float *y, int64_t nb);
+
+/* ---- 3-bit lattice iq3_xxs / iq3_s (quant_iq3.c; decode only) ---- */
+void rb_iq3_xxs_decode(const rb_block_iq3_xxs *x, float *y, int64_t nb);
+void rb_iq3_s_decode(const rb_block_iq3_s *x, float *y, int64_t nb);
+
 /* ---- microscaling fp4 (quant_mxfp4.c) ---- */
 void rb_mxfp4_encode(const float *x, rb_block_mxfp4 *y, int64_t nb);
 void rb_mxfp4_decode(const rb_block_mxfp4 *x, float *y, int64_t nb);

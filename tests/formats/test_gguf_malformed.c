@@ -214,14 +214,20 @@ static void test_bad_type_ids(void **state) {
     gb_u32(&b, 4);
     gb_u32(&b, 1);
     expect_format(&b, "empty key", NULL);
-    /* Tensor dtype ids that are not types: 4 and 5 (removed q4_2/q4_3), 31, huge. */
-    static const uint32_t bad_dt[] = {4, 5, 16, 23, 29, 31, 1000, 0xffffffffu};
+    /* Tensor dtype ids that are not types: 4 and 5 (removed q4_2/q4_3), ggml
+     * formats not read yet (16 iq2_xxs, 19 iq1_s, 29 iq1_m), 31, huge. */
+    static const uint32_t bad_dt[] = {4, 5, 16, 19, 29, 31, 1000, 0xffffffffu};
     for (size_t i = 0; i < sizeof bad_dt / sizeof bad_dt[0]; i++) {
         start(&b, 1, 0);
         gb_tensor(&b, "tt", 1, k_ne16, bad_dt[i], 0);
         finish(&b);
         expect_format(&b, "'tt'", "unknown type id");
     }
+    /* a known block type (23 = iq4_xs) with a row that is not whole blocks */
+    start(&b, 1, 0);
+    gb_tensor(&b, "tt", 1, k_ne16, 23, 0);
+    finish(&b);
+    expect_format(&b, "'tt'", "not a multiple of the iq4_xs block size 256");
     start(&b, 1, 0); /* positive control for the above */
     gb_tensor(&b, "tt", 1, k_ne16, 0, 0);
     finish(&b);

@@ -264,8 +264,39 @@ static void test_bad_inputs(void **state) {
     rb_backend_destroy(be);
 }
 
+/* The IQ weights at prefill sizes (64 rows, odd widths) on every ISA, and
+ * their shape rules: a row must be whole blocks (256 for iq4_xs). */
+static void test_iq_prefill_and_shapes(void **state) {
+    (void)state;
+    const rb_dtype iq[2] = {RB_IQ4_NL, RB_IQ4_XS};
+    for (int isa = 0; isa < n_isas(); isa++) {
+        rb_backend *be = make_be(k_isas[isa], 2);
+        for (int i = 0; i < 2; i++) {
+            mm_case c = {iq[i], RB_F32, RB_F32, 768, 29, 64, 1, 1, 1, 1, false};
+            free(run_case(be, &c, 600 + (uint64_t)i));
+            mm_case c2 = {iq[i], RB_F32, RB_F32, i == 0 ? 32 * 11 : 256, 7, 65, 1, 1, 1, 1, false};
+            free(run_case(be, &c2, 700 + (uint64_t)i));
+        }
+        rb_backend_destroy(be);
+    }
+    rb_backend *be = make_be("auto", 2);
+    rb_tensor a, b, d, bad;
+    int64_t ne_bad[2] = {96, 5}, ne_a[2] = {256, 5}, ne_b[2] = {512, 3}, ne_d[2] = {5, 3};
+    assert_int_not_equal(rb_tensor_alloc(be, RB_IQ4_XS, 2, ne_bad, &bad), RB_OK); /* 96 is not whole blocks */
+    int64_t ne_nl[2] = {48, 5};
+    assert_int_not_equal(rb_tensor_alloc(be, RB_IQ4_NL, 2, ne_nl, &bad), RB_OK);
+    TU_OK(rb_tensor_alloc(be, RB_IQ4_XS, 2, ne_a, &a));
+    TU_OK(rb_tensor_alloc(be, RB_F32, 2, ne_b, &b));
+    TU_OK(rb_tensor_alloc(be, RB_F32, 2, ne_d, &d));
+    assert_int_equal(rb_matmul(be, &d, &a, &b), RB_E_INVALID); /* K 256 vs 512 */
+    assert_true(strlen(rb_backend_last_error(be)) > 0);
+    rb_tensor_free(&a); rb_tensor_free(&b); rb_tensor_free(&d);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_iq_prefill_and_shapes),
         cmocka_unit_test(test_all_dtypes_shapes),
         cmocka_unit_test(test_broadcast_strided_f16dst),
         cmocka_unit_test(test_threads_identical),

@@ -20,6 +20,8 @@ void rb_vd_q4_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q5_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q6_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_mxfp4_avx2(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq4_nl_avx2(int64_t n, float *s, const void *x, const void *y); /* against q8_0 */
+void rb_vd_iq4_xs_avx2(int64_t n, float *s, const void *x, const void *y); /* against q8_K */
 void rb_gemm_q4_K_avx2(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
                        size_t ldd);
 void rb_q8_0_from_f32_avx2(const float *x, void *y, int64_t n);

@@ -8,6 +8,8 @@
 void rb_vd_q4_0_avx512(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q8_0_avx512(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_mxfp4_avx512(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq4_nl_avx512(int64_t n, float *s, const void *x, const void *y); /* vec_dot_iq4_avx512.c */
+void rb_vd_iq4_xs_avx512(int64_t n, float *s, const void *x, const void *y);
 void rb_gemm_q4_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,
                          size_t ldd);
 void rb_gemm_q8_0_avx512(int64_t n, int nr, int nc, const void *x, size_t lda, const void *y, size_t ldb, float *dst,

@@ -42,6 +42,8 @@ const struct rb_cpu_kernels rb_cpu_kernels_scalar = {
         [RB_Q5_1] = rb_vd_q5_1_scalar, [RB_Q8_0] = rb_vd_q8_0_scalar,
         [RB_Q2_K] = rb_vd_q2_K_scalar, [RB_Q3_K] = rb_vd_q3_K_scalar, [RB_Q4_K] = rb_vd_q4_K_scalar,
         [RB_Q5_K] = rb_vd_q5_K_scalar, [RB_Q6_K] = rb_vd_q6_K_scalar, [RB_MXFP4] = rb_vd_mxfp4_scalar,
+        [RB_IQ4_NL] = rb_vd_iq4_nl_scalar, [RB_IQ4_XS] = rb_vd_iq4_xs_scalar,
+        [RB_IQ3_XXS] = rb_vd_iq3_xxs_scalar, [RB_IQ3_S] = rb_vd_iq3_s_scalar,
     },
     .gemm_tile = {0},
     .from_f32 = {

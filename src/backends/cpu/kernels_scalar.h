@@ -22,6 +22,12 @@ void rb_vd_q3_K_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q4_K_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q5_K_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_q6_K_scalar(int64_t n, float *s, const void *x, const void *y);
+/* iq4_nl against q8_0, iq4_xs against q8_K (vec_dot_iq4_scalar.c) */
+void rb_vd_iq4_nl_scalar(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq4_xs_scalar(int64_t n, float *s, const void *x, const void *y);
+/* iq3_xxs and iq3_s against q8_K (vec_dot_iq3_scalar.c; also the SIMD tables' entries) */
+void rb_vd_iq3_xxs_scalar(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq3_s_scalar(int64_t n, float *s, const void *x, const void *y);
 /* activation quantizers (quantize_act_scalar.c) */
 void rb_q8_0_from_f32_scalar(const float *x, void *y, int64_t n);
 void rb_q8_1_from_f32_scalar(const float *x, void *y, int64_t n);

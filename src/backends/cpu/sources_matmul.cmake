@@ -10,6 +10,8 @@ list(APPEND RB_CPU_SOURCES
   ${_rb_mm_dir}/quantize_act_scalar.c
   ${_rb_mm_dir}/vec_dot_legacy_scalar.c
   ${_rb_mm_dir}/vec_dot_kquant_scalar.c
+  ${_rb_mm_dir}/vec_dot_iq4_scalar.c
+  ${_rb_mm_dir}/vec_dot_iq3_scalar.c
 )
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
@@ -19,7 +21,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_C_COMPILER_
     ${_rb_mm_dir}/vec_dot_legacy_avx2.c
     ${_rb_mm_dir}/vec_dot_kquant_avx2.c
     ${_rb_mm_dir}/vec_dot_q4_K_tile_avx2.c
-    ${_rb_mm_dir}/vec_dot_mxfp4_avx2.c)
+    ${_rb_mm_dir}/vec_dot_mxfp4_avx2.c
+    ${_rb_mm_dir}/vec_dot_iq4_avx2.c)
   set(_rb_avx512_files
     ${_rb_mm_dir}/kernels_avx512.c
     ${_rb_mm_dir}/vec_dot_vnni_avx512.c
@@ -28,7 +31,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_C_COMPILER_
     ${_rb_mm_dir}/matvec_kquant_avx512.c
     ${_rb_mm_dir}/gemm_kquant_vnni_avx512.c
     ${_rb_mm_dir}/pack_kquant_avx512.c
-    ${_rb_mm_dir}/vec_dot_mxfp4_avx512.c)
+    ${_rb_mm_dir}/vec_dot_mxfp4_avx512.c
+    ${_rb_mm_dir}/vec_dot_iq4_avx512.c)
   list(APPEND RB_CPU_SOURCES ${_rb_avx2_files} ${_rb_avx512_files})
   set_source_files_properties(${_rb_avx2_files} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${_rb_avx512_files} PROPERTIES COMPILE_OPTIONS

@@ -1,5 +1,5 @@
 /* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
- * q5_K, q6_K and mxfp4 - described once here (fmt_*: byte layout, sizes and offsets;
+ * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs and iq3_s - described once here (fmt_*: byte layout, sizes and offsets;
  * include/rbee/quant.h has the C structs and the CPU's codecs), and their
  * device decoding at two granularities: one element (get_rows, cast) and a
  * "unit" of 32 consecutive elements of a row decoded into registers. The
@@ -11,6 +11,7 @@
 #define RBEE_GPU_QUANT_CUH
 
 #include "backends/gpu/gpu_common.cuh"
+#include "backends/gpu/gpu_iq_tables.cuh"
 
 namespace RB_GPU_NS {
 
@@ -62,6 +63,72 @@ struct fmt_mxfp4 {
     static constexpr int EL = 32, BYTES = 17, E = 0, QS = 1;
 };
 
+/* iq4_nl: 32 elements in 18 bytes: f16 scale d (0-1), then qs[16] (2-17)
+ * of two 4-bit indices each, laid out as q4_0's; value = d iq4_level(index). */
+struct fmt_iq4_nl {
+    static constexpr int EL = 32, BYTES = 18, D = 0, QS = 2;
+};
+
+/* iq4_xs: 256 elements in 136 bytes, 8 sub-blocks of 32: f16 d (0-1), a
+ * 16-bit word of the scales' high bits (2-3, bits 2j..2j+1 for sub-block
+ * j), the scales' low 4 bits (4-7, nibble j % 2 of byte j / 2), then qs[128]
+ * (8-135), sub-block j's 16 bytes laid out as iq4_nl's; value =
+ * d (scale - 32) iq4_level(index). */
+struct fmt_iq4_xs {
+    static constexpr int EL = 256, BYTES = 136, D = 0, SH = 2, SL = 4, QS = 8;
+};
+
+/* The 16 levels of iq4_nl / iq4_xs (rb_iq4nl_values), four per word. */
+__device__ __forceinline__ int iq4_level(int q) {
+    const uint32_t w = q < 8 ? (q < 4 ? 0xBFAD9881u : 0xF6EADDCFu) : (q < 12 ? 0x26190D01u : 0x71594535u);
+    return (int)(int8_t)(uint8_t)(w >> (8 * (q & 3)));
+}
+
+/* iq4_xs: sub-block j's scale minus 32. */
+__device__ __forceinline__ int iq4xs_scale(const uint8_t *b, int j) {
+    const int lo = (b[fmt_iq4_xs::SL + j / 2] >> (4 * (j & 1))) & 0xF;
+    const int hi = ((b[fmt_iq4_xs::SH] | (b[fmt_iq4_xs::SH + 1] << 8)) >> (2 * j)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* iq3_xxs (98 bytes) and iq3_s (110 bytes): 256 elements, 8 groups of 32
+ * (layouts in src/core/quant_iq3.c). iq3_xxs: f16 d (0-1), 64 grid indices
+ * (2-65, 8 per group), a 32-bit word per group (66-97: four 7-bit sign
+ * fields, the eighth sign of each 8 by parity, scale s in bits 28-31; group
+ * scale d (s + 1/2) / 2). iq3_s: f16 d (0-1), 64 low index bytes (2-65),
+ * ninth index bits (66-73, byte g for group g), sign bytes (74-105, 4 per
+ * group), 4-bit scales (106-109; group scale d (1 + 2 s)). Grid points
+ * from gpu_iq_tables.cuh, levels 4 + 8 i (62 for i = 7) and 2 i + 1. */
+struct fmt_iq3_xxs {
+    static constexpr int EL = 256, BYTES = 98, D = 0, QS = 2, SS = 66;
+};
+struct fmt_iq3_s {
+    static constexpr int EL = 256, BYTES = 110, D = 0, QS = 2, QH = 66, SIGNS = 74, SC = 106;
+};
+__device__ __forceinline__ int iq3xxs_level(int i) { return i == 7 ? 62 : 4 + 8 * i; }
+
+/* Element i (0..31) of group g of an iq3 block at b, in f32 as the CPU's decoder. */
+__device__ __forceinline__ float iq3_elem(int dt, const uint8_t *b, int g, int i) {
+    const float d = f16_bits_to_f32((uint16_t)(b[0] | (b[1] << 8)));
+    const int run = i >> 2, j = i & 3; /* 4-value grid point run of the group, element in it */
+    if (dt == RB_IQ3_XXS) {
+        const uint32_t w = (uint32_t)b[fmt_iq3_xxs::SS + 4 * g] | ((uint32_t)b[fmt_iq3_xxs::SS + 4 * g + 1] << 8) |
+                           ((uint32_t)b[fmt_iq3_xxs::SS + 4 * g + 2] << 16) |
+                           ((uint32_t)b[fmt_iq3_xxs::SS + 4 * g + 3] << 24);
+        const float scale = d * (0.5f + (float)(w >> 28)) * 0.5f;
+        const uint32_t s7 = (w >> (7 * (run >> 1))) & 127;
+        const uint32_t signs = s7 | ((uint32_t)(__popc(s7) & 1) << 7);
+        const int code = g_iq3xxs_grid[b[fmt_iq3_xxs::QS + 8 * g + run]];
+        const float v = scale * (float)iq3xxs_level((code >> (3 * j)) & 7);
+        return (signs >> (4 * (run & 1) + j)) & 1 ? -v : v;
+    }
+    const float scale = d * (float)(1 + 2 * ((b[fmt_iq3_s::SC + g / 2] >> (4 * (g & 1))) & 15));
+    const int idx = b[fmt_iq3_s::QS + 8 * g + run] | (((b[fmt_iq3_s::QH + g] >> run) & 1) << 8);
+    const int code = g_iq3s_grid[idx];
+    const float v = scale * (float)(2 * ((code >> (3 * j)) & 7) + 1);
+    return (b[fmt_iq3_s::SIGNS + 4 * g + (run >> 1)] >> (4 * (run & 1) + j)) & 1 ? -v : v;
+}
+
 __device__ __forceinline__ float ld_h(const char *p) { return f16_bits_to_f32(*(const uint16_t *)p); }
 
 /* q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes
@@ -97,11 +164,17 @@ __device__ __forceinline__ int qblock_bytes(int dt) {
     case RB_Q5_K: return fmt_q5_K::BYTES;
     case RB_Q6_K: return fmt_q6_K::BYTES;
     case RB_MXFP4: return fmt_mxfp4::BYTES;
+    case RB_IQ4_NL: return fmt_iq4_nl::BYTES;
+    case RB_IQ4_XS: return fmt_iq4_xs::BYTES;
+    case RB_IQ3_XXS: return fmt_iq3_xxs::BYTES;
+    case RB_IQ3_S: return fmt_iq3_s::BYTES;
     default: return 0;
     }
 }
 __device__ __forceinline__ int qblock_units(int dt) {
-    return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K) ? 8 : 1;
+    return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S)
+               ? 8
+               : 1;
 }
 
 /* n 16-bit words from a 2-byte aligned address (fewer load instructions
@@ -193,6 +266,20 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
             w[i] = (float)mxfp4_value(q & 0xF) * d;
             w[i + 16] = (float)mxfp4_value(q >> 4) * d;
         }
+    } else if (dt == RB_IQ4_NL || dt == RB_IQ4_XS) { /* byte loads; d formed first, as the CPU's decoder */
+        const bool xs = dt == RB_IQ4_XS;
+        const uint8_t *b = (const uint8_t *)row + (xs ? (u >> 3) * fmt_iq4_xs::BYTES : u * fmt_iq4_nl::BYTES);
+        float d = ld_h((const char *)b);
+        if (xs) d *= (float)iq4xs_scale(b, (int)(u & 7));
+        const uint8_t *q = b + (xs ? fmt_iq4_xs::QS + 16 * (int)(u & 7) : fmt_iq4_nl::QS);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            w[i] = d * (float)iq4_level(q[i] & 0xF);
+            w[i + 16] = d * (float)iq4_level(q[i] >> 4);
+        }
+    } else if (dt == RB_IQ3_XXS || dt == RB_IQ3_S) { /* byte loads */
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ3_XXS ? fmt_iq3_xxs::BYTES : fmt_iq3_s::BYTES);
+        for (int i = 0; i < 32; i++) w[i] = iq3_elem(dt, b, (int)(u & 7), i);
     } else {
 #pragma unroll
         for (int i = 0; i < 32; i++) w[i] = 0.0f;
@@ -237,6 +324,16 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
         const uint8_t *b = (const uint8_t *)row + u * fmt_mxfp4::BYTES;
         const int q = b[fmt_mxfp4::QS + (i & 15)];
         return (float)mxfp4_value(i < 16 ? (q & 0xF) : (q >> 4)) * mxfp4_scale(b[fmt_mxfp4::E]);
+    } else if (dt == RB_IQ4_NL || dt == RB_IQ4_XS) {
+        const bool xs = dt == RB_IQ4_XS;
+        const uint8_t *b = (const uint8_t *)row + (xs ? (u >> 3) * fmt_iq4_xs::BYTES : u * fmt_iq4_nl::BYTES);
+        float d = ld_h((const char *)b);
+        if (xs) d *= (float)iq4xs_scale(b, (int)(u & 7));
+        const int q = b[(xs ? fmt_iq4_xs::QS + 16 * (int)(u & 7) : fmt_iq4_nl::QS) + (i & 15)];
+        return d * (float)iq4_level(i < 16 ? (q & 0xF) : (q >> 4));
+    } else if (dt == RB_IQ3_XXS || dt == RB_IQ3_S) {
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ3_XXS ? fmt_iq3_xxs::BYTES : fmt_iq3_s::BYTES);
+        return iq3_elem(dt, b, (int)(u & 7), i);
     }
     return 0.0f;
 }

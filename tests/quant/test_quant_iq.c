@@ -1,0 +1,202 @@
+/* The IQ formats against llama.cpp: every quantized tensor of the tiny model
+ * llama-quantize --pure wrote in iq4_nl and iq4_xs (tests/data/llamacpp)
+ * decodes to exactly ggml's to_float output (SHA-256 of the f32 bytes, made
+ * by tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
+ * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); hand-packed blocks
+ * decode to the values the format's definition gives (exact small-integer
+ * products; iq3_xxs's implied eighth sign); the dtype traits match ggml's ids
+ * and sizes; bad lengths and encoding are refused. */
+#include "testutil.h"
+#include "tu_sha256.h"
+
+#include "rbee/gguf.h"
+#include "rbee/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *tag;
+    rb_dtype dtype;
+} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}};
+
+static void check_file(const char *tag, rb_dtype dtype) {
+    char rel[128], path[1024];
+    snprintf(rel, sizeof rel, "llamacpp/tiny-%s.gguf", tag);
+    rb_gguf *g = NULL;
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_gguf_open(tu_data(path, sizeof path, rel), &g, &err) != RB_OK) fail_msg("open %s: %s", path, err.msg);
+    snprintf(rel, sizeof rel, "llamacpp/tiny-%s.dequant.sha256", tag);
+    size_t len = 0;
+    char *list = tu_read_file(tu_data(path, sizeof path, rel), &len);
+    assert_non_null(list);
+    int checked = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char want[65], name[200];
+        if (sscanf(line, "%64s %199s", want, name) != 2) fail_msg("bad line in %s: %s", rel, line);
+        const rb_gguf_tensor_info *ti = rb_gguf_find_tensor(g, name);
+        assert_non_null(ti);
+        assert_int_equal(ti->dtype, dtype);
+        int64_t n = 1;
+        for (int d = 0; d < RB_MAX_DIMS; d++) n *= ti->ne[d];
+        assert_int_equal(ti->nbytes, rb_dtype_row_size(dtype, n));
+        float *out = malloc((size_t)n * sizeof(float));
+        assert_non_null(out);
+        TU_OK(rb_dequantize_row(dtype, ti->data, out, n));
+        char got[65];
+        tu_sha256_floats_le(out, (size_t)n, got);
+        if (strcmp(got, want) != 0) fail_msg("%s %s: decoding differs from ggml's (sha256 %s, want %s)", tag, name, got, want);
+        free(out);
+        checked++;
+    }
+    assert_int_equal(checked, 16); /* token_embd, output and 2 x 7 layer matrices */
+    free(list);
+    rb_gguf_close(g);
+}
+
+static void test_decode_matches_ggml(void **state) {
+    (void)state;
+    for (size_t t = 0; t < sizeof k_iq / sizeof k_iq[0]; t++) check_file(k_iq[t].tag, k_iq[t].dtype);
+}
+
+/* blk.1.attn_k.weight of tiny-f32.gguf (256 x 128) as ggml's iq3 blocks. */
+static void test_iq3_blocks_match_ggml(void **state) {
+    (void)state;
+    char path[1024];
+    size_t len = 0;
+    char *list = tu_read_file(tu_data(path, sizeof path, "llamacpp/blk1-attn_k.dequant.sha256"), &len);
+    assert_non_null(list);
+    int checked = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char want[65], tag[32], rel[128];
+        if (sscanf(line, "%64s %31s", want, tag) != 2) fail_msg("bad line: %s", line);
+        rb_dtype t;
+        assert_true(rb_dtype_from_name(tag, &t));
+        snprintf(rel, sizeof rel, "llamacpp/blk1-attn_k.%s.blocks", tag);
+        size_t nbytes = 0;
+        void *blocks = tu_read_file(tu_data(path, sizeof path, rel), &nbytes);
+        const int64_t n = 256 * 128;
+        assert_int_equal(nbytes, rb_dtype_row_size(t, n));
+        float *out = malloc((size_t)n * sizeof(float));
+        assert_non_null(out);
+        TU_OK(rb_dequantize_row(t, blocks, out, n));
+        char got[65];
+        tu_sha256_floats_le(out, (size_t)n, got);
+        if (strcmp(got, want) != 0) fail_msg("%s: decoding differs from ggml's (sha256 %s, want %s)", tag, got, want);
+        free(out);
+        free(blocks);
+        checked++;
+    }
+    assert_int_equal(checked, 2);
+    free(list);
+}
+
+/* iq3_xxs: group 0's word holds 7-bit sign fields and the scale in bits
+ * 28-31; the eighth sign of each 8 values makes the minus count even. Grid
+ * point 0 is (4, 4, 4, 4) (the format's first lattice point). */
+static void test_iq3_xxs_definition(void **state) {
+    (void)state;
+    rb_block_iq3_xxs b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3C00;                                               /* 1 */
+    const uint32_t w = (3u << 28) | (1u << 0) | (3u << 7) | (0x7Fu << 21); /* fields 1, 3, 0, 127 */
+    memcpy(b.qs + 64, &w, 4);
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ3_XXS, &b, out, 256));
+    const float sc = 1.0f * (0.5f + 3.0f) * 0.5f; /* 1.75 */
+    const int minus[4][8] = {{1, 0, 0, 0, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 0, 0, 0}, {0}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < 8; j++) assert_true(out[8 * l + j] == (minus[l][j] ? -4.0f : 4.0f) * sc);
+    for (int i = 32; i < 256; i++) assert_true(out[i] == 4.0f * 0.25f); /* scale (0 + 1/2) / 2 */
+}
+
+static const int k_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* iq4_nl: value j < 16 is the low nibble of byte j, j >= 16 the high nibble of byte j - 16. */
+static void test_iq4_nl_definition(void **state) {
+    (void)state;
+    rb_block_iq4_nl b[2];
+    b[0].d = 0x3800; /* 0.5 */
+    b[1].d = 0xC400; /* -4 */
+    for (int j = 0; j < 16; j++) {
+        b[0].qs[j] = (uint8_t)(j | (15 - j) << 4);
+        b[1].qs[j] = (uint8_t)((j * 7) % 16 | ((j * 3 + 1) % 16) << 4);
+    }
+    float out[64];
+    TU_OK(rb_dequantize_row(RB_IQ4_NL, b, out, 64));
+    for (int j = 0; j < 16; j++) {
+        assert_true(out[j] == 0.5f * (float)k_levels[j]);
+        assert_true(out[16 + j] == 0.5f * (float)k_levels[15 - j]);
+        assert_true(out[32 + j] == -4.0f * (float)k_levels[(j * 7) % 16]);
+        assert_true(out[48 + j] == -4.0f * (float)k_levels[(j * 3 + 1) % 16]);
+    }
+}
+
+/* iq4_xs: sub-block i's 6-bit scale has its low 4 bits in nibble i % 2 of
+ * scales_l[i / 2] and its high 2 bits at bits 2i..2i+1 of scales_h. */
+static void test_iq4_xs_definition(void **state) {
+    (void)state;
+    const int ls[8] = {0, 63, 32, 33, 17, 48, 5, 40};
+    rb_block_iq4_xs b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3400; /* 0.25 */
+    for (int i = 0; i < 8; i++) {
+        b.scales_l[i / 2] |= (uint8_t)((ls[i] & 15) << (4 * (i % 2)));
+        b.scales_h |= (uint16_t)((ls[i] >> 4) << (2 * i));
+    }
+    for (int k = 0; k < 128; k++) b.qs[k] = (uint8_t)((k * 37 + 11) & 0xFF);
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ4_XS, &b, out, 256));
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 16; j++) {
+            const uint8_t q = b.qs[16 * i + j];
+            assert_true(out[32 * i + j] == 0.25f * (float)(ls[i] - 32) * (float)k_levels[q & 15]);
+            assert_true(out[32 * i + 16 + j] == 0.25f * (float)(ls[i] - 32) * (float)k_levels[q >> 4]);
+        }
+}
+
+static void test_traits_and_refusals(void **state) {
+    (void)state;
+    rb_dtype t;
+    assert_true(rb_dtype_from_name("IQ4_NL", &t));
+    assert_int_equal(t, 20);
+    assert_true(rb_dtype_from_name("iq4_xs", &t));
+    assert_int_equal(t, 23);
+    assert_int_equal(rb_dtype_info(RB_IQ4_NL)->block_size, 32);
+    assert_int_equal(rb_dtype_info(RB_IQ4_NL)->type_size, 18);
+    assert_int_equal(rb_dtype_info(RB_IQ4_XS)->block_size, 256);
+    assert_int_equal(rb_dtype_info(RB_IQ4_XS)->type_size, 136);
+    assert_int_equal(rb_dtype_row_size(RB_IQ4_XS, 512), 272);
+    assert_int_equal(rb_dtype_row_size(RB_IQ4_XS, 200), 0);
+    unsigned char blocks[272] = {0};
+    float out[512];
+    assert_int_equal(rb_dequantize_row(RB_IQ4_XS, blocks, out, 200), RB_E_INVALID);
+    assert_int_equal(rb_dequantize_row(RB_IQ4_NL, blocks, out, 33), RB_E_INVALID);
+    assert_int_equal(rb_dequantize_row(RB_IQ4_NL, NULL, out, 32), RB_E_INVALID);
+    assert_true(rb_dtype_from_name("iq3_xxs", &t));
+    assert_int_equal(t, 18);
+    assert_true(rb_dtype_from_name("IQ3_S", &t));
+    assert_int_equal(t, 21);
+    assert_int_equal(rb_dtype_info(RB_IQ3_XXS)->type_size, 98);
+    assert_int_equal(rb_dtype_info(RB_IQ3_S)->type_size, 110);
+    assert_int_equal(rb_dequantize_row(RB_IQ3_S, blocks, out, 128), RB_E_INVALID);
+    assert_int_equal(rb_quantize_row(RB_IQ3_XXS, out, blocks, 256), RB_E_UNSUPPORTED);
+    assert_false(rb_quant_can_quantize(RB_IQ4_NL));
+    assert_false(rb_quant_can_quantize(RB_IQ4_XS));
+    assert_int_equal(rb_quantize_row(RB_IQ4_NL, out, blocks, 32), RB_E_UNSUPPORTED);
+    assert_int_equal(rb_quantize_row(RB_IQ4_XS, out, blocks, 256), RB_E_UNSUPPORTED);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_matches_ggml),
+        cmocka_unit_test(test_iq3_blocks_match_ggml),
+        cmocka_unit_test(test_iq3_xxs_definition),
+        cmocka_unit_test(test_iq4_nl_definition),
+        cmocka_unit_test(test_iq4_xs_definition),
+        cmocka_unit_test(test_traits_and_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
