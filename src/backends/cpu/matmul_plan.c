@@ -254,7 +254,8 @@ static void compute_t(const rb_mm_plan *p, int ith, const char *arow, size_t lda
         const int nc = (int)(p->M - m0 < RB_CPU_T_COLS ? p->M - m0 : RB_CPU_T_COLS);
         const float *yt = p->act_t + (size_t)(batch * p->mblk + mb) * (size_t)p->K * RB_CPU_T_COLS;
         /* this block's share of the next group's lines (contiguous rows only) */
-        const size_t lines = next->rows && next->lda == next->row_bytes ? (next->row_bytes * (size_t)next->rows) / 64 : 0;
+        const bool contig = next->rows && next->lda == next->row_bytes;
+        const size_t lines = contig ? next->row_bytes * (size_t)next->rows / 64 : 0;
         const size_t l0 = lines * (size_t)mb / (size_t)p->mblk, l1 = lines * (size_t)(mb + 1) / (size_t)p->mblk;
         const char *pf = lines ? next->p + l0 * 64 : NULL;
         p->k->gemm_t[p->a.dtype](p->K, nr, nc, w, ldw, yt, tile, RB_CPU_T_ROWS, pf, l1 - l0);
