@@ -5,8 +5,9 @@
  * matrix-vector kernels take and at one past their limit. This is what makes
  * greedy decoding reproducible whatever the server's load: a sequence's
  * decode step gives the same logits alone as in a batch of streams. Without
- * the setting the packed prefill kernels (AVX-512: q4_0, q8_0, K-quants) sum
- * in another order, which the test also checks it can see. */
+ * the setting the packed prefill kernels (AVX-512: q4_0, q8_0, K-quants) and
+ * the f16/bf16 prefill kernel sum in another order, which the test also
+ * checks it can see. */
 #include "mm_testlib.h"
 
 #include "rbee/backend.h"

@@ -5,7 +5,8 @@
  * integer kernels must agree to float rounding); each SIMD table against the
  * scalar table; the blocked gemm tiles against the same ISA's dot product;
  * the matvec runs and packed prefill kernels (legacy and k-quant formats)
- * against double references. */
+ * against double references; the float weights' matrix-vector runs against
+ * their one-row kernel and their prefill kernel against an fmaf chain. */
 #include "mm_testlib.h"
 
 #include "backends/cpu/cpu_kernels.h"
@@ -430,6 +431,120 @@ static void test_kquant_matvec_and_packed(void **state) {
     }
 }
 
+/* Float weights (f32, f16, bf16): the matrix-vector runs (gemm_tile with
+ * nc == 1, the decode path) give each row the one-row kernel's bits, at row
+ * counts around the 4-row groups and lengths with 16- and 1-element tails;
+ * both within float rounding of a double reference on the decoded weights. */
+static void test_float_matvec_runs(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 515);
+    const rb_dtype ws[] = {RB_F32, RB_F16, RB_BF16};
+    const int64_t lens[] = {1, 7, 16, 17, 33, 48, 300, 1000};
+    const int nrs[] = {1, 3, 4, 5, 8, 9};
+    enum { NR = 9 };
+    int tested = 0;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+            const rb_dtype w = ws[wi];
+            if (!k->gemm_tile[w]) continue;
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const int64_t n = lens[li];
+                float *xw = malloc(sizeof(float) * (size_t)(n * NR)), *y = malloc(sizeof(float) * (size_t)n);
+                assert_true(xw && y);
+                mm_fill(&r, xw, (size_t)(n * NR), 1.0f);
+                mm_fill(&r, y, (size_t)n, 1.0f);
+                char *qw = mm_encode(w, xw, NR, n);
+                float *dw = mm_decode(w, qw, NR, n);
+                const size_t lda = rb_dtype_row_size(w, n);
+                for (size_t ri = 0; ri < sizeof nrs / sizeof nrs[0]; ri++) {
+                    float out[NR];
+                    k->gemm_tile[w](n, nrs[ri], 1, qw, lda, y, 0, out, 1);
+                    for (int rr = 0; rr < nrs[ri]; rr++) {
+                        float one;
+                        k->vec_dot[w](n, &one, qw + (size_t)rr * lda, y);
+                        if (memcmp(&one, &out[rr], sizeof one) != 0)
+                            fail_msg("%s isa %s n=%lld run of %d, row %d: %.9g vs one-row %.9g", rb_dtype_name(w),
+                                     rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, nrs[ri], rr, out[rr], one);
+                        double abs_sum, ref = mm_dot_ref(dw + (size_t)rr * (size_t)n, y, n, &abs_sum);
+                        assert_true(fabs(out[rr] - ref) <= 2e-6 * abs_sum + 1e-30);
+                    }
+                    tested++;
+                }
+                free(qw);
+                free(dw);
+                free(xw);
+                free(y);
+            }
+        }
+    }
+    assert_true(tested > 0);
+}
+
+/* The float-weight prefill kernel (gemm_t): every output bit-identical to
+ * one f32 FMA chain in k order (fmaf), within float rounding of a double
+ * reference, for 1..RB_CPU_T_ROWS weight rows, 1/3/16/17/32 activation rows
+ * (unused lanes hold garbage that must not leak) and odd lengths; the
+ * prefetch hint changes nothing. */
+static void test_float_gemm_t(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_seed(&r, 616);
+    const int64_t lens[] = {1, 7, 300};
+    const int ncs[] = {1, 3, 16, 17, 32};
+    int tested = 0;
+    for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
+        const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
+        if (!k->gemm_t[RB_F16]) continue;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            const size_t ldw = (size_t)n + 3; /* rows not packed */
+            float *w = malloc(sizeof(float) * ldw * RB_CPU_T_ROWS);
+            float *yt = malloc(sizeof(float) * (size_t)n * RB_CPU_T_COLS);
+            assert_true(w && yt);
+            mm_fill(&r, w, ldw * RB_CPU_T_ROWS, 1.0f);
+            for (size_t ci = 0; ci < sizeof ncs / sizeof ncs[0]; ci++) {
+                const int nc = ncs[ci];
+                for (int64_t kk = 0; kk < n; kk++)
+                    for (int c = 0; c < RB_CPU_T_COLS; c++)
+                        yt[kk * RB_CPU_T_COLS + c] = c < nc ? (float)tu_rng_normal(&r) : NAN;
+                for (int nr = 1; nr <= RB_CPU_T_ROWS; nr++) {
+                    float dst[RB_CPU_T_COLS * RB_CPU_T_ROWS];
+                    for (size_t j = 0; j < sizeof dst / sizeof dst[0]; j++) dst[j] = -7.0f;
+                    const int pf = nr % 2; /* with and without prefetches (of the weights themselves) */
+                    k->gemm_t[RB_F16](n, nr, nc, w, ldw, yt, dst, RB_CPU_T_ROWS, pf ? (const void *)w : NULL,
+                                      pf ? (size_t)n * 4 / 64 : 0);
+                    for (int c = 0; c < RB_CPU_T_COLS; c++)
+                        for (int rr = 0; rr < RB_CPU_T_ROWS; rr++) {
+                            const float got = dst[c * RB_CPU_T_ROWS + rr];
+                            if (c >= nc || rr >= nr) {
+                                assert_true(got == -7.0f); /* outside the tile: untouched */
+                                continue;
+                            }
+                            float chain = 0.0f;
+                            double ref = 0.0, abs_sum = 0.0;
+                            for (int64_t kk = 0; kk < n; kk++) {
+                                const float a = w[(size_t)rr * ldw + (size_t)kk], b = yt[kk * RB_CPU_T_COLS + c];
+                                chain = fmaf(a, b, chain);
+                                ref += (double)a * b;
+                                abs_sum += fabs((double)a * b);
+                            }
+                            if (memcmp(&chain, &got, sizeof got) != 0)
+                                fail_msg("gemm_t isa %s n=%lld %dx%d [%d,%d]: %.9g vs fma chain %.9g",
+                                         rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, nr, nc, rr, c, got, chain);
+                            assert_true(fabs(got - ref) <= 2e-6 * abs_sum + 1e-30);
+                        }
+                    tested++;
+                }
+            }
+            free(w);
+            free(yt);
+        }
+    }
+    if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(tested > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_detect),
@@ -440,6 +555,8 @@ int main(void) {
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_vec_dot_all_dtypes),
         cmocka_unit_test(test_gemm_tiles),
+        cmocka_unit_test(test_float_matvec_runs),
+        cmocka_unit_test(test_float_gemm_t),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* rb_matmul on the CPU backend, end to end, for every ISA this CPU has:
- * every weight dtype x activation dtype (f32/f16/bf16) x M in {1, 3, 17},
+ * every weight dtype x activation dtype (f32/f16/bf16) x M in {1, 3, 17} (and 70),
  * odd N, against a naive double reference computed on the DEQUANTIZED
  * weights and the original activations; batched broadcast (A2=2, B2=6,
  * A3=1, B3=2); transposed (strided) b; f16 dst; 1 vs 2 threads bit-identical;
@@ -197,6 +197,9 @@ static void test_broadcast_strided_f16dst(void **state) {
             free(run_case(be, &tc, 88 + (uint64_t)wi));
             mm_case hc = {w, RB_F16, RB_F16, 256, 19, 17, 1, 1, 1, 1, false};
             free(run_case(be, &hc, 99 + (uint64_t)wi));
+            /* several 32-row activation blocks of the float prefill kernel, the last one partial */
+            mm_case mc = {w, RB_F32, RB_F32, 256, 29, 70, 1, 1, 2, 1, false};
+            free(run_case(be, &mc, 111 + (uint64_t)wi));
         }
         rb_backend_destroy(be);
     }

@@ -68,6 +68,18 @@ typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed,
                                   const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd,
                                   rb_pack_prefetch *pf);
 #define RB_CPU_PACK_ROWS 16
+/* Optional prefill kernel for float weights (f32, f16, bf16: the matmul hands
+ * it f32 weight rows, converting f16/bf16 ones exactly): for r < nr <=
+ * RB_CPU_T_ROWS and c < nc <= RB_CPU_T_COLS,
+ *   dst[c * ldd + r] = sum over k in order of w[r * ldw + k] * yt[k * RB_CPU_T_COLS + c]
+ * as one f32 FMA chain per output, where yt holds the block's activation
+ * rows k-major (lanes c >= nc are read but ignored). It spreads prefetches of
+ * the pf_lines cache lines from pf (the weight rows the matmul converts next)
+ * over the row. */
+typedef void (*rb_gemm_t_fn)(int64_t n, int nr, int nc, const float *w, size_t ldw, const float *yt, float *dst,
+                             size_t ldd, const void *pf, size_t pf_lines);
+#define RB_CPU_T_ROWS 14
+#define RB_CPU_T_COLS 32
 #define RB_CPU_PACK_BLOCK_BYTES 576
 /* k-quants (q8_K activations, aux unused): bytes per packed 256-element
  * super-block for scale groups of G elements (gemm_kquant_vnni_avx512.c) */
@@ -94,6 +106,8 @@ struct rb_cpu_kernels {
     /* Optional packed prefill kernels (see rb_pack_rows_fn). */
     rb_pack_rows_fn pack_rows[RB_DTYPE_END_];
     rb_gemm_packed_fn gemm_packed[RB_DTYPE_END_];
+    /* Optional float-weight prefill kernel (see rb_gemm_t_fn), by weight dtype. */
+    rb_gemm_t_fn gemm_t[RB_DTYPE_END_];
     /* Bytes pack_rows writes per weight block (of the weight dtype's block size). */
     uint32_t pack_bytes[RB_DTYPE_END_];
     /* Indexed by activation dtype (f32, q8_0, q8_1, q8_K). */

@@ -3,6 +3,7 @@
 #include "backends/cpu/matmul_plan.h"
 #include "backends/cpu/pack_pull.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -53,6 +54,18 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
         p->tile_c = 1;
         p->tile_r = run_rows(p, 64);
     }
+    /* float weights with a gemm_t kernel: activation rows in the lanes (with
+     * the same batch-invariant limit as the packed kernels, since each output
+     * is one FMA chain here and a 16-lane split in the one-row kernel) */
+    p->tposed = !p->packed && !a_strided && p->vt == RB_F32 && p->k->gemm_t[a->dtype] != NULL &&
+                p->M > RB_CPU_PACKED_MIN_ROWS && !(cb->batch_invariant && p->M <= RB_BATCH_INVARIANT_ROWS) &&
+                (a->dtype != RB_F32 || (a->nb[1] % 4 == 0 && (uintptr_t)rb_cpu_data(a) % 4 == 0));
+    if (p->tposed) {
+        p->tile_r = RB_CPU_T_ROWS;
+        p->tile_c = RB_CPU_T_COLS;
+        p->mblk = (p->M + RB_CPU_T_COLS - 1) / RB_CPU_T_COLS;
+        p->wbuf_stride = a->dtype == RB_F32 ? 0 : align64((size_t)RB_CPU_T_ROWS * (size_t)p->K * sizeof(float)) / 4;
+    }
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
         p->tile_c = RB_CPU_TILE_MAX;
@@ -64,6 +77,12 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     if (p->row_b == 0 || p->a_row == 0 || n_act_rows > SIZE_MAX / p->row_b)
         return rb_backend_fail(&cb->base, RB_E_RANGE, "matmul: activation scratch too large");
     size_t act_bytes = align64(n_act_rows * p->row_b);
+    if (p->tposed) {
+        size_t blocks = (size_t)(p->mblk * p->B2 * p->B3), blk_bytes = (size_t)p->K * RB_CPU_T_COLS * sizeof(float);
+        if (blocks > SIZE_MAX / blk_bytes || p->wbuf_stride > SIZE_MAX / 4 / (size_t)p->nth)
+            return rb_backend_fail(&cb->base, RB_E_RANGE, "matmul: activation scratch too large");
+        act_bytes = align64(blocks * blk_bytes) + p->wbuf_stride * 4 * (size_t)p->nth;
+    }
     size_t fbuf_bytes = align64((size_t)p->K * sizeof(float));
     p->abuf_stride = a_strided ? align64((size_t)p->tile_r * p->a_row) : 0;
     size_t aux_bytes = p->packed ? align64(n_act_rows * p->ld_aux * sizeof(rb_act_aux)) : 0;
@@ -72,6 +91,10 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     char *s = rb_cpu_scratch(cb, total);
     if (!s) return rb_backend_fail(&cb->base, RB_E_NOMEM, "matmul: cannot allocate %zu bytes of scratch", total);
     p->act = s;
+    if (p->tposed) {
+        p->act_t = (float *)(void *)s;
+        p->wbuf = p->wbuf_stride ? p->act_t + (size_t)(p->mblk * p->B2 * p->B3) * (size_t)p->K * RB_CPU_T_COLS : NULL;
+    }
     p->fbuf = (float *)(s + act_bytes);
     p->abuf = a_strided ? s + act_bytes + fbuf_bytes * (size_t)p->nth : NULL;
     char *tail = s + act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth;
@@ -93,28 +116,53 @@ static float load_elem(rb_dtype t, const char *row, size_t nb0, int64_t i) {
     }
 }
 
+/* Activation row r ((i3 * B2 + i2) * M + m) as f32 into x. */
+static void load_act_row(const rb_mm_plan *p, int64_t r, float *x) {
+    const rb_tensor *b = &p->b;
+    int64_t m = r % p->M, i2 = (r / p->M) % p->B2, i3 = r / (p->M * p->B2);
+    const char *src = rb_cpu_data(b) + (size_t)m * b->nb[1] + (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3];
+    if (b->dtype == RB_F32 && b->nb[0] == 4) {
+        memcpy(x, src, (size_t)p->K * 4);
+    } else if (b->dtype == RB_F16 && b->nb[0] == 2) {
+        p->k->f16_to_f32((const rb_f16 *)src, x, p->K);
+    } else if (b->dtype == RB_BF16 && b->nb[0] == 2) {
+        p->k->bf16_to_f32((const rb_bf16 *)src, x, p->K);
+    } else {
+        for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
+    }
+}
+
+/* tposed: block blk (batch * mblk + mb) of activation rows, k-major, unused
+ * lanes zero */
+static void convert_block_t(const rb_mm_plan *p, int64_t blk, float *tmp) {
+    const int64_t batch = blk / p->mblk, m0 = blk % p->mblk * RB_CPU_T_COLS;
+    const int nc = (int)(p->M - m0 < RB_CPU_T_COLS ? p->M - m0 : RB_CPU_T_COLS);
+    float *yt = p->act_t + (size_t)blk * (size_t)p->K * RB_CPU_T_COLS;
+    for (int c = 0; c < RB_CPU_T_COLS; c++) {
+        if (c < nc) {
+            load_act_row(p, batch * p->M + m0 + c, tmp);
+            for (int64_t k = 0; k < p->K; k++) yt[(size_t)k * RB_CPU_T_COLS + (size_t)c] = tmp[k];
+        } else {
+            for (int64_t k = 0; k < p->K; k++) yt[(size_t)k * RB_CPU_T_COLS + (size_t)c] = 0.0f;
+        }
+    }
+}
+
 void rb_mm_convert_task(void *ctx, int ith, int nth) {
     rb_mm_plan *p = ctx;
-    const rb_tensor *b = &p->b;
-    int64_t rows = p->M * p->B2 * p->B3;
-    int64_t lo = rows * ith / nth, hi = rows * (ith + 1) / nth;
     size_t fstride = ((size_t)p->K * sizeof(float) + 63) & ~(size_t)63;
     float *tmp = (float *)((char *)p->fbuf + fstride * (size_t)ith);
-    const char *base = rb_cpu_data(b);
+    if (p->tposed) {
+        const int64_t blocks = p->mblk * p->B2 * p->B3;
+        for (int64_t blk = blocks * ith / nth; blk < blocks * (ith + 1) / nth; blk++) convert_block_t(p, blk, tmp);
+        return;
+    }
+    int64_t rows = p->M * p->B2 * p->B3;
+    int64_t lo = rows * ith / nth, hi = rows * (ith + 1) / nth;
     for (int64_t r = lo; r < hi; r++) {
-        int64_t m = r % p->M, i2 = (r / p->M) % p->B2, i3 = r / (p->M * p->B2);
-        const char *src = base + (size_t)m * b->nb[1] + (size_t)i2 * b->nb[2] + (size_t)i3 * b->nb[3];
         char *out = p->act + (size_t)r * p->row_b;
         float *x = p->vt == RB_F32 ? (float *)out : tmp;
-        if (b->dtype == RB_F32 && b->nb[0] == 4) {
-            memcpy(x, src, (size_t)p->K * 4);
-        } else if (b->dtype == RB_F16 && b->nb[0] == 2) {
-            p->k->f16_to_f32((const rb_f16 *)src, x, p->K);
-        } else if (b->dtype == RB_BF16 && b->nb[0] == 2) {
-            p->k->bf16_to_f32((const rb_bf16 *)src, x, p->K);
-        } else {
-            for (int64_t i = 0; i < p->K; i++) x[i] = load_elem(b->dtype, src, b->nb[0], i);
-        }
+        load_act_row(p, r, x);
         if (p->vt != RB_F32) p->k->from_f32[p->vt](x, out, p->K);
         if (p->packed && p->ld_aux) {
             const rb_block_q8_0 *yb = (const rb_block_q8_0 *)(const void *)out;
@@ -181,6 +229,40 @@ static void next_rows(const rb_mm_plan *p, int64_t it, rb_pack_prefetch *pf) {
     pf->rows = (int)(p->N - n0 < R ? p->N - n0 : R);
 }
 
+/* tposed: nr weight rows (as f32, converted into the thread's wbuf unless
+ * they are f32 already) times every activation block of the batch. */
+static void compute_t(const rb_mm_plan *p, int ith, const char *arow, size_t lda, int nr, int64_t n0, int64_t batch,
+                      const rb_pack_prefetch *next) {
+    const float *w = (const float *)(const void *)arow;
+    size_t ldw = lda / sizeof(float);
+    if (p->a.dtype != RB_F32) {
+        float *wb = p->wbuf + p->wbuf_stride * (size_t)ith;
+        for (int r = 0; r < nr; r++) {
+            const void *src = arow + (size_t)r * lda;
+            if (p->a.dtype == RB_F16)
+                p->k->f16_to_f32((const rb_f16 *)src, wb + (size_t)r * (size_t)p->K, p->K);
+            else
+                p->k->bf16_to_f32((const rb_bf16 *)src, wb + (size_t)r * (size_t)p->K, p->K);
+        }
+        w = wb;
+        ldw = (size_t)p->K;
+    }
+    float tile[RB_CPU_T_ROWS * RB_CPU_T_COLS];
+    const int64_t i2 = batch % p->B2, i3 = batch / p->B2;
+    for (int64_t mb = 0; mb < p->mblk; mb++) {
+        const int64_t m0 = mb * RB_CPU_T_COLS;
+        const int nc = (int)(p->M - m0 < RB_CPU_T_COLS ? p->M - m0 : RB_CPU_T_COLS);
+        const float *yt = p->act_t + (size_t)(batch * p->mblk + mb) * (size_t)p->K * RB_CPU_T_COLS;
+        /* this block's share of the next group's lines (contiguous rows only) */
+        const bool contig = next->rows && next->lda == next->row_bytes;
+        const size_t lines = contig ? next->row_bytes * (size_t)next->rows / 64 : 0;
+        const size_t l0 = lines * (size_t)mb / (size_t)p->mblk, l1 = lines * (size_t)(mb + 1) / (size_t)p->mblk;
+        const char *pf = lines ? next->p + l0 * 64 : NULL;
+        p->k->gemm_t[p->a.dtype](p->K, nr, nc, w, ldw, yt, tile, RB_CPU_T_ROWS, pf, l1 - l0);
+        store_tile(p, tile, RB_CPU_T_ROWS, nr, nc, n0, m0, i2, i3);
+    }
+}
+
 void rb_mm_compute_task(void *ctx, int ith, int nth) {
     rb_mm_plan *p = ctx;
     const struct rb_cpu_kernels *k = p->k;
@@ -207,6 +289,12 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
             pack_rows(p, arow, nr, packed);
             arow = packed;
             lda = p->a_row;
+        }
+        if (p->tposed) {
+            rb_pack_prefetch pf = {0};
+            if (it + 1 < hi) next_rows(p, it + 1, &pf);
+            compute_t(p, ith, arow, lda, nr, n0, batch, &pf);
+            continue;
         }
         const char *acts = p->act + (size_t)(batch * p->M) * p->row_b;
         if (p->packed) {

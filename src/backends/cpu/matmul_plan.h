@@ -25,6 +25,11 @@ typedef struct rb_mm_plan {
     size_t ld_aux;        /* packed: aux entries per activation row */
     char *pbuf;           /* packed: per-thread packed weight rows */
     size_t pbuf_stride;   /* packed: bytes per thread in pbuf */
+    bool tposed;          /* prefill through gemm_t: activation blocks stored k-major */
+    float *act_t;         /* tposed: blocks of RB_CPU_T_COLS rows, K x RB_CPU_T_COLS floats each */
+    int64_t mblk;         /* tposed: blocks per batch, ceil(M / RB_CPU_T_COLS) */
+    float *wbuf;          /* tposed f16/bf16: per-thread RB_CPU_T_ROWS weight rows as f32 */
+    size_t wbuf_stride;   /* tposed: floats per thread in wbuf */
     int nth;
 } rb_mm_plan;
 

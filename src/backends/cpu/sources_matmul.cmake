@@ -28,6 +28,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_C_COMPILER_
     ${_rb_mm_dir}/vec_dot_vnni_avx512.c
     ${_rb_mm_dir}/matvec_vnni_avx512.c
     ${_rb_mm_dir}/gemm_packed_vnni_avx512.c
+    ${_rb_mm_dir}/gemm_float_t_avx512.c
     ${_rb_mm_dir}/matvec_kquant_avx512.c
     ${_rb_mm_dir}/gemm_kquant_vnni_avx512.c
     ${_rb_mm_dir}/pack_kquant_avx512.c
