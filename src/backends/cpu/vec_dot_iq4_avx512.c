@@ -1,28 +1,13 @@
 /* AVX-512 VNNI dot products of iq4_nl (against q8_0) and iq4_xs (against
- * q8_K) weights. A zmm register holds two 32-value groups: their nibbles
- * become the table's signed levels with one byte shuffle per 128-bit lane;
- * vpdpbusd multiplies unsigned by signed bytes, so it takes |level| and the
- * activations with the level's sign. iq4_nl scales the two blocks' int32
- * lanes by their d_x * d_y in f32 (an odd last block goes through the AVX2
- * kernel); iq4_xs multiplies each group's lanes by its scale minus 32 in
+ * q8_K) weights, two 32-value groups a step (rb_lut16_dot2_avx512). iq4_nl
+ * scales the two blocks' int32 lanes by their d_x * d_y in f32 (an odd last
+ * block goes through the AVX2 kernel); iq4_xs multiplies each group's lanes by its scale minus 32 in
  * int32 and converts once per 256 values. Compiled with -mavx512f
  * -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c. */
 #include "backends/cpu/kernels_avx2.h"
 #include "backends/cpu/kernels_avx512.h"
-#include "backends/cpu/simd_avx2_util.h"
+#include "backends/cpu/simd_avx512_lut.h"
 #include "rbee/quant.h"
-
-#include <immintrin.h>
-
-/* int32 lanes [group a x8 | group b x8] of dot(levels, activations). */
-static inline __m512i dot2(__m512i table, const uint8_t *qa, const uint8_t *qb, const int8_t *ya, const int8_t *yb) {
-    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(rb_nibbles32(qa)), rb_nibbles32(qb), 1);
-    const __m512i qx = _mm512_shuffle_epi8(table, idx);
-    const __m512i qy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ya)),
-                                          _mm256_loadu_si256((const __m256i *)yb), 1);
-    const __m512i sy = _mm512_mask_sub_epi8(qy, _mm512_movepi8_mask(qx), _mm512_setzero_si512(), qy);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qx), sy);
-}
 
 void rb_vd_iq4_nl_avx512(int64_t n, float *s, const void *vx, const void *vy) {
     const rb_block_iq4_nl *x = vx;
@@ -32,7 +17,7 @@ void rb_vd_iq4_nl_avx512(int64_t n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        const __m512i dot = dot2(table, x[b].qs, x[b + 1].qs, y[b].qs, y[b + 1].qs);
+        const __m512i dot = rb_lut16_dot2_avx512(table, x[b].qs, x[b + 1].qs, y[b].qs, y[b + 1].qs);
         const __m512 d = _mm512_mask_blend_ps((__mmask16)0xFF00, _mm512_set1_ps(_cvtsh_ss(x[b].d) * _cvtsh_ss(y[b].d)),
                                               _mm512_set1_ps(_cvtsh_ss(x[b + 1].d) * _cvtsh_ss(y[b + 1].d)));
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc);
@@ -50,7 +35,7 @@ void rb_vd_iq4_xs_avx512(int64_t n, float *s, const void *vx, const void *vy) {
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         __m512i isum = _mm512_setzero_si512();
         for (int i = 0; i < RB_QK_K / 32; i += 2) {
-            const __m512i dot = dot2(table, x[b].qs + 16 * i, x[b].qs + 16 * (i + 1), y[b].qs + 32 * i,
+            const __m512i dot = rb_lut16_dot2_avx512(table, x[b].qs + 16 * i, x[b].qs + 16 * (i + 1), y[b].qs + 32 * i,
                                      y[b].qs + 32 * (i + 1));
             const __m512i sc = _mm512_mask_blend_epi32((__mmask16)0xFF00, _mm512_set1_epi32(rb_iq4_xs_scale(&x[b], i) - 32),
                                                        _mm512_set1_epi32(rb_iq4_xs_scale(&x[b], i + 1) - 32));

@@ -1,17 +1,13 @@
-/* AVX-512 VNNI dot product of MXFP4 weights against q8_0 activations. A zmm
- * register holds two consecutive blocks: their nibbles become the table's
- * signed values with one byte shuffle per 128-bit lane; vpdpbusd multiplies
- * unsigned by signed bytes, so it takes |w| and the activations with w's
- * sign. The int32 lanes of each block are scaled by that block's
- * 2^(e - 128) * d_y ([block0 x8 | block1 x8]) and accumulated in f32; an odd
- * last block goes through the AVX2 kernel's step. Compiled with -mavx512f
+/* AVX-512 VNNI dot product of MXFP4 weights against q8_0 activations, two
+ * consecutive blocks a step (rb_lut16_dot2_avx512). The int32 lanes of each
+ * block are scaled by that block's 2^(e - 128) * d_y ([block0 x8 | block1
+ * x8]) and accumulated in f32; an odd last block goes through the AVX2
+ * kernel's step. Compiled with -mavx512f
  * -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c. */
 #include "backends/cpu/kernels_avx512.h"
 #include "backends/cpu/kernels_avx2.h"
-#include "backends/cpu/simd_avx2_util.h"
+#include "backends/cpu/simd_avx512_lut.h"
 #include "rbee/quant.h"
-
-#include <immintrin.h>
 
 void rb_vd_mxfp4_avx512(int64_t n, float *s, const void *vx, const void *vy) {
     const rb_block_mxfp4 *x = vx;
@@ -21,13 +17,7 @@ void rb_vd_mxfp4_avx512(int64_t n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-        const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(rb_nibbles32(x[b].qs)), rb_nibbles32(x[b + 1].qs), 1);
-        const __m512i qx = _mm512_shuffle_epi8(table, idx);
-        const __m512i qy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
-                                              _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
-        const __mmask64 neg = _mm512_movepi8_mask(qx);
-        const __m512i sy = _mm512_mask_sub_epi8(qy, neg, _mm512_setzero_si512(), qy);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qx), sy);
+        const __m512i dot = rb_lut16_dot2_avx512(table, x[b].qs, x[b + 1].qs, y[b].qs, y[b + 1].qs);
         const __m512 d = _mm512_mask_blend_ps((__mmask16)0xFF00,
                                               _mm512_set1_ps(rb_e8m0_half_to_f32(x[b].e) * _cvtsh_ss(y[b].d)),
                                               _mm512_set1_ps(rb_e8m0_half_to_f32(x[b + 1].e) * _cvtsh_ss(y[b + 1].d)));
