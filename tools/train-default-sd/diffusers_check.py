@@ -16,8 +16,6 @@ sys.modules.setdefault("importlib_metadata", importlib.metadata)  # diffusers im
 import torch  # noqa: E402
 
 import check_rbee  # noqa: E402
-import scenes  # noqa: E402
-import train  # noqa: E402
 
 
 def main():
@@ -32,24 +30,15 @@ def main():
                                                    requires_safety_checker=False)
     print("diffusers loaded:", type(pipe.scheduler).__name__, pipe.unet.config.block_out_channels,
           pipe.vae.config.scaling_factor)
-    unet, te, vae, vcfg, ucfg, vocab = check_rbee.load(args.model)
-    size = ucfg["sample_size"] * 8
-    worst = 0
-    for seed, prompt in ((7, "a red circle on a blue background"),
-                         (8, "a yellow triangle above an orange square on a black background")):
-        ids = pipe.tokenizer(prompt, padding="max_length", max_length=77, return_tensors="pt").input_ids
-        assert ids.tolist() == scenes.clip_ids([prompt], vocab).tolist(), "token ids differ"
+
+    def diffusers(prompt, seed, size, ids):
+        got = pipe.tokenizer(prompt, padding="max_length", max_length=77, return_tensors="pt").input_ids
+        assert got.tolist() == ids.tolist(), "token ids differ"
         ref = pipe(prompt, num_inference_steps=args.steps, guidance_scale=args.cfg, height=size, width=size,
                    generator=torch.Generator("cpu").manual_seed(seed), output_type="np").images[0]
-        ref = torch.from_numpy(ref * 255).round().to(torch.uint8)
-        mine = train.sample(unet, te, vae, vcfg, ids, scenes.clip_ids([""], vocab), args.steps, args.cfg, seed, size,
-                            torch.device("cpu"))[0]
-        mine = (mine * 255).round().to(torch.uint8).permute(1, 2, 0)
-        d = (mine.int() - ref.int()).abs()
-        print(f"seed {seed} '{prompt}': max |diff| {d.max().item()}, mean {d.float().mean().item():.4f}")
-        worst = max(worst, d.max().item())
-    print("diffusers matches" if worst <= args.max_diff else "MISMATCH")
-    sys.exit(0 if worst <= args.max_diff else 1)
+        return torch.from_numpy(ref * 255).round().to(torch.uint8)
+
+    sys.exit(check_rbee.compare(args.model, args.steps, args.cfg, args.max_diff, diffusers, "diffusers"))
 
 
 if __name__ == "__main__":
