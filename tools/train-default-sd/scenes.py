@@ -72,44 +72,57 @@ def layout(f, rng):
     return [(first, b, r), (second, b + rng.uniform(-0.05, 0.05), r)]
 
 
-def shape_mask(shape, cx, cy, r, xs, ys):
-    if shape == "circle":
-        return ((xs - cx) ** 2 + (ys - cy) ** 2 <= r * r).float()
-    if shape == "square":
-        s = r * 0.9
-        return (((xs - cx).abs() <= s) & ((ys - cy).abs() <= s)).float()
+def shape_masks(shapes, cx, cy, r, xs, ys):
+    """Masks [B, n, n] of one object per picture; shapes a list of names, cx, cy, r tensors [B, 1, 1]."""
+    circle = ((xs - cx) ** 2 + (ys - cy) ** 2 <= r * r)
+    s = r * 0.9
+    square = ((xs - cx).abs() <= s) & ((ys - cy).abs() <= s)
     # upright triangle: apex at the top, base at the bottom, inside three half-planes
     top, bottom, half = cy - r, cy + r * 0.8, r * 1.05
     t = ((ys - top) / (bottom - top)).clamp(0, 1)
-    return ((ys >= top) & (ys <= bottom) & ((xs - cx).abs() <= t * half)).float()
+    triangle = (ys >= top) & (ys <= bottom) & ((xs - cx).abs() <= t * half)
+    kind = torch.tensor([SHAPES.index(k) for k in shapes], device=xs.device).view(-1, 1, 1)
+    return torch.where(kind == 0, circle, torch.where(kind == 1, square, triangle)).float()
 
 
-def render(f, places, size, supersample=2, device="cpu"):
-    """float32 [3, size, size] in [0, 1]; edges antialiased by supersampling."""
-    n = size * supersample
+def render_many(facts, size, supersample=2, device="cpu"):
+    """float32 [B, 3, size, size] in [0, 1], one picture per facts (with places); edges antialiased by
+    supersampling. All pictures at once: per-picture drawing made the training set's rendering the slowest
+    part of a GPU run (on the CPU, small batches are faster)."""
+    n, b = size * supersample, len(facts)
     coords = (torch.arange(n, dtype=torch.float32, device=device) + 0.5) / n
     ys, xs = torch.meshgrid(coords, coords, indexing="ij")
-    img = torch.tensor(COLOURS[f["background"]], device=device).view(3, 1, 1).expand(3, n, n).clone()
-    for (c, s), (cx, cy, r) in zip(f["objects"], places):
-        m = shape_mask(s, cx, cy, r, xs, ys)
-        img = img * (1 - m) + torch.tensor(COLOURS[c], device=device).view(3, 1, 1) * m
-    return F.avg_pool2d(img[None], supersample)[0]
+    col = lambda names: torch.tensor([COLOURS[c] for c in names], device=device).view(-1, 3, 1, 1)  # noqa: E731
+    img = col([f["background"] for f in facts]).expand(b, 3, n, n).clone()
+    for k in range(max(len(f["objects"]) for f in facts)):
+        idx = [i for i, f in enumerate(facts) if len(f["objects"]) > k]
+        places = torch.tensor([facts[i]["places"][k] for i in idx], dtype=torch.float32, device=device)
+        cx, cy, r = (places[:, j].view(-1, 1, 1) for j in range(3))
+        m = shape_masks([facts[i]["objects"][k][1] for i in idx], cx, cy, r, xs, ys)[:, None]
+        sel = torch.tensor(idx, device=device)
+        img[sel] = img[sel] * (1 - m) + col([facts[i]["objects"][k][0] for i in idx]) * m
+    return F.avg_pool2d(img, supersample)
 
 
 def make(seed, size, heldout=False, device="cpu"):
     """(image [3,size,size] in [0,1], caption, facts with places) for one seed."""
-    rng = random.Random(seed)
-    f = sample_facts(rng, heldout)
-    f["places"] = layout(f, rng)
-    return render(f, f["places"], size, device=device), caption(f), f
+    x, caps, facts = batch([seed], size, heldout, device)
+    return x[0], caps[0], facts[0]
 
 
 def batch(seeds, size, heldout=False, device="cpu"):
-    items = [make(s, size, heldout, device) for s in seeds]
-    return torch.stack([i[0] for i in items]), [i[1] for i in items], [i[2] for i in items]
+    """(images [B,3,size,size], captions, facts) for seeds."""
+    facts = []
+    for s in seeds:
+        rng = random.Random(s)
+        f = sample_facts(rng, heldout)
+        f["places"] = layout(f, rng)
+        facts.append(f)
+    x = torch.cat([render_many(facts[i:i + 64], size, device=device) for i in range(0, len(facts), 64)])
+    return x, [caption(f) for f in facts], facts
 
 
-def dataset(seeds, size, device, chunk=1024):
+def dataset(seeds, size, device, chunk=256):
     """The training set rendered once: uint8 images [N, 3, size, size] on device, and the captions."""
     imgs, caps = [], []
     seeds = list(seeds)

@@ -4,7 +4,7 @@
 # Why: one command makes the published files of models/default-sd/ again, with their log, from a seed.
 # On the GPU machine (python3 with torch; diffusers from ../shared/tools/diffusers-src.tar.xz unpacked where
 # DIFFUSERS_SRC points, for the diffusers check):
-#   OUT=/some/dir DIFFUSERS_SRC=/tmp/dfs/diffusers-src/src bash tools/train-default-sd/train.sh
+#   OUT=/some/dir DIFFUSERS_SRC=/tmp/dfs/diffusers-src/src bash tools/train-default-sd/train.sh [train.py options]
 # Results: $OUT/default-sd.tar.gz (the diffusers folder, samples, summary, train_log.txt).
 # Then, on a machine with rbee built: python3 tools/train-default-sd/check_rbee.py MODEL_DIR build/.../rbee
 # QUICK=1 makes a few-step smoke run of the whole pipeline (not the published model).
@@ -17,7 +17,7 @@ extra=()
 {
     echo "== rbee-c default SD model: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
-    python3 "$here/train.py" --out "$out" "${extra[@]}" || exit 1
+    python3 "$here/train.py" --out "$out" "${extra[@]}" "$@" || exit 1
     if [ -n "${DIFFUSERS_SRC:-}" ]; then
         echo "== diffusers check"
         PYTHONPATH="$DIFFUSERS_SRC" python3 "$here/diffusers_check.py" "$out/model" || exit 1
