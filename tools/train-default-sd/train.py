@@ -55,21 +55,74 @@ def alphas_cumprod(device):
     return torch.cumprod(1 - betas, 0).to(device)
 
 
-def fit_budget(step, total, t0, budget, log, what):
-    """After 100 steps, shortens the run (and so its learning-rate schedule) to what fits the time budget."""
-    if step != 100 or budget <= 0:
+class Budget:
+    """Fits a phase's run (and so its learning-rate schedule) to its time budget: once, at step 400, from the
+    pace of steps 100-400 (the first steps compile and warm up), timed after a device synchronization so that
+    queued work counts; and stops the run outright if it still overruns, so a call's time limit is never hit."""
+
+    def __init__(self, seconds, what, log, dev):
+        self.t0, self.seconds, self.what, self.log, self.dev, self.t100 = time.time(), seconds, what, log, dev, None
+
+    def now(self):
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        return time.time()
+
+    def fit(self, step, total):
+        if self.seconds <= 0:
+            return total
+        if step == 100:
+            self.t100 = self.now()
+        if step == 400 and self.t100 is not None:
+            now = self.now()
+            fit = 400 + int((self.seconds - (now - self.t0)) * 300 / max(1e-6, now - self.t100))
+            if fit < total:
+                self.log(f"{self.what}: {total} steps would exceed {self.seconds:.0f}s; training {fit}")
+                return max(fit, 401)
+        if step % 100 == 0 and step > 400 and time.time() - self.t0 > self.seconds * 1.05:
+            self.log(f"{self.what}: over the time budget at step {step}; stopping")
+            return step
         return total
-    fit = int(100 * budget / max(1e-6, time.time() - t0))
-    if fit < total:
-        log(f"{what}: {total} steps would exceed {budget:.0f}s; training {fit}")
-        return fit
-    return total
+
+
+def training_step(fn, params, mode, log, what):
+    """A step's forward and backward: fn returns a tuple of losses, the first is differentiated. fn runs
+    through torch.compile (mode "none": as it is). A compiler failure, in the forward or in the lazily
+    compiled backward, falls back to eager for the rest of the run, with a line in the log, so a long run
+    never dies of it."""
+    state = {"fn": fn if mode == "none" else torch.compile(fn, mode=None if mode == "default" else mode)}
+
+    def run(f, a):
+        if mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        out = f(*a)
+        out[0].backward()
+        return tuple(o.detach().clone() for o in out)  # CUDA graph outputs are overwritten by the next step
+
+    def call(*a):
+        try:
+            return run(state["fn"], a)
+        except Exception as e:  # noqa: BLE001 (any compiler error: eager is always right)
+            if state["fn"] is fn:
+                raise
+            log(f"{what}: torch.compile failed ({type(e).__name__}: {str(e)[:300]}); eager from here")
+            state["fn"] = fn
+            for p in params:
+                p.grad = None
+            return run(fn, a)
+    return call
 
 
 def ema_update(ema, model, decay):
     with torch.no_grad():
-        for pe, pm in zip(ema.parameters(), model.parameters()):
-            pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
+        pe, pm = list(ema.parameters()), [p.detach() for p in model.parameters()]
+        torch._foreach_mul_(pe, decay)
+        torch._foreach_add_(pe, pm, alpha=1 - decay)
+
+
+def adamw(params, lr, weight_decay, dev):
+    """AdamW, fused into one kernel family on CUDA (the steps are launch-bound at these widths)."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **({"fused": True} if dev.type == "cuda" else {}))
 
 
 def lr_at(step, total, peak, warm=200):
@@ -91,6 +144,16 @@ class Data:
         i = torch.randint(0, self.x.shape[0], (bs,), device=self.x.device, generator=self.gen)
         return self.x[i].float() / 127.5 - 1, self.ids[i]
 
+    def encode(self, vae, bs=500):
+        """The frozen VAE's latent mean and log-variance of every training image, once, for the UNet phase."""
+        with torch.no_grad():
+            parts = [vae.encode(self.x[i:i + bs].float() / 127.5 - 1) for i in range(0, self.x.shape[0], bs)]
+        self.mean, self.logvar = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def latent_batch(self, bs):
+        i = torch.randint(0, self.x.shape[0], (bs,), device=self.x.device, generator=self.gen)
+        return self.mean[i], self.logvar[i], self.ids[i]
+
 
 def heldout_images(n, size, dev, first_seed):
     x, caps, _ = scenes.batch(range(first_seed, first_seed + n), size, heldout=True, device=dev)
@@ -101,22 +164,28 @@ def train_vae(args, dev, data, log):
     cfg = sdnets.vae_config(channels=args.vae_channels, layers=args.vae_layers, groups=args.groups, sample=args.size)
     torch.manual_seed(args.seed + 1)
     vae = sdnets.Vae(cfg).to(dev)
-    opt = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
-    t0, total = time.time(), args.vae_steps
+    opt = adamw(vae.parameters(), args.vae_lr, 0.0, dev)
+    latent = (args.batch, cfg["latent_channels"], args.size // 8, args.size // 8)
+
+    def losses(x, noise):
+        mean, logvar = vae.encode(x)
+        rec = vae.decode(mean + noise * (0.5 * logvar).exp())
+        l_rec = F.mse_loss(rec, x) + 0.5 * F.l1_loss(rec, x)
+        l_kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).sum(dim=(1, 2, 3)).mean()
+        return l_rec + args.kl * l_kl, l_rec, l_kl
+
+    vae_step = training_step(losses, list(vae.parameters()), args.compile, log, "vae")
+    t0, total, budget = time.time(), args.vae_steps, Budget(args.budget_s * 0.25, "vae", log, dev)
     step = 0
     while step < total:
-        total = fit_budget(step, total, t0, args.budget_s * 0.25, log, "vae")
+        total = budget.fit(step, total)
+        if step >= total:
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.vae_lr)
         x, _ = data.batch(args.batch)
-        mean, logvar = vae.encode(x)
-        z = mean + torch.randn_like(mean) * (0.5 * logvar).exp()
-        rec = vae.decode(z)
-        l_rec = F.mse_loss(rec, x) + 0.5 * F.l1_loss(rec, x)
-        l_kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).sum(dim=(1, 2, 3)).mean()
-        loss = l_rec + args.kl * l_kl
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, l_rec, l_kl = vae_step(x, torch.randn(latent, device=dev))
         opt.step()
         if step % args.log_every == 0 or step == total - 1:
             log(f"vae step {step} rec {l_rec.item():.5f} kl {l_kl.item():.2f} lr {opt.param_groups[0]['lr']:.2e} "
@@ -172,39 +241,42 @@ def train_unet(args, dev, data, vae, vcfg, vocab, log):
     unet = sdnets.UNet(ucfg).to(dev)
     ema_u, ema_t = copy.deepcopy(unet).eval(), copy.deepcopy(te).eval()
     params = list(unet.parameters()) + list(te.parameters())
-    opt = torch.optim.AdamW(params, lr=args.unet_lr, weight_decay=0.01)
+    opt = adamw(params, args.unet_lr, 0.01, dev)
     acp = alphas_cumprod(dev).float()
     uncond = scenes.clip_ids([""], vocab).to(dev)
     gen = torch.Generator(dev).manual_seed(args.seed + 4)
+    data.encode(vae)
+    step_loss = training_step(lambda zt, t, ids, eps: (F.mse_loss(unet(zt, t, te(ids)), eps),), params, args.compile,
+                              log, "unet")
     t0, ema_loss, total = time.time(), None, args.unet_steps
+    budget = Budget(args.budget_s * 0.75, "unet", log, dev)
     step = 0
     while step < total:
-        total = fit_budget(step, total, t0, args.budget_s * 0.75, log, "unet")
+        total = budget.fit(step, total)
+        if step >= total:
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.unet_lr)
-        x, ids = data.batch(args.batch)
+        mean, logvar, ids = data.latent_batch(args.batch)
         drop = torch.rand(ids.shape[0], device=dev, generator=gen) < 0.1
         ids = torch.where(drop[:, None], uncond.expand_as(ids), ids)
-        with torch.no_grad():
-            mean, logvar = vae.encode(x)
-            z = (mean + torch.randn(mean.shape, device=dev, generator=gen) * (0.5 * logvar).exp()) * vcfg["scaling_factor"]
+        z = (mean + torch.randn(mean.shape, device=dev, generator=gen) * (0.5 * logvar).exp()) * vcfg["scaling_factor"]
         t = torch.randint(0, 1000, (z.shape[0],), device=dev, generator=gen)
         eps = torch.randn(z.shape, device=dev, generator=gen)
         a = acp[t].view(-1, 1, 1, 1)
         zt = a.sqrt() * z + (1 - a).sqrt() * eps
-        loss = F.mse_loss(unet(zt, t, te(ids)), eps)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, = step_loss(zt, t, ids, eps)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         ema_update(ema_u, unet, args.ema if step > 500 else 0.0)
         ema_update(ema_t, te, args.ema if step > 500 else 0.0)
-        ema_loss = loss.item() if ema_loss is None else 0.98 * ema_loss + 0.02 * loss.item()
+        ema_loss = loss.detach() if ema_loss is None else 0.98 * ema_loss + 0.02 * loss.detach()  # no sync a step
         if step % args.log_every == 0 or step == total - 1:
-            log(f"unet step {step} loss {loss.item():.4f} (smoothed {ema_loss:.4f}) lr {opt.param_groups[0]['lr']:.2e} "
+            log(f"unet step {step} loss {loss.item():.4f} (smoothed {ema_loss.item():.4f}) lr {opt.param_groups[0]['lr']:.2e} "
                 f"{time.time() - t0:.0f}s")
         step += 1
-    return ema_u, ema_t, ucfg, tcfg, {"unet_final_loss_smoothed": ema_loss, "unet_seconds": time.time() - t0,
+    return ema_u, ema_t, ucfg, tcfg, {"unet_final_loss_smoothed": ema_loss.item(), "unet_seconds": time.time() - t0,
                                       "unet_steps": total}
 
 
@@ -246,13 +318,13 @@ def main():
     ap.add_argument("--groups", type=int, default=16)
     ap.add_argument("--vae-channels", type=int, nargs="+", default=[32, 64, 64, 64])
     ap.add_argument("--vae-layers", type=int, default=1)
-    ap.add_argument("--vae-steps", type=int, default=3000)
+    ap.add_argument("--vae-steps", type=int, default=8000, help="at most; the time budget may train fewer")
     ap.add_argument("--vae-lr", type=float, default=4e-4)
     ap.add_argument("--kl", type=float, default=1e-6)
     ap.add_argument("--unet-channels", type=int, nargs="+", default=[64, 128, 128])
     ap.add_argument("--unet-layers", type=int, default=1)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--unet-steps", type=int, default=12000)
+    ap.add_argument("--unet-steps", type=int, default=60000, help="at most; the time budget may train fewer")
     ap.add_argument("--unet-lr", type=float, default=3e-4)
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--text-hidden", type=int, default=64)
@@ -260,8 +332,11 @@ def main():
     ap.add_argument("--text-heads", type=int, default=4)
     ap.add_argument("--eval-images", type=int, default=128, help="held-out captions judged by analyse.py")
     ap.add_argument("--log-every", type=int, default=250)
-    ap.add_argument("--budget-s", type=float, default=420,
+    ap.add_argument("--budget-s", type=float, default=460,
                     help="training time budget in seconds (a quarter for the VAE); 0 = none")
+    ap.add_argument("--compile", choices=("none", "default", "reduce-overhead"),
+                    default="reduce-overhead" if torch.cuda.is_available() and hasattr(torch, "compile") else "none",
+                    help="torch.compile mode of the training steps (falls back to eager if the compiler fails)")
     ap.add_argument("--quick", action="store_true", help="a few steps of everything: a smoke test of the pipeline")
     args = ap.parse_args()
     if args.quick:
