@@ -24,10 +24,11 @@ typedef enum sd_mode { MODE_TXT2IMG, MODE_IMG2IMG, MODE_INPAINT } sd_mode;
 static const char *const k_mode_name[] = {"txt2img", "img2img", "inpaint"};
 
 static void usage(FILE *f, sd_mode mode) {
-    fprintf(f, "usage: rbee %s -m MODEL -p PROMPT%s [options]\n\n", k_mode_name[mode],
+    fprintf(f, "usage: rbee %s [-m MODEL] -p PROMPT%s [options]\n\n", k_mode_name[mode],
             mode == MODE_TXT2IMG ? "" : mode == MODE_IMG2IMG ? " --init-image IMG" : " --init-image IMG --mask IMG");
     fprintf(f,
-            "  -m, --model PATH          diffusers folder, .safetensors single file or .gguf file\n"
+            "  -m, --model PATH          diffusers folder, .safetensors single file or .gguf file (default: the\n"
+            "                            bundled model in models/default-sd, or $RBEE_DEFAULT_SD_MODEL)\n"
             "  -p, --prompt TEXT         the prompt\n"
             "  -n, --negative TEXT       negative prompt (default none; SDXL then uses zero embeddings)\n"
             "  --prompt-2 TEXT  --negative-2 TEXT   SDXL's second text encoder (default: the same)\n"
@@ -269,7 +270,7 @@ static int run(int argc, char **argv, sd_mode mode) {
         usage(stderr, mode);
         return 2;
     }
-    const char *missing = !model ? "-m MODEL" : !p.prompt ? "-p PROMPT" : NULL;
+    const char *missing = !p.prompt ? "-p PROMPT" : NULL;
     if (!missing && mode != MODE_TXT2IMG && !init_path) missing = "--init-image";
     if (!missing && mode == MODE_INPAINT && !mask_path) missing = "--mask";
     if (missing) {
@@ -286,6 +287,14 @@ static int run(int argc, char **argv, sd_mode mode) {
         return 2;
     }
     p.seed = seed < 0 ? random_seed() : (uint64_t)seed;
+    char default_path[4096];
+    if (!model) {
+        if (rb_sd_default_model(default_path, sizeof default_path, &err) != RB_OK) {
+            fprintf(stderr, "error: no -m MODEL and no default model: %s\n", err.msg);
+            return 2;
+        }
+        model = default_path;
+    }
 
     int rc = 1;
     rb_backend *be = NULL;

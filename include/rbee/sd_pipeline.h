@@ -154,6 +154,15 @@ typedef struct rb_sd_model rb_sd_model;
 rb_status rb_sd_model_load(const char *path, rb_backend *be, const rb_sd_model_opts *opts, rb_sd_model **out,
                            rb_error *err);
 
+/* The bundled default model, what the SD worker and `rbee txt2img` load
+ * without a model argument: $RBEE_DEFAULT_SD_MODEL when set (an error if it
+ * does not exist), else models/default-sd under the data folder
+ * (rb_data_path: the installed share/rbee of this executable's prefix, or
+ * the source tree) when it holds a diffusers pipeline (model_index.json),
+ * else the first .gguf file in it. Writes the path to buf; RB_E_NOT_FOUND
+ * with a message saying where it looked when there is none. */
+rb_status rb_sd_default_model(char *buf, size_t len, rb_error *err);
+
 /* Random weights (deterministic in seed, scaled so activations stay finite)
  * at the published shapes of "sd15" (SD 1.5), "sd21" (SD 2.1 768-v) or
  * "sdxl" (SDXL base 1.0), for benchmarks without a download. opts as for

@@ -7,65 +7,24 @@
 #include "worker/wk_web.h"
 #include "worker_sd/sd_job.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #ifndef RBEE_VERSION
 #define RBEE_VERSION "0.0.0"
-#endif
-#ifndef RBEE_DEFAULT_SD_MODEL_DIR
-#define RBEE_DEFAULT_SD_MODEL_DIR "models/default-sd"
 #endif
 /* the built-in page (src/worker_sd/web, embedded by the build) */
 extern const rb_embedded_file sd_web_files[];
 extern const int sd_web_n_files;
 
-static bool exists(const char *p, bool dir) {
-    struct stat st;
-    return stat(p, &st) == 0 && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
-}
-
-/* The bundled model in RBEE_DEFAULT_SD_MODEL_DIR: the folder itself when it
- * is a diffusers pipeline, else a diffusers pipeline in a subfolder, else
- * its first .gguf file. */
+/* The bundled model (rb_sd_default_model), or the reason there is none in buf. */
 static bool default_model(char *buf, size_t len) {
-    const char *dir = RBEE_DEFAULT_SD_MODEL_DIR;
-    char p[4200];
-    snprintf(p, sizeof p, "%s/model_index.json", dir);
-    if (exists(p, false)) {
-        snprintf(buf, len, "%s", dir);
-        return true;
-    }
-    DIR *d = opendir(dir);
-    bool found = false;
-    char gguf[4200] = "";
-    if (d) {
-        struct dirent *de;
-        while (!found && (de = readdir(d))) {
-            if (de->d_name[0] == '.') continue;
-            snprintf(p, sizeof p, "%s/%s/model_index.json", dir, de->d_name);
-            if (exists(p, false)) {
-                snprintf(buf, len, "%s/%s", dir, de->d_name);
-                found = true;
-            }
-            const size_t n = strlen(de->d_name);
-            if (!gguf[0] && n > 5 && !strcasecmp(de->d_name + n - 5, ".gguf"))
-                snprintf(gguf, sizeof gguf, "%s/%s", dir, de->d_name);
-        }
-        closedir(d);
-    }
-    if (!found && gguf[0]) {
-        snprintf(buf, len, "%s", gguf);
-        found = true;
-    }
-    if (!found)
-        snprintf(buf, len, "%s holds no diffusers pipeline or GGUF file; pass --model PATH (a diffusers folder, "
-                           ".safetensors or .gguf file)", dir);
-    return found;
+    rb_error err = {0};
+    if (rb_sd_default_model(buf, len, &err) == RB_OK) return true;
+    snprintf(buf, len, "%s", err.msg);
+    return false;
 }
 
 bool sd_version_parse(const char *v, rb_sd_arch *arch, bool *arch_set, rb_sd_predict_opt *pred, bool *turbo) {
@@ -366,7 +325,9 @@ int sd_worker_main(int argc, char **argv) {
                    "rbee jobs with live progress, AUTOMATIC1111's /sdapi/v1 and the OpenAI images API.",
         .opts = opts,
         .n_opts = n_opts,
-        .env_help = "--model random:sd15 (or sd21, sdxl) serves random weights at the published shapes, as `rbee "
+        .env_help = "RBEE_DEFAULT_SD_MODEL: the model served without --model (default: the bundled model in "
+                    "models/default-sd).\n"
+                    "--model random:sd15 (or sd21, sdxl) serves random weights at the published shapes, as `rbee "
                     "bench-sd --random` times them (benchmarks without a download).\n",
         .max_body_default = (int64_t)64 << 20,
         .user = &sw,

@@ -463,9 +463,9 @@ test('startup: --taesd, a missing model, a model of another family, --help and t
     '--no-warmup']);
   assert.notEqual(r.code, 0);
   assert.match(r.out, /--taesd: .*taesd16_decoder.safetensors decodes 16 latent channels, the model makes 4/);
-  r = await run(['--local-mode', '--port', '0']);
+  r = await run(['--local-mode', '--port', '0'], { RBEE_DEFAULT_SD_MODEL: '/nonexistent/sd-model' });
   assert.notEqual(r.code, 0);
-  assert.match(r.out, /no --model given and the bundled default model was not found: .*default-sd.*pass --model PATH/);
+  assert.match(r.out, /no --model given and the bundled default model was not found: RBEE_DEFAULT_SD_MODEL=\/nonexistent\/sd-model does not exist/);
   r = await run(['--local-mode', '--port', '0', '--model', MODEL, '--sd-version', 'xl', '--no-warmup']);
   assert.notEqual(r.code, 0);
   assert.match(r.out, /--sd-version xl expects a sdxl model, but .* is sd1/);
