@@ -177,8 +177,7 @@ for a in .cache/dev/*.tar.xz; do tar -C $BIN -xJf "$a" || exit 1; done
 # RBEE_ALT=FILE.xz: another build's CUDA module (xz) in place of the packed one,
 # for an A/B of two builds in one call (run the script once with it, once without)
 if [[ -n ${RBEE_ALT:-} ]]; then xz -dc "$RBEE_ALT" >$BIN/lib/rbee/librbee-cuda.so || exit 1; fi
-# the checkout here is not the build's source tree: name the bundled SD model for test_sd_default_model
-export RBEE_TEST_DATA_DIR=$PWD/tests/data RBEE_DEFAULT_SD_MODEL=$PWD/models/default-sd TMPDIR=/tmp
+export RBEE_TEST_DATA_DIR=$PWD/tests/data TMPDIR=/tmp
 declare -a SUMMARY=()
 result() { SUMMARY+=("$(printf '%-40s %s' "$1" "$2")"); }
 

@@ -5,14 +5,19 @@
  * from the original file and from the same weights in diffusers'
  * AutoencoderTiny layout (bit-identical results); another layout read from
  * the tensors (16 latent channels, stages 1-2); and the errors: a missing
- * file, a missing block tensor, a file that is no TAESD, bad shapes. */
+ * file, a missing block tensor, a file that is no TAESD, bad shapes. Runs on
+ * the backend in RBEE_TEST_BACKEND (default cpu; the GPU machine runs it on
+ * cuda:0 and rocm:0). */
 #include "sd_nets_ref.h"
 
 #define TOL 2e-5
 
-static rb_backend *cpu(void) {
+static rb_backend *backend(void) {
+    const char *spec = getenv("RBEE_TEST_BACKEND");
     rb_backend *be = NULL;
-    TU_OK(rb_backend_create("cpu", NULL, &be, NULL));
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_backend_create(spec && *spec ? spec : "cpu", NULL, &be, &err) != RB_OK) fail_msg("backend: %s", err.msg);
     return be;
 }
 
@@ -49,7 +54,7 @@ static rb_st_set *refs(void) {
 
 static void test_decode_published_layout(void **state) {
     (void)state;
-    rb_backend *be = cpu();
+    rb_backend *be = backend();
     rb_st_set *r = refs();
     int64_t nz, ni;
     const float *z = ref_f32(r, "a_latents", &nz), *ref = ref_f32(r, "a_image", &ni);
@@ -77,7 +82,7 @@ static void test_decode_published_layout(void **state) {
 
 static void test_decode_other_layout(void **state) {
     (void)state;
-    rb_backend *be = cpu();
+    rb_backend *be = backend();
     rb_st_set *r = refs();
     int64_t ni;
     const float *z = ref_f32(r, "b_latents", NULL), *ref = ref_f32(r, "b_image", &ni);
@@ -103,7 +108,7 @@ static void expect_load_error(rb_backend *be, const char *path, rb_status want, 
 
 static void test_errors(void **state) {
     (void)state;
-    rb_backend *be = cpu();
+    rb_backend *be = backend();
     char dir[256], p[1024], src[1024];
     assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "rbee-taesd-"), 0);
     snprintf(p, sizeof p, "%s/none.safetensors", dir);
