@@ -17,7 +17,8 @@
 #   (a copy of the parts they need, carried with the call; the tracked tree
 #   is ~22 MiB once models/default/hf/model.safetensors is set aside).
 # There: scripts/gpu-prebuilt.sh run STEP... with STEP one of
-#   tests      every GPU test program (gpu-tests.txt) on cuda:0
+#   tests      every GPU test program (gpu-tests.txt) on cuda:0 (ONLY="prog ..." for
+#              some of them, also in hipnv and sdops)
 #   hipnv      the same on rocm:0 (ROCm backend's HIP host path, HIP_NVIDIA)
 #   sdops      the SD op and network tests alone (label sd), on cuda:0 and rocm:0
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
@@ -194,6 +195,13 @@ run_prog() { # flavour prog backend-spec [env...]
   else result "$fl/$t" PASS; fi
 }
 
+only() { # ONLY="prog ..." keeps those of the test list GT
+  [[ -n ${ONLY:-} ]] || return 0
+  local keep=() t
+  for t in "${GT[@]}"; do [[ " $ONLY " == *" $t "* ]] && keep+=("$t"); done
+  GT=("${keep[@]}")
+}
+
 bench() { # shape type reps extra... ($TAG names a variant run with an environment switch)
   local shape=$1 ty=$2 reps=$3; shift 3
   local name=bench-$shape-$ty${TAG:+-$TAG}
@@ -214,9 +222,9 @@ EOF
 
 for s in "$@"; do
   case $s in
-  tests) mapfile -t GT <$BIN/cuda/gpu-tests.txt; for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; done ;;
-  hipnv) mapfile -t GT <$BIN/hipnv/gpu-tests.txt; for t in "${GT[@]}"; do run_prog hipnv "$t" rocm:0; done ;;
-  sdops) mapfile -t GT <$BIN/cuda/sd-tests.txt
+  tests) mapfile -t GT <$BIN/cuda/gpu-tests.txt; only; for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; done ;;
+  hipnv) mapfile -t GT <$BIN/hipnv/gpu-tests.txt; only; for t in "${GT[@]}"; do run_prog hipnv "$t" rocm:0; done ;;
+  sdops) mapfile -t GT <$BIN/cuda/sd-tests.txt; only
          for t in "${GT[@]}"; do run_prog cuda "$t" cuda:0; run_prog hipnv "$t" rocm:0; done ;;
   sd) IFS=';' read -ra sdargs <<<"${SD_BENCH:---preset sd15 --dtype f16 --ops;--preset sd15 --dtype f16 --own-conv;--preset sdxl --dtype f16}"
       for a in "${sdargs[@]}"; do

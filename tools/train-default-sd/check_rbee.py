@@ -23,31 +23,6 @@ import sdnets
 import train
 
 
-def load_safetensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        dt = {"F16": torch.float16, "F32": torch.float32}[v["dtype"]]
-        out[k] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=dt).view(v["shape"]).float()
-    return out
-
-
-def load(model_dir):
-    cfg = lambda p: json.load(open(os.path.join(model_dir, p)))  # noqa: E731
-    unet, te, vae = sdnets.UNet(cfg("unet/config.json")), sdnets.ClipTextModel(cfg("text_encoder/config.json")), \
-        sdnets.Vae(cfg("vae/config.json"))
-    unet.load_state_dict(load_safetensors(os.path.join(model_dir, "unet/diffusion_pytorch_model.safetensors")))
-    te.load_state_dict(load_safetensors(os.path.join(model_dir, "text_encoder/model.safetensors")))
-    vae.load_state_dict(load_safetensors(os.path.join(model_dir, "vae/diffusion_pytorch_model.safetensors")))
-    vocab = json.load(open(os.path.join(model_dir, "tokenizer/vocab.json")))
-    return unet.eval(), te.eval(), vae.eval(), cfg("vae/config.json"), cfg("unet/config.json"), vocab
-
-
 PROMPTS = ((7, "a red circle on a blue background"),
            (8, "a yellow triangle above an orange square on a black background"))
 
@@ -56,7 +31,7 @@ def compare(model_dir, steps, cfg, max_diff, other, label):
     """sdnets.py's picture of each of PROMPTS (Euler, `steps` steps, guidance cfg) against other(prompt, seed,
     size, ids), a uint8 [H, W, 3] image; prints each difference, returns the exit status (0: all within max_diff)."""
     torch.set_num_threads(2)
-    unet, te, vae, vcfg, ucfg, vocab = load(model_dir)
+    unet, te, vae, vcfg, ucfg, _, vocab = train.load_folder(model_dir)
     size = ucfg["sample_size"] * 8
     worst = 0
     for seed, prompt in PROMPTS:

@@ -50,6 +50,35 @@ def save_safetensors(path, sd, dtype=torch.float16):
             f.write(b)
 
 
+def load_safetensors(path):
+    """name -> float32 tensor of a safetensors file of F16/F32 tensors."""
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        dt = {"F16": torch.float16, "F32": torch.float32}[v["dtype"]]
+        out[k] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=dt).view(v["shape"]).float()
+    return out
+
+
+def load_folder(model_dir):
+    """A saved diffusers folder as sdnets modules (eval mode, CPU): unet, te, vae, their configs (vae, unet,
+    text encoder) and the tokenizer's vocabulary."""
+    cfg = lambda p: json.load(open(os.path.join(model_dir, p)))  # noqa: E731
+    unet, te, vae = sdnets.UNet(cfg("unet/config.json")), sdnets.ClipTextModel(cfg("text_encoder/config.json")), \
+        sdnets.Vae(cfg("vae/config.json"))
+    unet.load_state_dict(load_safetensors(os.path.join(model_dir, "unet/diffusion_pytorch_model.safetensors")))
+    te.load_state_dict(load_safetensors(os.path.join(model_dir, "text_encoder/model.safetensors")))
+    vae.load_state_dict(load_safetensors(os.path.join(model_dir, "vae/diffusion_pytorch_model.safetensors")))
+    vocab = json.load(open(os.path.join(model_dir, "tokenizer/vocab.json")))
+    return (unet.eval(), te.eval(), vae.eval(), cfg("vae/config.json"), cfg("unet/config.json"),
+            cfg("text_encoder/config.json"), vocab)
+
+
 def alphas_cumprod(device):
     betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2  # scaled_linear
     return torch.cumprod(1 - betas, 0).to(device)
@@ -227,18 +256,23 @@ def sample(unet, te, vae, vcfg, ids, uncond, steps, cfg_scale, seed, size, dev):
     return (img * 0.5 + 0.5).clamp(0, 1)
 
 
-def train_unet(args, dev, data, vae, vcfg, vocab, log):
-    tcfg = sdnets.clip_config(hidden=args.text_hidden, layers=args.text_layers, heads=args.text_heads,
-                              ff=args.text_hidden * 4)
-    ucfg = sdnets.unet_config(channels=args.unet_channels, layers=args.unet_layers, heads=args.heads,
-                              ctx=args.text_hidden, groups=args.groups, sample=args.size // 8)
-    torch.manual_seed(args.seed + 2)
-    te = sdnets.ClipTextModel(tcfg).to(dev)
-    with torch.no_grad():
-        te.text_model.embeddings.token_embedding.weight.normal_(0, 0.02)
-        te.text_model.embeddings.position_embedding.weight.normal_(0, 0.01)
-    torch.manual_seed(args.seed + 3)
-    unet = sdnets.UNet(ucfg).to(dev)
+def train_unet(args, dev, data, vae, vcfg, vocab, log, init=None, budget_share=0.75):
+    """init: (unet, te, unet config, text config) to go on training from, else new networks."""
+    if init:
+        unet, te, ucfg, tcfg = init
+        unet, te = unet.to(dev).train(), te.to(dev).train()
+    else:
+        tcfg = sdnets.clip_config(hidden=args.text_hidden, layers=args.text_layers, heads=args.text_heads,
+                                  ff=args.text_hidden * 4)
+        ucfg = sdnets.unet_config(channels=args.unet_channels, layers=args.unet_layers, heads=args.heads,
+                                  ctx=args.text_hidden, groups=args.groups, sample=args.size // 8)
+        torch.manual_seed(args.seed + 2)
+        te = sdnets.ClipTextModel(tcfg).to(dev)
+        with torch.no_grad():
+            te.text_model.embeddings.token_embedding.weight.normal_(0, 0.02)
+            te.text_model.embeddings.position_embedding.weight.normal_(0, 0.01)
+        torch.manual_seed(args.seed + 3)
+        unet = sdnets.UNet(ucfg).to(dev)
     ema_u, ema_t = copy.deepcopy(unet).eval(), copy.deepcopy(te).eval()
     params = list(unet.parameters()) + list(te.parameters())
     opt = adamw(params, args.unet_lr, 0.01, dev)
@@ -249,7 +283,7 @@ def train_unet(args, dev, data, vae, vcfg, vocab, log):
     step_loss = training_step(lambda zt, t, ids, eps: (F.mse_loss(unet(zt, t, te(ids)), eps),), params, args.compile,
                               log, "unet")
     t0, ema_loss, total = time.time(), None, args.unet_steps
-    budget = Budget(args.budget_s * 0.75, "unet", log, dev)
+    budget = Budget(args.budget_s * budget_share, "unet", log, dev)
     step = 0
     while step < total:
         total = budget.fit(step, total)
@@ -337,6 +371,9 @@ def main():
     ap.add_argument("--compile", choices=("none", "default", "reduce-overhead"),
                     default="reduce-overhead" if torch.cuda.is_available() and hasattr(torch, "compile") else "none",
                     help="torch.compile mode of the training steps (falls back to eager if the compiler fails)")
+    ap.add_argument("--init-from", metavar="DIR",
+                    help="a saved model folder to go on training: its VAE is kept, its UNet and text encoder trained "
+                         "for the whole budget (the network options are then the folder's)")
     ap.add_argument("--quick", action="store_true", help="a few steps of everything: a smoke test of the pipeline")
     args = ap.parse_args()
     if args.quick:
@@ -358,10 +395,18 @@ def main():
     t0 = time.time()
     data = Data(args.images, args.size, dev, vocab, args.seed)
     log(f"rendered {args.images} training images in {time.time() - t0:.1f}s")
-    vae, vcfg, s_vae = train_vae(args, dev, data, log)
+    if args.init_from:  # go on from a saved folder: its VAE as it is, its UNet and text encoder trained further
+        u0, t0_, vae, vcfg, ucfg0, tcfg0, _ = load_folder(args.init_from)
+        vae = vae.to(dev)
+        s_vae = {"init_from": args.init_from}
+        log(f"from {args.init_from}: its VAE (scaling_factor {vcfg['scaling_factor']}), UNet and text encoder")
+    else:
+        vae, vcfg, s_vae = train_vae(args, dev, data, log)
     for p in vae.parameters():
         p.requires_grad_(False)
-    unet, te, ucfg, tcfg, s_unet = train_unet(args, dev, data, vae, vcfg, vocab, log)
+    unet, te, ucfg, tcfg, s_unet = train_unet(args, dev, data, vae, vcfg, vocab, log,
+                                              init=(u0, t0_, ucfg0, tcfg0) if args.init_from else None,
+                                              budget_share=1.0 if args.init_from else 0.75)
     dst = os.path.join(args.out, "model")
     write_folder(dst, unet, te, vae, ucfg, tcfg, vcfg, tok_dir)
     # the published weights are f16: evaluate what is shipped
