@@ -27,9 +27,22 @@ install(FILES models/default/rbee-default-q8_0.gguf models/default/MODEL_CARD.md
   DESTINATION ${RBEE_DATA_DEST}/models/default)
 install(FILES models/clip/bpe_simple_vocab_16e6.txt.gz models/clip/LICENSE
   DESTINATION ${RBEE_DATA_DEST}/models/clip)
-# The bundled SD model (issue 34), once the repository has one.
-if(EXISTS ${CMAKE_SOURCE_DIR}/models/default-sd)
-  install(DIRECTORY models/default-sd DESTINATION ${RBEE_DATA_DEST}/models)
+# The bundled SD model: the repository holds its diffusers folder (what
+# diffusers loads); the build converts it to GGUF (f16, the folder's values:
+# the same pictures), which is what is installed, as for the default LLM.
+set(RBEE_DEFAULT_SD ${CMAKE_SOURCE_DIR}/models/default-sd)
+if(TARGET rbee_cli AND EXISTS ${RBEE_DEFAULT_SD}/model_index.json)
+  set(RBEE_DEFAULT_SD_GGUF ${CMAKE_BINARY_DIR}/models/default-sd/rbee-default-sd-f16.gguf)
+  file(GLOB_RECURSE RBEE_DEFAULT_SD_FILES CONFIGURE_DEPENDS ${RBEE_DEFAULT_SD}/*.json ${RBEE_DEFAULT_SD}/*.safetensors
+       ${RBEE_DEFAULT_SD}/*.txt)
+  add_custom_command(OUTPUT ${RBEE_DEFAULT_SD_GGUF}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/models/default-sd
+    COMMAND rbee_cli convert ${RBEE_DEFAULT_SD} -o ${RBEE_DEFAULT_SD_GGUF} --type f16 --quiet
+    DEPENDS rbee_cli ${RBEE_DEFAULT_SD_FILES}
+    COMMENT "Converting the bundled default SD model to GGUF")
+  add_custom_target(default_sd_gguf ALL DEPENDS ${RBEE_DEFAULT_SD_GGUF})
+  install(FILES ${RBEE_DEFAULT_SD_GGUF} ${RBEE_DEFAULT_SD}/MODEL_CARD.md
+    DESTINATION ${RBEE_DATA_DEST}/models/default-sd)
 endif()
 
 # Public headers.

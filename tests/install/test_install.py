@@ -99,6 +99,20 @@ def check_layout(root, args):
         assert f.read() == g.read(), 'the installed model differs from models/default'
 
 
+def check_default_sd(root, tmp):
+    """The installed default SD model (the build's GGUF of models/default-sd) is what `rbee txt2img` draws
+    with when given no model."""
+    gguf = os.path.join(root, 'share/rbee/models/default-sd/rbee-default-sd-f16.gguf')
+    assert os.path.isfile(gguf), 'share/rbee/models/default-sd/rbee-default-sd-f16.gguf missing'
+    assert os.path.isfile(os.path.join(root, 'share/rbee/models/default-sd/MODEL_CARD.md')), 'SD model card missing'
+    out = os.path.join(tmp, 'sd.png')
+    r = run([os.path.join(root, 'bin/rbee'), 'txt2img', '-p', 'a red circle on a blue background', '--steps', '2',
+             '--seed', '1', '--threads', '2', '-o', out], env=clean_env())
+    assert r.stdout.strip() == out, r.stdout
+    assert os.path.getsize(out) > 0
+    assert 'rbee-default-sd-f16: sd1 (gguf)' in r.stderr, r.stderr[:400]
+
+
 def check_rbee_help(root):
     r = run([os.path.join(root, 'bin/rbee'), '--help'], env=clean_env())
     assert r.stdout.startswith('Usage: rbee <command>'), r.stdout[:200]
@@ -281,7 +295,8 @@ def main():
         env['DESTDIR'] = os.path.join(tmp, 'dest')
         run(['cmake', '--install', args.build, '--prefix', PREFIX], env=env)
         root = os.path.join(tmp, 'dest') + PREFIX
-        for step in (lambda: check_layout(root, args), lambda: check_rbee_help(root), lambda: check_modules(root, args),
+        for step in (lambda: check_layout(root, args), lambda: check_rbee_help(root), lambda: check_default_sd(root, tmp),
+                     lambda: check_modules(root, args),
                      lambda: check_worker(root, ref, tmp), lambda: check_man(root, args),
                      lambda: check_library(root, args, ref, tmp), lambda: check_completion(root),
                      lambda: check_systemd(root, tmp)):
