@@ -202,7 +202,9 @@ if [ -n "$seed" ] && grep -q "Seed: $seed," "$TMP/params.txt"; then ok "random s
 # usage errors (exit 2) and runtime errors (exit 1)
 expect_status 2 "Usage: rbee <command>" --
 expect_status 2 "-p PROMPT is required" -- txt2img -m "$TMP/sd15"
-expect_status 2 "-m MODEL is required" -- txt2img -p x
+# without -m: the bundled default model, or the reason there is none
+RBEE_DEFAULT_SD_MODEL=$TMP/no-such-model expect_status 2 \
+    "no -m MODEL and no default model: RBEE_DEFAULT_SD_MODEL=$TMP/no-such-model does not exist" -- txt2img -p x
 expect_status 1 "is not a Stable Diffusion model" -- txt2img -m "$2/llamacpp/tiny-f32.gguf" -p x -o "$TMP/x.png"
 expect_status 2 "--init-image is required" -- img2img -m "$TMP/sd15" -p x
 expect_status 2 "--mask is required" -- inpaint -m "$TMP/sd15" -p x --init-image "$R/sd15/init_image.png"

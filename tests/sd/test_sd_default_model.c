@@ -21,10 +21,16 @@
 
 #define GUIDANCE 3.0f
 #define STEPS 20
-/* what the model card states for these 24 captions (measured on the CPU: see MODEL_CARD.md) */
-#define MIN_ALL 9          /* pictures passing every check */
-#define MIN_BACKGROUND 23  /* right background */
-#define MIN_SINGLE 8       /* of the 12 one-object captions, passing every check */
+/* The model card's figures for these 24 captions, less one where a picture
+ * may flip on a rounding difference (this machine's CPU draws: all 16/24,
+ * background 24/24, colours 35/36, shapes 29/36, relations 6/12, one-object
+ * captions 12/12). */
+#define MIN_ALL 15        /* pictures passing every check */
+#define MIN_BACKGROUND 24 /* right background */
+#define MIN_COLOUR 34     /* of the 36 objects, the named colour present */
+#define MIN_SHAPE 28      /* ... and its shape */
+#define MIN_RELATION 5    /* of the 12 pairs, on the named side */
+#define MIN_SINGLE 11     /* of the 12 one-object captions, passing every check */
 
 typedef struct fixture {
     rb_backend *be;
@@ -115,6 +121,9 @@ static void test_heldout_captions(void **state) {
     assert_int_equal(n_pairs, 12);
     assert_true(n_all >= MIN_ALL);
     assert_true(n_bg >= MIN_BACKGROUND);
+    assert_true(n_colour >= MIN_COLOUR);
+    assert_true(n_shape >= MIN_SHAPE);
+    assert_true(n_rel >= MIN_RELATION);
     assert_true(n_single >= MIN_SINGLE);
     json_decref(s.root);
 }
