@@ -1,9 +1,10 @@
 # The two commands of the README, and the install. `make run`: install what
-# running needs, build and run the main job; `make test`: install the test
+# running needs, build and run the main job (the LLM worker); `make run-sd`:
+# the same for the SD worker on its bundled model; `make test`: install the test
 # toolchain too, build and run the whole test suite; `make install
 # PREFIX=/usr/local [DESTDIR=/tmp/stage]`: build and install (programs, man
 # pages, bundled models, headers, librbee.a and rbee.pc).
-.PHONY: run test build install clean
+.PHONY: run run-sd test build install clean
 
 PREFIX ?= /usr/local
 # make run / make install build here, without the tests (make test uses build/gcc)
@@ -17,6 +18,9 @@ build:
 
 run: build
 	RBEE_BUILD=$(BUILD) scripts/run-worker.sh
+
+run-sd: build
+	RBEE_BUILD=$(BUILD) scripts/run-sd-worker.sh
 
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
