@@ -25,7 +25,7 @@ extra=()
         echo "== diffusers check skipped (DIFFUSERS_SRC not set)"
     fi
     (cd "$out/model" && find . -type f | sort | xargs sha256sum)
-} 2>&1 | tee -a "$out/train_log.txt"
+} 2>&1 | tee -a "$out/run_log.txt"
 status=${PIPESTATUS[0]}
-(cd "$out" && tar czf default-sd.tar.gz model samples-*.png summary.json train_log.txt) || exit 1
+(cd "$out" && tar czf default-sd.tar.gz model samples-*.png summary.json train_log.txt run_log.txt) || exit 1
 exit "$status"
