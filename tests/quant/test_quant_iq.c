@@ -1,9 +1,10 @@
 /* The IQ formats against llama.cpp: every quantized tensor of the tiny model
- * llama-quantize --pure wrote in iq4_nl and iq4_xs (tests/data/llamacpp)
- * decodes to exactly ggml's to_float output (SHA-256 of the f32 bytes, made
- * by tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
- * ggml quantized to iq3_xxs, iq3_s, iq2_xxs and iq2_xs (iq_blocks.c); the
- * iq2 grids expand to the bytes of ggml's tables (SHA-256 recorded here);
+ * llama-quantize --pure wrote in iq4_nl and iq4_xs, and ggml's quantizer in
+ * iq2_xxs and iq2_xs (iq_model.c; tests/data/llamacpp), decodes to exactly
+ * ggml's to_float output (SHA-256 of the f32 bytes, made by
+ * tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
+ * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); the iq2 grids expand
+ * to the bytes of ggml's tables (SHA-256 recorded here);
  * hand-packed blocks decode to the values the format's definition gives
  * (exact small-integer products; the implied eighth sign); the dtype traits
  * match ggml's ids and sizes; bad lengths and encoding are refused. */
@@ -20,7 +21,7 @@
 static const struct {
     const char *tag;
     rb_dtype dtype;
-} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}};
+} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}, {"iq2_xxs", RB_IQ2_XXS}, {"iq2_xs", RB_IQ2_XS}};
 
 static void check_file(const char *tag, rb_dtype dtype) {
     char rel[128], path[1024];
@@ -62,38 +63,8 @@ static void test_decode_matches_ggml(void **state) {
     for (size_t t = 0; t < sizeof k_iq / sizeof k_iq[0]; t++) check_file(k_iq[t].tag, k_iq[t].dtype);
 }
 
-/* ggml's blocks of one tensor for tag: the raw file blk1-attn_k.<tag>.blocks
- * (iq3), or the tensor blk.1.attn_k.weight of the GGUF file ggml's gguf
- * library wrote, blk1-attn_k.<tag>.gguf (iq2: read through rb_gguf_open, its
- * dtype and shape checked). Returns a malloc'd copy. */
-static void *load_blocks(const char *tag, rb_dtype t, size_t *nbytes) {
-    char rel[128], path[1024];
-    if (strncmp(tag, "iq2", 3) != 0) {
-        snprintf(rel, sizeof rel, "llamacpp/blk1-attn_k.%s.blocks", tag);
-        return tu_read_file(tu_data(path, sizeof path, rel), nbytes);
-    }
-    snprintf(rel, sizeof rel, "llamacpp/blk1-attn_k.%s.gguf", tag);
-    rb_gguf *g = NULL;
-    rb_error err;
-    rb_error_clear(&err);
-    if (rb_gguf_open(tu_data(path, sizeof path, rel), &g, &err) != RB_OK) fail_msg("open %s: %s", path, err.msg);
-    assert_int_equal(rb_gguf_n_tensors(g), 1);
-    const rb_gguf_tensor_info *ti = rb_gguf_find_tensor(g, "blk.1.attn_k.weight");
-    assert_non_null(ti);
-    assert_int_equal(ti->dtype, t);
-    assert_int_equal(ti->n_dims, 2);
-    assert_int_equal(ti->ne[0], 256);
-    assert_int_equal(ti->ne[1], 128);
-    void *copy = malloc(ti->nbytes);
-    assert_non_null(copy);
-    memcpy(copy, ti->data, ti->nbytes);
-    *nbytes = ti->nbytes;
-    rb_gguf_close(g);
-    return copy;
-}
-
-/* blk.1.attn_k.weight of tiny-f32.gguf (256 x 128) as ggml's iq3 and iq2 blocks. */
-static void test_lattice_blocks_match_ggml(void **state) {
+/* blk.1.attn_k.weight of tiny-f32.gguf (256 x 128) as ggml's iq3 blocks. */
+static void test_iq3_blocks_match_ggml(void **state) {
     (void)state;
     char path[1024];
     size_t len = 0;
@@ -101,13 +72,13 @@ static void test_lattice_blocks_match_ggml(void **state) {
     assert_non_null(list);
     int checked = 0;
     for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
-        char want[65], tag[32];
+        char want[65], tag[32], rel[128];
         if (sscanf(line, "%64s %31s", want, tag) != 2) fail_msg("bad line: %s", line);
         rb_dtype t;
         assert_true(rb_dtype_from_name(tag, &t));
+        snprintf(rel, sizeof rel, "llamacpp/blk1-attn_k.%s.blocks", tag);
         size_t nbytes = 0;
-        void *blocks = load_blocks(tag, t, &nbytes);
-        assert_non_null(blocks);
+        void *blocks = tu_read_file(tu_data(path, sizeof path, rel), &nbytes);
         const int64_t n = 256 * 128;
         assert_int_equal(nbytes, rb_dtype_row_size(t, n));
         float *out = malloc((size_t)n * sizeof(float));
@@ -120,7 +91,7 @@ static void test_lattice_blocks_match_ggml(void **state) {
         free(blocks);
         checked++;
     }
-    assert_int_equal(checked, 4);
+    assert_int_equal(checked, 2);
     free(list);
 }
 
@@ -338,7 +309,7 @@ static void test_traits_and_refusals(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_matches_ggml),
-        cmocka_unit_test(test_lattice_blocks_match_ggml),
+        cmocka_unit_test(test_iq3_blocks_match_ggml),
         cmocka_unit_test(test_iq2_grids_match_ggml),
         cmocka_unit_test(test_iq2_xxs_definition),
         cmocka_unit_test(test_iq2_xs_definition),
