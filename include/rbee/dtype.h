@@ -28,6 +28,8 @@ typedef enum rb_dtype {
     RB_Q5_K = 13,
     RB_Q6_K = 14,
     RB_Q8_K = 15,
+    RB_IQ2_XXS = 16, /* 2-bit lattice: 8-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq2_xxs) */
+    RB_IQ2_XS = 17,  /* 2-bit lattice: 512 grid points, signs, 4-bit scale per 16 (ggml's block_iq2_xs) */
     RB_IQ3_XXS = 18, /* 3-bit lattice: 4-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq3_xxs) */
     RB_IQ4_NL = 20, /* non-linear 4-bit: 16-entry value table, f16 scale per 32 (ggml's block_iq4_nl) */
     RB_IQ3_S = 21,   /* 3-bit lattice: 512 grid points, sign bits, 4-bit scale per 32 (ggml's block_iq3_s) */

@@ -106,6 +106,17 @@ typedef struct {
     uint8_t scales[RB_QK_K / 64];
 } rb_block_iq3_s;
 
+/* iq2_xxs / iq2_xs: see src/core/quant_iq2.c for the layouts. iq2_xs's qs
+ * are little-endian 16-bit words (a 9-bit grid index, a 7-bit sign field). */
+typedef struct { rb_f16 d; uint8_t qs[RB_QK_K / 4]; } rb_block_iq2_xxs;
+typedef struct {
+    rb_f16 d;
+    uint16_t qs[RB_QK_K / 8];
+    uint8_t scales[RB_QK_K / 32];
+} rb_block_iq2_xs;
+
+_Static_assert(sizeof(rb_block_iq2_xxs) == 66, "iq2_xxs layout");
+_Static_assert(sizeof(rb_block_iq2_xs) == 74, "iq2_xs layout");
 _Static_assert(sizeof(rb_block_iq3_xxs) == 98, "iq3_xxs layout");
 _Static_assert(sizeof(rb_block_iq3_s) == 110, "iq3_s layout");
 _Static_assert(sizeof(rb_block_iq4_nl) == 18, "iq4_nl layout");
@@ -131,6 +142,17 @@ extern const int8_t rb_iq4nl_values[16];
 /* The iq3 grids (quant_iq_tables.c): each point's four 3-bit level indices, and the 8 levels. */
 extern const uint16_t rb_iq3xxs_grid[256], rb_iq3s_grid[512];
 extern const uint8_t rb_iq3xxs_levels[8], rb_iq3s_levels[8];
+/* The iq2 grids: each point's eight 2-bit level indices into rb_iq2_levels (8, 25, 43). */
+extern const uint16_t rb_iq2xxs_grid[256], rb_iq2xs_grid[512];
+extern const uint8_t rb_iq2_levels[3];
+/* An iq2 / iq3_xxs 7-bit sign field as 8 sign bits: bit 7 is set when the
+ * field has an odd number of ones (each run of 8 has an even count of minus signs). */
+static inline unsigned rb_iq_signs8(unsigned s7) {
+    unsigned p = s7 ^ (s7 >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return s7 | ((p & 1u) << 7);
+}
 /* The 6-bit scale of sub-block i (0..7) of an iq4_xs block, before the -32 offset. */
 static inline int rb_iq4_xs_scale(const rb_block_iq4_xs *b, int i) {
     return ((b->scales_l[i / 2] >> (4 * (i % 2))) & 15) | (((b->scales_h >> (2 * i)) & 3) << 4);

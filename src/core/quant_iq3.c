@@ -17,14 +17,6 @@
 
 #include <string.h>
 
-/* The 8-bit sign mask of an iq3_xxs 7-bit field: bit 7 set when the field has an odd number of ones. */
-static unsigned full_signs(unsigned s7) {
-    unsigned p = s7 ^ (s7 >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return s7 | ((p & 1) << 7);
-}
-
 /* 4 values of grid point `code` (four 3-bit level indices) at o. */
 static void put4(uint16_t code, const uint8_t *levels, float scale, unsigned signs, float *o) {
     for (int j = 0; j < 4; j++) {
@@ -42,7 +34,7 @@ void rb_iq3_xxs_decode(const rb_block_iq3_xxs *x, float *y, int64_t nb) {
             const float scale = d * (0.5f + (float)(w >> 28)) * 0.5f;
             float *o = y + b * RB_QK_K + 32 * g;
             for (int l = 0; l < 4; l++) {
-                const unsigned s = full_signs((w >> (7 * l)) & 127);
+                const unsigned s = rb_iq_signs8((w >> (7 * l)) & 127);
                 put4(rb_iq3xxs_grid[x[b].qs[8 * g + 2 * l]], rb_iq3xxs_levels, scale, s, o + 8 * l);
                 put4(rb_iq3xxs_grid[x[b].qs[8 * g + 2 * l + 1]], rb_iq3xxs_levels, scale, s >> 4, o + 8 * l + 4);
             }

@@ -5,7 +5,9 @@
  * iq3_xxs and iq3_s pick groups of 4 magnitudes from a fixed set of lattice
  * points (256 and 512 of the 8^4 combinations of 8 levels); each point is
  * stored here as four 3-bit level indices (bits 3j..3j+2: the level of the
- * group's element j), expanded through the format's 8 levels. */
+ * group's element j), expanded through the format's 8 levels. iq2_xxs and
+ * iq2_xs do the same with runs of 8 magnitudes from 3 levels (256 and 512
+ * points, eight 2-bit level indices each). */
 #include "core/quant_iq_grids.h"
 #include "rbee/quant.h"
 
@@ -17,3 +19,9 @@ const uint8_t rb_iq3s_levels[8] = {1, 3, 5, 7, 9, 11, 13, 15};
 const uint16_t rb_iq3xxs_grid[256] = {RB_IQ3XXS_GRID};
 
 const uint16_t rb_iq3s_grid[512] = {RB_IQ3S_GRID};
+
+const uint8_t rb_iq2_levels[3] = {8, 25, 43};
+
+const uint16_t rb_iq2xxs_grid[256] = {RB_IQ2XXS_GRID};
+
+const uint16_t rb_iq2xs_grid[512] = {RB_IQ2XS_GRID};

@@ -215,8 +215,8 @@ static void test_bad_type_ids(void **state) {
     gb_u32(&b, 1);
     expect_format(&b, "empty key", NULL);
     /* Tensor dtype ids that are not types: 4 and 5 (removed q4_2/q4_3), ggml
-     * formats not read yet (16 iq2_xxs, 19 iq1_s, 29 iq1_m), 31, huge. */
-    static const uint32_t bad_dt[] = {4, 5, 16, 19, 29, 31, 1000, 0xffffffffu};
+     * formats not read yet (19 iq1_s, 22 iq2_s, 29 iq1_m), 31, huge. */
+    static const uint32_t bad_dt[] = {4, 5, 19, 22, 29, 31, 1000, 0xffffffffu};
     for (size_t i = 0; i < sizeof bad_dt / sizeof bad_dt[0]; i++) {
         start(&b, 1, 0);
         gb_tensor(&b, "tt", 1, k_ne16, bad_dt[i], 0);
@@ -228,6 +228,10 @@ static void test_bad_type_ids(void **state) {
     gb_tensor(&b, "tt", 1, k_ne16, 23, 0);
     finish(&b);
     expect_format(&b, "'tt'", "not a multiple of the iq4_xs block size 256");
+    start(&b, 1, 0); /* and 16 = iq2_xxs, read now */
+    gb_tensor(&b, "tt", 1, k_ne16, 16, 0);
+    finish(&b);
+    expect_format(&b, "'tt'", "not a multiple of the iq2_xxs block size 256");
     start(&b, 1, 0); /* positive control for the above */
     gb_tensor(&b, "tt", 1, k_ne16, 0, 0);
     finish(&b);

@@ -7,7 +7,7 @@
 
 const rb_dtype mm_weight_dtypes[] = {RB_F32,  RB_F16,  RB_BF16, RB_Q4_0, RB_Q4_1, RB_Q5_0, RB_Q5_1,
                                      RB_Q8_0, RB_Q2_K, RB_Q3_K, RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_MXFP4,
-                                     RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S};
+                                     RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS};
 const int mm_n_weight_dtypes = (int)(sizeof mm_weight_dtypes / sizeof mm_weight_dtypes[0]);
 
 void mm_fill(tu_rng *r, float *x, size_t n, float scale) {
@@ -70,13 +70,13 @@ static void encode_iq4(rb_dtype t, const float *x, void *q, int64_t n) {
     }
 }
 
-/* iq3 blocks: bytes from a generator seeded by x (grid indices, signs and
- * scales all random), d = 1/256: values up to about 2 in magnitude. */
-static void encode_iq3(rb_dtype t, const float *x, void *q, int64_t n) {
+/* iq3 / iq2 blocks: bytes from a generator seeded by x (grid indices, signs
+ * and scales all random), d = 1/256: values up to about 2 in magnitude. */
+static void encode_lattice(rb_dtype t, const float *x, void *q, int64_t n) {
     uint32_t st;
     memcpy(&st, x, sizeof st);
     st |= 1u;
-    const size_t bs = t == RB_IQ3_XXS ? sizeof(rb_block_iq3_xxs) : sizeof(rb_block_iq3_s);
+    const size_t bs = rb_dtype_info((int)t)->type_size;
     unsigned char *p = q;
     for (int64_t b = 0; b < n / RB_QK_K; b++, p += bs) {
         for (size_t k = 0; k < bs; k++) {
@@ -99,8 +99,8 @@ void *mm_encode(rb_dtype t, const float *x, int64_t rows, int64_t n) {
         for (int64_t r = 0; r < rows; r++) encode_iq4(t, x + r * n, (char *)q + (size_t)r * rs, n);
         return q;
     }
-    if (t == RB_IQ3_XXS || t == RB_IQ3_S) {
-        for (int64_t r = 0; r < rows; r++) encode_iq3(t, x + r * n, (char *)q + (size_t)r * rs, n);
+    if (t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS) {
+        for (int64_t r = 0; r < rows; r++) encode_lattice(t, x + r * n, (char *)q + (size_t)r * rs, n);
         return q;
     }
     TU_OK(rb_quantize_rows(t, x, q, rows, n));

@@ -1,11 +1,13 @@
 /* The IQ formats against llama.cpp: every quantized tensor of the tiny model
- * llama-quantize --pure wrote in iq4_nl and iq4_xs (tests/data/llamacpp)
- * decodes to exactly ggml's to_float output (SHA-256 of the f32 bytes, made
- * by tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
- * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); hand-packed blocks
- * decode to the values the format's definition gives (exact small-integer
- * products; iq3_xxs's implied eighth sign); the dtype traits match ggml's ids
- * and sizes; bad lengths and encoding are refused. */
+ * llama-quantize --pure wrote in iq4_nl and iq4_xs, and ggml's quantizer in
+ * iq2_xxs and iq2_xs (iq_model.c; tests/data/llamacpp), decodes to exactly
+ * ggml's to_float output (SHA-256 of the f32 bytes, made by
+ * tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
+ * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); the iq2 grids expand
+ * to the bytes of ggml's tables (SHA-256 recorded here);
+ * hand-packed blocks decode to the values the format's definition gives
+ * (exact small-integer products; the implied eighth sign); the dtype traits
+ * match ggml's ids and sizes; bad lengths and encoding are refused. */
 #include "testutil.h"
 #include "tu_sha256.h"
 
@@ -19,7 +21,7 @@
 static const struct {
     const char *tag;
     rb_dtype dtype;
-} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}};
+} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}, {"iq2_xxs", RB_IQ2_XXS}, {"iq2_xs", RB_IQ2_XS}};
 
 static void check_file(const char *tag, rb_dtype dtype) {
     char rel[128], path[1024];
@@ -112,6 +114,108 @@ static void test_iq3_xxs_definition(void **state) {
     for (int i = 32; i < 256; i++) assert_true(out[i] == 4.0f * 0.25f); /* scale (0 + 1/2) / 2 */
 }
 
+/* Each iq2 grid point expanded to its 8 level bytes, in ggml's table order
+ * and layout (a little-endian uint64 per point), hashes to the SHA-256 of
+ * ggml's iq2xxs_grid / iq2xs_grid arrays (computed from ggml-common.h). */
+static void test_iq2_grids_match_ggml(void **state) {
+    (void)state;
+    const struct {
+        const uint16_t *grid;
+        int n;
+        const char *want;
+    } g[] = {{rb_iq2xxs_grid, 256, "05826b5d3e472a3a78f196be62ac78acf81df0f909626e12ab9fa2a5d490dd54"},
+             {rb_iq2xs_grid, 512, "06e47aaca60b4dc1d9b5a3f34540437058a6b142b4d7a59d5ded769b4d1bf1de"}};
+    for (int t = 0; t < 2; t++) {
+        tu_sha256 h;
+        tu_sha256_init(&h);
+        for (int i = 0; i < g[t].n; i++) {
+            uint8_t v[8];
+            for (int j = 0; j < 8; j++) v[j] = (uint8_t)(((g[t].grid[i] >> (2 * j)) & 3) == 0   ? 8
+                                                         : ((g[t].grid[i] >> (2 * j)) & 3) == 1 ? 25
+                                                                                                 : 43);
+            for (int j = 0; j < 8; j++) assert_true(((g[t].grid[i] >> (2 * j)) & 3) != 3);
+            tu_sha256_update(&h, v, 8);
+        }
+        char got[65];
+        tu_sha256_hex(&h, got);
+        assert_string_equal(got, g[t].want);
+    }
+}
+
+/* Eighth sign of a 7-bit field: set when the field has an odd number of ones. */
+static unsigned signs_by_count(unsigned s7) {
+    int ones = 0;
+    for (int j = 0; j < 7; j++) ones += (s7 >> j) & 1;
+    return s7 | (ones % 2 ? 128u : 0u);
+}
+
+/* iq2_xxs: group g's 8 bytes are 4 grid indices and a word with four 7-bit
+ * sign fields and the scale s in bits 28-31, the group's scale d (s + 1/2) / 4.
+ * Grid points 0, 1 and 255 are (8 x 8), (43, 8 x 7) and (8, 25, 8, 8, 25,
+ * 43, 43, 43). Group 1
+ * takes random indices and fields: its values follow the grid table and
+ * the sign rule. */
+static void test_iq2_xxs_definition(void **state) {
+    (void)state;
+    rb_block_iq2_xxs b;
+    memset(&b, 0, sizeof b);
+    b.d = 0xC000; /* -2 */
+    b.qs[0] = 1;
+    b.qs[2] = 255;
+    const uint32_t w = (3u << 28) | (1u << 0) | (3u << 7) | (0x7Fu << 21); /* fields 1, 3, 0, 127 */
+    memcpy(b.qs + 4, &w, 4);
+    uint32_t st = 12345;
+    for (int k = 8; k < 16; k++) {
+        st = st * 1103515245u + 12345u;
+        b.qs[k] = (uint8_t)(st >> 16);
+    }
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ2_XXS, &b, out, 256));
+    const float sc = -2.0f * (0.5f + 3.0f) * 0.25f; /* -1.75 */
+    const int minus[4][8] = {{1, 0, 0, 0, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 0, 0, 0}, {0}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    const int mag[4][8] = {{43, 8, 8, 8, 8, 8, 8, 8}, {8, 8, 8, 8, 8, 8, 8, 8}, {8, 25, 8, 8, 25, 43, 43, 43},
+                           {8, 8, 8, 8, 8, 8, 8, 8}};
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < 8; j++) assert_true(out[8 * l + j] == (minus[l][j] ? -1.0f : 1.0f) * (float)mag[l][j] * sc);
+    uint32_t w1;
+    memcpy(&w1, b.qs + 12, 4);
+    const float sc1 = -2.0f * (0.5f + (float)(w1 >> 28)) * 0.25f;
+    for (int l = 0; l < 4; l++) {
+        const unsigned sg = signs_by_count((w1 >> (7 * l)) & 127);
+        for (int j = 0; j < 8; j++) {
+            const int lv = (rb_iq2xxs_grid[b.qs[8 + l]] >> (2 * j)) & 3;
+            const float v = sc1 * (float)(lv == 0 ? 8 : lv == 1 ? 25 : 43);
+            assert_true(out[32 + 8 * l + j] == ((sg >> j) & 1 ? -v : v));
+        }
+    }
+    for (int i = 64; i < 256; i++) assert_true(out[i] == -2.0f * 0.5f * 0.25f * 8.0f); /* s = 0, point 0 */
+}
+
+/* iq2_xs: word 4g + r holds run r's 9-bit index and 7-bit sign field; the
+ * low nibble of scales[g] scales runs 0-1, the high nibble runs 2-3. Grid
+ * point 511 is (43 x 8), point 0 (8 x 8). */
+static void test_iq2_xs_definition(void **state) {
+    (void)state;
+    rb_block_iq2_xs b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800; /* 0.5 */
+    b.qs[0] = (uint16_t)(511 | 1u << 9);   /* point 511, field 1: minus at 0 and 7 */
+    b.qs[1] = (uint16_t)(0 | 0x7Fu << 9);  /* point 0, field 127: all minus */
+    b.qs[2] = (uint16_t)(511 | 3u << 9);   /* field 3: minus at 0, 1 */
+    b.qs[3] = 0;
+    b.scales[0] = (uint8_t)(15 | 2 << 4);
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ2_XS, &b, out, 256));
+    const float lo = 0.5f * (0.5f + 15.0f) * 0.25f, hi = 0.5f * (0.5f + 2.0f) * 0.25f;
+    for (int j = 0; j < 8; j++) {
+        assert_true(out[j] == (j == 0 || j == 7 ? -43.0f : 43.0f) * lo);
+        assert_true(out[8 + j] == -8.0f * lo);
+        assert_true(out[16 + j] == (j < 2 ? -43.0f : 43.0f) * hi);
+        assert_true(out[24 + j] == 8.0f * hi);
+    }
+    for (int i = 32; i < 256; i++) assert_true(out[i] == 0.5f * 0.5f * 0.25f * 8.0f);
+}
+
 static const int k_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* iq4_nl: value j < 16 is the low nibble of byte j, j >= 16 the high nibble of byte j - 16. */
@@ -183,6 +287,19 @@ static void test_traits_and_refusals(void **state) {
     assert_int_equal(rb_dtype_info(RB_IQ3_S)->type_size, 110);
     assert_int_equal(rb_dequantize_row(RB_IQ3_S, blocks, out, 128), RB_E_INVALID);
     assert_int_equal(rb_quantize_row(RB_IQ3_XXS, out, blocks, 256), RB_E_UNSUPPORTED);
+    assert_true(rb_dtype_from_name("IQ2_XXS", &t));
+    assert_int_equal(t, 16);
+    assert_true(rb_dtype_from_name("iq2_xs", &t));
+    assert_int_equal(t, 17);
+    assert_int_equal(rb_dtype_info(RB_IQ2_XXS)->block_size, 256);
+    assert_int_equal(rb_dtype_info(RB_IQ2_XXS)->type_size, 66);
+    assert_int_equal(rb_dtype_info(RB_IQ2_XS)->block_size, 256);
+    assert_int_equal(rb_dtype_info(RB_IQ2_XS)->type_size, 74);
+    assert_int_equal(rb_dtype_row_size(RB_IQ2_XS, 512), 148);
+    assert_int_equal(rb_dequantize_row(RB_IQ2_XXS, blocks, out, 255), RB_E_INVALID);
+    assert_int_equal(rb_dequantize_row(RB_IQ2_XS, blocks, out, 32), RB_E_INVALID);
+    assert_int_equal(rb_quantize_row(RB_IQ2_XXS, out, blocks, 256), RB_E_UNSUPPORTED);
+    assert_int_equal(rb_quantize_row(RB_IQ2_XS, out, blocks, 256), RB_E_UNSUPPORTED);
     assert_false(rb_quant_can_quantize(RB_IQ4_NL));
     assert_false(rb_quant_can_quantize(RB_IQ4_XS));
     assert_int_equal(rb_quantize_row(RB_IQ4_NL, out, blocks, 32), RB_E_UNSUPPORTED);
@@ -193,6 +310,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_matches_ggml),
         cmocka_unit_test(test_iq3_blocks_match_ggml),
+        cmocka_unit_test(test_iq2_grids_match_ggml),
+        cmocka_unit_test(test_iq2_xxs_definition),
+        cmocka_unit_test(test_iq2_xs_definition),
         cmocka_unit_test(test_iq3_xxs_definition),
         cmocka_unit_test(test_iq4_nl_definition),
         cmocka_unit_test(test_iq4_xs_definition),

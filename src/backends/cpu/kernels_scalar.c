@@ -44,6 +44,7 @@ const struct rb_cpu_kernels rb_cpu_kernels_scalar = {
         [RB_Q5_K] = rb_vd_q5_K_scalar, [RB_Q6_K] = rb_vd_q6_K_scalar, [RB_MXFP4] = rb_vd_mxfp4_scalar,
         [RB_IQ4_NL] = rb_vd_iq4_nl_scalar, [RB_IQ4_XS] = rb_vd_iq4_xs_scalar,
         [RB_IQ3_XXS] = rb_vd_iq3_xxs_scalar, [RB_IQ3_S] = rb_vd_iq3_s_scalar,
+        [RB_IQ2_XXS] = rb_vd_iq2_xxs_scalar, [RB_IQ2_XS] = rb_vd_iq2_xs_scalar,
     },
     .gemm_tile = {0},
     .from_f32 = {

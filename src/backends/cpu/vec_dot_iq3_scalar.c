@@ -16,13 +16,6 @@ static int32_t dot4(uint16_t code, const uint8_t *levels, unsigned signs, const 
     return acc;
 }
 
-static unsigned full_signs(unsigned s7) {
-    unsigned p = s7 ^ (s7 >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return s7 | ((p & 1) << 7);
-}
-
 void rb_vd_iq3_xxs_scalar(int64_t n, float *s, const void *vx, const void *vy) {
     const rb_block_iq3_xxs *x = vx;
     const rb_block_q8_K *y = vy;
@@ -35,7 +28,7 @@ void rb_vd_iq3_xxs_scalar(int64_t n, float *s, const void *vx, const void *vy) {
             const int8_t *q = y[b].qs + 32 * g;
             int32_t acc = 0;
             for (int l = 0; l < 4; l++) {
-                const unsigned sg = full_signs((w >> (7 * l)) & 127);
+                const unsigned sg = rb_iq_signs8((w >> (7 * l)) & 127);
                 acc += dot4(rb_iq3xxs_grid[x[b].qs[8 * g + 2 * l]], rb_iq3xxs_levels, sg, q + 8 * l);
                 acc += dot4(rb_iq3xxs_grid[x[b].qs[8 * g + 2 * l + 1]], rb_iq3xxs_levels, sg >> 4, q + 8 * l + 4);
             }

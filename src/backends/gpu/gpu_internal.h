@@ -121,6 +121,12 @@ bool gpu_units_aligned(rb_dtype dt, const gt &v);
 /* Dtypes the kernels can load/store elementwise, and dequantize. */
 bool gpu_plain_ok(rb_dtype t);
 bool gpu_quant_ok(rb_dtype t);
+/* The iq formats (a subset of gpu_quant_ok's): decoded by cast and get_rows,
+ * but with no matrix-vector, fused or expert kernels; rb_matmul decodes them
+ * to f16 for the GEMM at every M. */
+static inline bool gpu_iq_dtype(rb_dtype t) {
+    return t == RB_IQ4_NL || t == RB_IQ4_XS || t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS;
+}
 
 /* ---- ops (each returns RB_E_UNSUPPORTED with a message where it must) ---- */
 rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value);

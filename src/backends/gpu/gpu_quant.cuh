@@ -1,5 +1,5 @@
 /* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
- * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs and iq3_s - described once here (fmt_*: byte layout, sizes and offsets;
+ * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs and iq2_xs - described once here (fmt_*: byte layout, sizes and offsets;
  * include/rbee/quant.h has the C structs and the CPU's codecs), and their
  * device decoding at two granularities: one element (get_rows, cast) and a
  * "unit" of 32 consecutive elements of a row decoded into registers. The
@@ -129,6 +129,47 @@ __device__ __forceinline__ float iq3_elem(int dt, const uint8_t *b, int g, int i
     return (b[fmt_iq3_s::SIGNS + 4 * g + (run >> 1)] >> (4 * (run & 1) + j)) & 1 ? -v : v;
 }
 
+/* iq2_xxs (66 bytes) and iq2_xs (74 bytes): 256 elements, 8 groups of 32,
+ * each 4 runs of 8 (layouts in src/core/quant_iq2.c). iq2_xxs: f16 d (0-1),
+ * then 8 bytes per group (2-65): 4 grid indices and a 32-bit word of four
+ * 7-bit sign fields (the eighth sign of each run by parity) and the scale s
+ * in bits 28-31. iq2_xs: f16 d (0-1), a 16-bit word per run (2-65: grid
+ * index in bits 0-8, sign field in bits 9-15), a scale byte per group
+ * (66-73: low nibble for runs 0-1, high nibble for runs 2-3). Group scale
+ * d (s + 1/2) / 4; grid points from gpu_iq_tables.cuh, levels 8, 25, 43. */
+struct fmt_iq2_xxs {
+    static constexpr int EL = 256, BYTES = 66, D = 0, QS = 2;
+};
+struct fmt_iq2_xs {
+    static constexpr int EL = 256, BYTES = 74, D = 0, QS = 2, SC = 66;
+};
+__device__ __forceinline__ int iq2_level(int i) { return i == 0 ? 8 : i == 1 ? 25 : 43; }
+
+/* Element i (0..31) of group g of an iq2 block at b, in f32 as the CPU's decoder. */
+__device__ __forceinline__ float iq2_elem(int dt, const uint8_t *b, int g, int i) {
+    const float d = f16_bits_to_f32((uint16_t)(b[0] | (b[1] << 8)));
+    const int run = i >> 3, j = i & 7; /* 8-value grid point run of the group, element in it */
+    int code;
+    uint32_t s7, s;
+    if (dt == RB_IQ2_XXS) {
+        const uint8_t *q = b + fmt_iq2_xxs::QS + 8 * g;
+        const uint32_t w = (uint32_t)q[4] | ((uint32_t)q[5] << 8) | ((uint32_t)q[6] << 16) | ((uint32_t)q[7] << 24);
+        s = w >> 28;
+        s7 = (w >> (7 * run)) & 127;
+        code = g_iq2xxs_grid[q[run]];
+    } else {
+        const uint32_t w = (uint32_t)b[fmt_iq2_xs::QS + 2 * (4 * g + run)] |
+                           ((uint32_t)b[fmt_iq2_xs::QS + 2 * (4 * g + run) + 1] << 8);
+        s = ((uint32_t)b[fmt_iq2_xs::SC + g] >> (4 * (run >> 1))) & 15;
+        s7 = w >> 9;
+        code = g_iq2xs_grid[w & 511];
+    }
+    const float scale = d * (0.5f + (float)s) * 0.25f;
+    const uint32_t signs = s7 | ((uint32_t)(__popc(s7) & 1) << 7);
+    const float v = scale * (float)iq2_level((code >> (2 * j)) & 3);
+    return (signs >> j) & 1 ? -v : v;
+}
+
 __device__ __forceinline__ float ld_h(const char *p) { return f16_bits_to_f32(*(const uint16_t *)p); }
 
 /* q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes
@@ -168,11 +209,14 @@ __device__ __forceinline__ int qblock_bytes(int dt) {
     case RB_IQ4_XS: return fmt_iq4_xs::BYTES;
     case RB_IQ3_XXS: return fmt_iq3_xxs::BYTES;
     case RB_IQ3_S: return fmt_iq3_s::BYTES;
+    case RB_IQ2_XXS: return fmt_iq2_xxs::BYTES;
+    case RB_IQ2_XS: return fmt_iq2_xs::BYTES;
     default: return 0;
     }
 }
 __device__ __forceinline__ int qblock_units(int dt) {
-    return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S)
+    return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S ||
+            dt == RB_IQ2_XXS || dt == RB_IQ2_XS)
                ? 8
                : 1;
 }
@@ -280,6 +324,9 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
     } else if (dt == RB_IQ3_XXS || dt == RB_IQ3_S) { /* byte loads */
         const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ3_XXS ? fmt_iq3_xxs::BYTES : fmt_iq3_s::BYTES);
         for (int i = 0; i < 32; i++) w[i] = iq3_elem(dt, b, (int)(u & 7), i);
+    } else if (dt == RB_IQ2_XXS || dt == RB_IQ2_XS) { /* byte loads */
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ2_XXS ? fmt_iq2_xxs::BYTES : fmt_iq2_xs::BYTES);
+        for (int i = 0; i < 32; i++) w[i] = iq2_elem(dt, b, (int)(u & 7), i);
     } else {
 #pragma unroll
         for (int i = 0; i < 32; i++) w[i] = 0.0f;
@@ -334,6 +381,9 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
     } else if (dt == RB_IQ3_XXS || dt == RB_IQ3_S) {
         const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ3_XXS ? fmt_iq3_xxs::BYTES : fmt_iq3_s::BYTES);
         return iq3_elem(dt, b, (int)(u & 7), i);
+    } else if (dt == RB_IQ2_XXS || dt == RB_IQ2_XS) {
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ2_XXS ? fmt_iq2_xxs::BYTES : fmt_iq2_xs::BYTES);
+        return iq2_elem(dt, b, (int)(u & 7), i);
     }
     return 0.0f;
 }

@@ -299,7 +299,7 @@ bool gpu_plain_ok(rb_dtype t) {
 }
 bool gpu_quant_ok(rb_dtype t) {
     return t == RB_Q4_0 || t == RB_Q8_0 || t == RB_Q4_K || t == RB_Q5_K || t == RB_Q6_K || t == RB_MXFP4 ||
-           t == RB_IQ4_NL || t == RB_IQ4_XS || t == RB_IQ3_XXS || t == RB_IQ3_S;
+           gpu_iq_dtype(t);
 }
 
 rb_status gpu_fill(rb_backend *be, rb_tensor *dst, float value) {

@@ -187,8 +187,7 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
         return RB_E_UNSUPPORTED;
     const bool quant = rb_dtype_info((int)a->dtype)->is_quant;
     if (quant && !gpu_units_aligned(a->dtype, gview(a))) return RB_E_UNSUPPORTED;
-    if (a->dtype == RB_IQ4_NL || a->dtype == RB_IQ4_XS || a->dtype == RB_IQ3_XXS || a->dtype == RB_IQ3_S)
-        return RB_E_UNSUPPORTED; /* no matrix-vector kernels */
+    if (gpu_iq_dtype(a->dtype)) return RB_E_UNSUPPORTED; /* no matrix-vector kernels */
     const bool acc = f->accumulate, gluo = f->glu_out;
     /* rope on row pairs (2 i, 2 i + 1): normal mode, f32 destination rows */
     const bool rope = f->rope && f->rope->mode == RB_ROPE_NORMAL && a->ne[1] % 2 == 0 &&
@@ -294,7 +293,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q5_K, q6_K, "
-                               "iq4_nl, iq4_xs, iq3_xxs, iq3_s, f32, f16, bf16 are)",
+                               "iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, f32, f16, bf16 are)",
                                rb_dtype_name(a->dtype), be->name);
     const int64_t K = a->ne[0], N = a->ne[1], M = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (N == 0 || M == 0 || B2 == 0 || B3 == 0) return RB_OK;
@@ -322,7 +321,7 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     if (g->tune.mv_max_m > 0) mv_max = g->tune.mv_max_m < MV_MAX_M ? g->tune.mv_max_m : MV_MAX_M;
     /* the iq formats: no matrix-vector kernels yet; every M takes the GEMM
      * path below, which decodes the weights to f16 (gpu_copy_view) first */
-    if (a->dtype == RB_IQ4_NL || a->dtype == RB_IQ4_XS || a->dtype == RB_IQ3_XXS || a->dtype == RB_IQ3_S) mv_max = 0;
+    if (gpu_iq_dtype(a->dtype)) mv_max = 0;
     if (M <= mv_max) {
         /* decode and small batches: matvec.cuh, weights read once for all M
          * rows; f32 activations wanted as contiguous 16-byte aligned rows */

@@ -259,7 +259,7 @@ rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     const int64_t R = k * T, B = S * T; /* (slot, token) rows; distinct activation rows */
     const rb_dtype dt = a->dtype;
     const bool quant = rb_dtype_info((int)dt)->is_quant;
-    if (quant ? !gpu_quant_ok(dt) || dt == RB_IQ4_NL || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S
+    if (quant ? !gpu_quant_ok(dt) || gpu_iq_dtype(dt)
               : !(dt == RB_F32 || dt == RB_F16 || dt == RB_BF16))
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul_id: experts of dtype %s are not supported on %s (f32, f16, bf16, q4_0, "
