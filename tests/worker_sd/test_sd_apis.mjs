@@ -8,7 +8,8 @@
 // samplers, schedulers, sd-models, options, png-info), the official openai
 // package's images.generate (b64_json) and images.edit, bad input (400
 // naming the field), cancel mid-run and by disconnect, metrics that move by
-// exactly what was generated, heartbeats and startup errors.
+// exactly what was generated, heartbeats and startup errors; without
+// --model, the bundled default model.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -387,6 +388,25 @@ test('health, readiness and info', async () => {
   const page = await request({ ...w, headers: {} }, 'GET', '/');
   assert.equal(page.status, 200);
   assert.match(page.headers['content-type'], /text\/html/);
+});
+
+test('without --model: the bundled default model, the picture rbee txt2img draws with it', async () => {
+  const wd = await startWorker(['--local-mode', '--no-warmup']);
+  const info = json(await request(wd, 'GET', '/v1/info'));
+  assert.equal(info.architecture, 'sd1');
+  assert.equal(info.default_width, 128);
+  assert.equal(info.default_height, 128);
+  const body = { prompt: 'a red circle above a blue square on a yellow background', steps: 20, cfg_scale: 3, seed: 7,
+    sampler: 'euler' };
+  const r = await request(wd, 'POST', '/v1/jobs', body);
+  assert.equal(r.status, 200, r.body);
+  const got = (await streamJob(wd, json(r).job_id)).events.find((e) => e.type === 'image').png;
+  assert.equal(readPng(pngOf(got)).width, 128);
+  const file = path.join(tmp, 'default.png');
+  cli(['txt2img', '-p', body.prompt, '--steps', '20', '--cfg', '3', '--seed', '7', '--sampler', 'euler', '-o', file,
+    '-q']);
+  assert.ok(pngOf(got).equals(fs.readFileSync(file)), 'the worker\'s default model != rbee txt2img\'s');
+  assert.equal((await wd.stop()).code, 0);
 });
 
 test('heartbeats say implementation "sd-worker-rbee"; --vae swaps the VAE', async () => {
