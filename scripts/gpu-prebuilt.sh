@@ -59,6 +59,11 @@
 #              (tools/bench/worker_prompt_cache.py; the model as for worker)
 #   peaks      PyTorch's copy bandwidth and bf16 GEMM rate on the card (the
 #              ceilings of docs/PERFORMANCE.md), where torch is installed
+#   peer       rbee beside llama.cpp on the same GGUF files (scripts/peer-gpu.sh):
+#              builds llama.cpp's CUDA tools from $PEER_SRC (default
+#              .ref/llama.cpp-src-min.tar.xz, peers.md), writes a random F16 file of
+#              each shape in $PEER_SHAPES (default llama3.2-1b), quantizes it to
+#              $PEER_TYPES (default Q4_K_M Q5_K_M Q6_K Q4_0), pp512 tg128 of each
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
 #              gpt-oss-20b shapes, decode to prefill)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
@@ -279,6 +284,11 @@ for s in "$@"; do
       >"$OUT/worker.txt" 2>&1
     rc=$?; cat "$OUT/worker.txt"
     [[ $rc -eq 0 ]] && result worker ok || result worker "FAIL (exit $rc)" ;;
+  peer) for sh in ${PEER_SHAPES:-llama3.2-1b}; do
+          step "peer $sh"
+          OUT=$OUT scripts/peer-gpu.sh "${PEER_SRC:-.ref/llama.cpp-src-min.tar.xz}" $BIN/cuda/rbee "$sh" \
+            ${PEER_TYPES:-Q4_K_M Q5_K_M Q6_K Q4_0} && result "peer $sh" ok || result "peer $sh" FAIL
+        done ;;
   serving)
     step "serving benchmark on cuda:0${LLAMA_SERVER:+ beside llama-server}"
     sm=${RBEE_BENCH_MODEL:-models/default/rbee-default-q8_0.gguf}
