@@ -56,7 +56,9 @@ typedef struct rb_model_config {
     bool gelu_act;         /* gelu-tanh MLP (gemma) instead of silu */
     bool embd_scale;       /* multiply embeddings by sqrt(n_embd) (gemma) */
     bool post_norms;       /* gemma2: post-attention and post-ffn norms */
-    bool fused_qkv;        /* phi3: one qkv projection */
+    bool fused_qkv;        /* phi3: one qkv projection (in every layer) */
+    int n_layer_qkv_one;   /* layers whose q, k and v run as one matrix (all of them when fused_qkv; a fused
+                            * load of a k-quant mix joins only the layers where the three share a type) */
     bool fused_gate_up;    /* phi3: one gate_up projection */
     int sliding_window;    /* 0 = none */
     int swa_pattern;       /* 0: all layers use the window; n: layer il does iff il % n < n - 1 (llama.cpp's

@@ -12,6 +12,8 @@
 typedef struct rb_layer_weights {
     rb_tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;
     rb_tensor wq, wk, wv, wqkv, wo;
+    bool qkv_one; /* q, k and v are one matrix wqkv in this layer (the file's, or joined at load where the
+                   * three share a type: a k-quant mix joins the layers whose attn_v is not promoted) */
     rb_tensor bq, bk, bv, bqkv, bo;
     bool has_bq, has_bk, has_bv, has_bqkv, has_bo;
     rb_tensor w_gate, w_up, w_gate_up, w_down;

@@ -7,9 +7,11 @@
  * memory: GPUs), separate q/k/v and gate/up projections are uploaded as one
  * matrix each (wqkv = [q rows | k rows | v rows], w_gate_up = [gate | up],
  * biases likewise) and the config's fused_qkv / fused_gate_up set, so a layer
- * runs two matrix products and launches fewer. This needs every layer's parts
- * to share one dtype (the bytes then concatenate into a well-formed matrix,
- * block formats included); otherwise that fusion is skipped. The CPU keeps
+ * runs two matrix products and launches fewer. This needs the parts to share
+ * one dtype (the bytes then concatenate into a well-formed matrix, block
+ * formats included): q/k/v are joined layer by layer where they do (a k-quant
+ * mix promotes attn_v in some layers only), gate/up only if they do in every
+ * layer. The CPU keeps
  * the mapped, unfused tensors (no copies). The load option fuse_proj
  * (rb_model_load_opts) forces the fusion (on the CPU too: for tests) or
  * turns it off. */
@@ -195,24 +197,31 @@ static bool cat_ok(const rb_model *m, const char *name, found_weight *fw) {
  * biases bsfx (nullable) are either all absent or all present with one
  * dtype: then each group's bytes concatenate into one well-formed tensor.
  * Shapes are checked when binding, with the usual messages. */
-static bool can_concat(const rb_model *m, bool hf, const char *const *sfx, const char *const *bsfx, int n) {
+/* Layer il's tensors sfx[0..n) (and biases bsfx, all or none) can be joined
+ * into one matrix: present, one dtype, whole rows. */
+static bool can_concat_layer(const rb_model *m, bool hf, int il, const char *const *sfx, const char *const *bsfx,
+                             int n) {
     char name[256];
-    for (int il = 0; il < m->cfg.n_layer; il++) {
-        found_weight fw, first;
-        for (int i = 0; i < n; i++) {
-            layer_name(name, sizeof name, hf, il, sfx[i]);
-            if (!cat_ok(m, name, i ? &fw : &first) || (i && fw.dtype != first.dtype)) return false;
-        }
-        if (!bsfx) continue;
-        int found = 0;
-        for (int i = 0; i < n; i++) {
-            layer_name(name, sizeof name, hf, il, bsfx[i]);
-            if (!find_weight(m, name, &fw)) continue;
-            if (!cat_ok(m, name, found ? &fw : &first) || (found && fw.dtype != first.dtype)) return false;
-            found++;
-        }
-        if (found != 0 && found != n) return false;
+    found_weight fw, first;
+    for (int i = 0; i < n; i++) {
+        layer_name(name, sizeof name, hf, il, sfx[i]);
+        if (!cat_ok(m, name, i ? &fw : &first) || (i && fw.dtype != first.dtype)) return false;
     }
+    if (!bsfx) return true;
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        layer_name(name, sizeof name, hf, il, bsfx[i]);
+        if (!find_weight(m, name, &fw)) continue;
+        if (!cat_ok(m, name, found ? &fw : &first) || (found && fw.dtype != first.dtype)) return false;
+        found++;
+    }
+    return found == 0 || found == n;
+}
+
+/* The same for every layer. */
+static bool can_concat(const rb_model *m, bool hf, const char *const *sfx, const char *const *bsfx, int n) {
+    for (int il = 0; il < m->cfg.n_layer; il++)
+        if (!can_concat_layer(m, hf, il, sfx, bsfx, n)) return false;
     return true;
 }
 
@@ -288,7 +297,7 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
     const bool gemma2_hf = hf && c->post_norms, fuse = want_fusion(m);
     const char *const qkv_w[3] = {nt->wq, nt->wk, nt->wv}, *const qkv_b[3] = {nt->bq, nt->bk, nt->bv};
     const char *const gu_w[2] = {nt->w_gate, nt->w_up};
-    const bool cat_qkv = fuse && !c->fused_qkv && can_concat(m, hf, qkv_w, qkv_b, 3);
+    int n_qkv_one = 0;
     const bool cat_gu = fuse && !c->fused_gate_up && can_concat(m, hf, gu_w, NULL, 2);
     for (int il = 0; il < c->n_layer; il++) {
         rb_layer_weights *L = &m->layers[il];
@@ -311,6 +320,9 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
             if (L->sinks.dtype != RB_F32 && (s = f32_copy_plus(m, &L->sinks, 0.0f, err)) != RB_OK) return s;
             L->has_sinks = true;
         }
+        const bool cat_qkv = fuse && !c->fused_qkv && can_concat_layer(m, hf, il, qkv_w, qkv_b, 3);
+        L->qkv_one = c->fused_qkv || cat_qkv;
+        n_qkv_one += L->qkv_one;
         if (c->fused_qkv) {
             if ((s = bind(m, NAME(nt->wqkv), E, (Hq + 2 * Hkv) * D, true, &L->wqkv, NULL, err)) != RB_OK) return s;
             if ((s = bind(m, NAME(nt->bqkv), (Hq + 2 * Hkv) * D, 1, false, &L->bqkv, &L->has_bqkv, err)) != RB_OK)
@@ -370,7 +382,8 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
     }
     if (hf && c->embd_scale && (s = f32_copy_plus(m, &m->out_norm, 1.0f, err)) != RB_OK) return s;
     /* the forward pass now takes the fused paths (the layouts above are theirs) */
-    if (cat_qkv) m->cfg.fused_qkv = true;
+    m->cfg.n_layer_qkv_one = n_qkv_one;
+    if (n_qkv_one == c->n_layer) m->cfg.fused_qkv = true;
     if (cat_gu) m->cfg.fused_gate_up = true;
     return RB_OK;
 }
@@ -378,7 +391,7 @@ static rb_status bind_all(rb_model *m, const name_table *nt, bool hf, rb_error *
 static void count_main_dtype(rb_model *m) {
     /* the dtype of the first attention projection is representative */
     const rb_layer_weights *L = &m->layers[0];
-    m->main_dtype = m->cfg.fused_qkv ? L->wqkv.dtype : L->wq.dtype;
+    m->main_dtype = L->qkv_one ? L->wqkv.dtype : L->wq.dtype;
 }
 
 rb_status rb_model_bind_gguf(rb_model *m, rb_error *err) {

@@ -201,6 +201,10 @@ static rb_status residual_add(fwd *f, const rb_tensor *norm_w) {
 
 /* ---- attention block ---- */
 
+/* The layer being queued has one qkv matrix (its q, k and v rows side by
+ * side in each token's row of the qkv buffer). */
+static bool layer_qkv_one(const fwd *f) { return f->m->layers[f->il].qkv_one; }
+
 /* What a fused decode qkv product (one qkv matrix) does besides the norm. */
 typedef struct qkv_fusion {
     bool rope; /* rotates the q and k heads (no bias to add between the product and the rope) */
@@ -209,7 +213,7 @@ typedef struct qkv_fusion {
 
 static qkv_fusion qkv_fusion_of(const fwd *f, const rb_layer_weights *L) {
     const rb_model_config *c = f->c;
-    qkv_fusion q = {.rope = c->fused_qkv && f->fuse && !L->has_bqkv && !c->has_rope_long};
+    qkv_fusion q = {.rope = L->qkv_one && f->fuse && !L->has_bqkv && !c->has_rope_long};
     q.kv = q.rope && f->fixed && (f->pooled || (f->n_grp == 1 && f->grp[0].row0 == 0 && f->grp[0].n == f->T));
     return q;
 }
@@ -257,7 +261,7 @@ static rb_status project_qkv(fwd *f, const rb_layer_weights *L, const qkv_fusion
     const rb_model_config *c = f->c;
     fwd_bufs *b = &f->b;
     const int64_t D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, T = f->T, kvrow = D * Hkv;
-    if (c->fused_qkv) {
+    if (L->qkv_one) {
         if (f->fuse) TRY(qkv_fused_product(f, L, qf));
         else CK(rb_matmul(f->be, &b->qkv, &L->wqkv, f->in));
         if (L->has_bqkv) CK(rb_binary(f->be, RB_BINARY_ADD, &b->qkv, &b->qkv, &L->bqkv));
@@ -337,7 +341,7 @@ static rb_status rotate_qk(fwd *f, rb_tensor *q, rb_tensor *k) {
     const rb_model_config *c = f->c;
     if (c->has_rope_long) return rotate_qk_longrope(f, q, k);
     const rb_rope_params rp = layer_rope(f);
-    if (c->fused_qkv) { /* q and k heads are adjacent in each qkv row: one launch */
+    if (layer_qkv_one(f)) { /* q and k heads are adjacent in each qkv row: one launch */
         const int64_t D = c->head_dim;
         rb_tensor qk = view3(&f->b.qkv, 0, D, c->n_head + c->n_head_kv, f->T, D * sizeof(float), qkv_row_bytes(c));
         CK(rb_rope(f->be, &qk, &qk, &f->b.pos, &rp));
@@ -358,7 +362,7 @@ static rb_status append_kv(fwd *f, const seq_group *g, const rb_tensor *ps, cons
     const int il = f->il;
     const int64_t D = c->head_dim, Hkv = c->n_head_kv, kvrow = D * Hkv;
     const size_t kvs = kv->k[il].nb[1]; /* cache row stride (k and v rows interleaved) */
-    if (f->fixed && c->fused_qkv) {
+    if (f->fixed && layer_qkv_one(f)) {
         const size_t row = qkv_row_bytes(c);
         rb_tensor kvsrc = view3(&f->b.qkv, (size_t)g->row0 * row + (size_t)(c->n_head * D) * sizeof(float), 2 * kvrow,
                                 g->n, 1, row, row * (size_t)g->n);
@@ -419,7 +423,7 @@ static rb_status append_kv_pooled(fwd *f, const rb_tensor *k, const rb_tensor *v
     const rb_model_config *c = f->c;
     const int64_t D = c->head_dim, kvrow = D * c->n_head_kv, T = f->T;
     rb_tensor rows = rb_kv_pool_rows(f->grp[0].kv, f->il);
-    if (c->fused_qkv) {
+    if (layer_qkv_one(f)) {
         const size_t row = qkv_row_bytes(c);
         rb_tensor kvsrc =
             view3(&f->b.qkv, (size_t)(c->n_head * D) * sizeof(float), 2 * kvrow, T, 1, row, row * (size_t)T);
