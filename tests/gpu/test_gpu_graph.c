@@ -32,6 +32,7 @@
  * copied between pool members (rb_kv_cache_copy_prefix) holds the source's
  * bytes and decodes through the captured batched step. */
 #include "testutil.h"
+#include "tu_kmix.h"
 
 #include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
@@ -43,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N_GEN 24
 #define N_CTX 64
@@ -94,9 +96,14 @@ static int32_t *read_prompt(const char *dir, size_t *n) {
     return ids;
 }
 
+/* name: a model of tests/data/models, or (starting with '/') a GGUF file
+ * whose greedy prompt is k_file_prompt. */
+static const int32_t k_file_prompt[] = {1, 17, 230, 5, 99, 311, 42, 7};
+
 static rb_model *load_opts(rb_backend *be, const char *name, const rb_model_load_opts *opts) {
     char dir[1200];
-    model_dir(dir, sizeof dir, name);
+    if (name[0] == '/') snprintf(dir, sizeof dir, "%s", name);
+    else model_dir(dir, sizeof dir, name);
     rb_model *m = NULL;
     rb_error err;
     if (rb_model_load(dir, be, opts, &m, &err) != RB_OK) fail_msg("%s: %s", name, err.msg);
@@ -128,9 +135,17 @@ typedef struct run {
 static run greedy_out(rb_model *m, const char *name, rb_decode_mode mode, rb_dtype kvdt, bool step_prompt,
                       int64_t n_ctx, float *const *outs) {
     char dir[1200];
-    model_dir(dir, sizeof dir, name);
     size_t np = 0;
-    int32_t *prompt = read_prompt(dir, &np);
+    int32_t *prompt;
+    if (name[0] == '/') {
+        np = sizeof k_file_prompt / sizeof k_file_prompt[0];
+        prompt = malloc(sizeof k_file_prompt);
+        assert_non_null(prompt);
+        memcpy(prompt, k_file_prompt, sizeof k_file_prompt);
+    } else {
+        model_dir(dir, sizeof dir, name);
+        prompt = read_prompt(dir, &np);
+    }
     const int64_t V = rb_model_get_config(m)->n_vocab;
     run r = {.logits = malloc(sizeof(float) * (size_t)(V * (N_GEN + 1)))};
     assert_non_null(r.logits);
@@ -204,9 +219,17 @@ typedef struct brun {
  * attends to them in one op a layer through kv_index) */
 static brun greedy_batch_pool(rb_model *m, const char *name, rb_decode_mode mode, float *pin, bool pooled) {
     char dir[1200];
-    model_dir(dir, sizeof dir, name);
     size_t np = 0;
-    int32_t *prompt = read_prompt(dir, &np);
+    int32_t *prompt;
+    if (name[0] == '/') {
+        np = sizeof k_file_prompt / sizeof k_file_prompt[0];
+        prompt = malloc(sizeof k_file_prompt);
+        assert_non_null(prompt);
+        memcpy(prompt, k_file_prompt, sizeof k_file_prompt);
+    } else {
+        model_dir(dir, sizeof dir, name);
+        prompt = read_prompt(dir, &np);
+    }
     assert_true(np >= 3);
     const int64_t V = rb_model_get_config(m)->n_vocab;
     brun r = {.logits = malloc(sizeof(float) * (size_t)(V * NB * N_GEN))};
@@ -626,6 +649,59 @@ static void test_gpu_graph_decode(void **state) {
     }
     rb_backend_destroy(be);
     if (bad) fail_msg("%d models: graph decode differs (see above)", bad);
+}
+
+/* A k-quant mix (tu_kmix.h) on the GPU: the default load joins q/k/v in the
+ * layers where the three share a type only, so a decode step switches
+ * between the one-matrix form (norm, rope and the k/v store inside the
+ * product) and three products layer by layer. Graph replay == eager bit for
+ * bit, per-step within 1e-4 and the same tokens, and the CPU's unfused
+ * model's tokens with close logits. */
+static void test_gpu_graph_kquant_mix(void **state) {
+    (void)state;
+    rb_backend *be = gpu_backend();
+    NEED_GPU(be);
+    char path[64];
+    tu_write_kquant_mix(path, sizeof path);
+    rb_model *m = load(be, path);
+    const rb_model_config *c = rb_model_get_config(m);
+    int expect = 0;
+    for (int il = 0; il < TU_KMIX_LAYERS; il++) expect += !tu_kmix_more_bits(il, TU_KMIX_LAYERS);
+    assert_int_equal(c->n_layer_qkv_one, expect);
+    const int64_t V = c->n_vocab;
+    const size_t n = (size_t)(V * (N_GEN + 1));
+    run g = greedy(m, path, RB_DECODE_AUTO, RB_F16, false);
+    run f = greedy(m, path, RB_DECODE_FIXED, RB_F16, false);
+    run l = greedy(m, path, RB_DECODE_LEGACY, RB_F16, false);
+    rb_backend *cpu = NULL;
+    TU_OK(rb_backend_create("cpu", NULL, &cpu, NULL));
+    rb_model *mc = load(cpu, path);
+    run h = greedy(mc, path, RB_DECODE_LEGACY, RB_F32, false);
+    const bool same_bits = memcmp(g.logits, f.logits, n * sizeof(float)) == 0;
+    const double egl = max_rel(g.logits, l.logits, n), ecpu = tu_rel_l2_f(g.logits, h.logits, n);
+    int tok_diff = 0, cpu_diff = 0;
+    for (int j = 0; j < N_GEN; j++) {
+        tok_diff += g.tok[j] != l.tok[j];
+        cpu_diff += g.tok[j] != h.tok[j];
+    }
+    print_message("gpu k-quant mix (%d of %d layers one qkv matrix): graph state %d, graph vs eager %s, vs per-step "
+                  "max rel %.3g (%d tokens differ), vs CPU unfused rel L2 %.3g (%d tokens differ)\n",
+                  c->n_layer_qkv_one, TU_KMIX_LAYERS, (int)g.state, same_bits ? "identical" : "DIFFERENT", egl,
+                  tok_diff, ecpu, cpu_diff);
+    assert_int_equal(g.state, RB_GRAPH_READY);
+    assert_true(same_bits);
+    assert_true(egl <= 1e-4);
+    assert_int_equal(tok_diff, 0);
+    assert_true(ecpu <= 2e-2);
+    free(g.logits);
+    free(f.logits);
+    free(l.logits);
+    free(h.logits);
+    rb_model_free(mc);
+    rb_backend_destroy(cpu);
+    rb_model_free(m);
+    rb_backend_destroy(be);
+    unlink(path);
 }
 
 /* The batched step from a graph: the eager batch's bits, the per-step
@@ -1129,6 +1205,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_graph_queued),
         cmocka_unit_test(test_gpu_graph_rules),
         cmocka_unit_test(test_gpu_graph_decode),
+        cmocka_unit_test(test_gpu_graph_kquant_mix),
         cmocka_unit_test(test_gpu_graph_batch),
         cmocka_unit_test(test_gpu_graph_pool_members),
         cmocka_unit_test(test_gpu_kv_copy_prefix),
