@@ -655,8 +655,10 @@ static void test_gpu_graph_decode(void **state) {
  * layers where the three share a type only, so a decode step switches
  * between the one-matrix form (norm, rope and the k/v store inside the
  * product) and three products layer by layer. Graph replay == eager bit for
- * bit, per-step within 1e-4 and the same tokens, and the CPU's unfused
- * model's tokens with close logits. */
+ * bit, per-step within 1e-4 and the same tokens, and the same GPU's
+ * unfused load (three products in every layer) within 1e-4 with the same
+ * tokens. The CPU's figures are printed only: its q8_K activations differ
+ * from the GPU's q8_1 ones, and 16 random layers amplify that. */
 static void test_gpu_graph_kquant_mix(void **state) {
     (void)state;
     rb_backend *be = gpu_backend();
@@ -673,30 +675,40 @@ static void test_gpu_graph_kquant_mix(void **state) {
     run g = greedy(m, path, RB_DECODE_AUTO, RB_F16, false);
     run f = greedy(m, path, RB_DECODE_FIXED, RB_F16, false);
     run l = greedy(m, path, RB_DECODE_LEGACY, RB_F16, false);
+    const rb_model_load_opts off = {.fuse_proj = RB_FUSE_PROJ_OFF};
+    rb_model *mu = load_opts(be, path, &off);
+    assert_int_equal(rb_model_get_config(mu)->n_layer_qkv_one, 0);
+    run u = greedy(mu, path, RB_DECODE_AUTO, RB_F16, false);
     rb_backend *cpu = NULL;
     TU_OK(rb_backend_create("cpu", NULL, &cpu, NULL));
     rb_model *mc = load(cpu, path);
     run h = greedy(mc, path, RB_DECODE_LEGACY, RB_F32, false);
     const bool same_bits = memcmp(g.logits, f.logits, n * sizeof(float)) == 0;
-    const double egl = max_rel(g.logits, l.logits, n), ecpu = tu_rel_l2_f(g.logits, h.logits, n);
-    int tok_diff = 0, cpu_diff = 0;
+    const double egl = max_rel(g.logits, l.logits, n), egu = max_rel(g.logits, u.logits, n);
+    const double ecpu = tu_rel_l2_f(g.logits, h.logits, n), eucpu = tu_rel_l2_f(u.logits, h.logits, n);
+    int tok_diff = 0, unf_diff = 0, cpu_diff = 0;
     for (int j = 0; j < N_GEN; j++) {
         tok_diff += g.tok[j] != l.tok[j];
+        unf_diff += g.tok[j] != u.tok[j];
         cpu_diff += g.tok[j] != h.tok[j];
     }
     print_message("gpu k-quant mix (%d of %d layers one qkv matrix): graph state %d, graph vs eager %s, vs per-step "
-                  "max rel %.3g (%d tokens differ), vs CPU unfused rel L2 %.3g (%d tokens differ)\n",
+                  "max rel %.3g (%d tokens differ), vs the unfused load max rel %.3g (%d tokens differ); CPU: rel "
+                  "L2 %.3g (%d tokens differ), unfused GPU vs CPU %.3g\n",
                   c->n_layer_qkv_one, TU_KMIX_LAYERS, (int)g.state, same_bits ? "identical" : "DIFFERENT", egl,
-                  tok_diff, ecpu, cpu_diff);
+                  tok_diff, egu, unf_diff, ecpu, cpu_diff, eucpu);
     assert_int_equal(g.state, RB_GRAPH_READY);
     assert_true(same_bits);
     assert_true(egl <= 1e-4);
     assert_int_equal(tok_diff, 0);
-    assert_true(ecpu <= 2e-2);
+    assert_true(egu <= 1e-4);
+    assert_int_equal(unf_diff, 0);
     free(g.logits);
     free(f.logits);
     free(l.logits);
     free(h.logits);
+    free(u.logits);
+    rb_model_free(mu);
     rb_model_free(mc);
     rb_backend_destroy(cpu);
     rb_model_free(m);
