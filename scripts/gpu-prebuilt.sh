@@ -174,6 +174,15 @@ if [[ -n $CUDNN_LIB && -e $CUDNN_LIB/libcudnn.so.9 ]]; then
 else
   echo "cuDNN: not found (python's nvidia.cudnn): convolutions run rbee's own kernels"
 fi
+# NCCL (PyTorch's nvidia-nccl package there) for several devices: test_nccl
+# requires it (RBEE_TEST_NCCL=1)
+NCCL_LIB=$(python3 -c 'import nvidia.nccl as m, os
+print(os.path.join(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0], "lib"))' 2>/dev/null) ||
+  NCCL_LIB=
+if [[ -n $NCCL_LIB && -e $NCCL_LIB/libnccl.so.2 ]]; then
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NCCL_LIB RBEE_TEST_NCCL=1
+  echo "NCCL: $NCCL_LIB"
+fi
 BIN=/tmp/rbee-bin
 mkdir -p $BIN $BIN/share
 # the programs find their data (the CLIP vocabulary, the bundled models) in
