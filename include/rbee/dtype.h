@@ -31,7 +31,8 @@ typedef enum rb_dtype {
     RB_IQ2_XXS = 16, /* 2-bit lattice: 8-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq2_xxs) */
     RB_IQ2_XS = 17,  /* 2-bit lattice: 512 grid points, signs, 4-bit scale per 16 (ggml's block_iq2_xs) */
     RB_IQ3_XXS = 18, /* 3-bit lattice: 4-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq3_xxs) */
-    RB_IQ1_S = 19,   /* 1.56-bit: runs of 8 from a 2048-point {-1,0,1} grid, +-1/8 shift, 3-bit scale per 32 (ggml's block_iq1_s) */
+    RB_IQ1_S = 19,   /* 1.56-bit: runs of 8 from a 2048-point {-1,0,1} grid, +-1/8 shift, 3-bit scale per 32
+                        (ggml's block_iq1_s) */
     RB_IQ4_NL = 20, /* non-linear 4-bit: 16-entry value table, f16 scale per 32 (ggml's block_iq4_nl) */
     RB_IQ3_S = 21,   /* 3-bit lattice: 512 grid points, sign bits, 4-bit scale per 32 (ggml's block_iq3_s) */
     RB_IQ2_S = 22,   /* 2-bit lattice: 1024 grid points, sign bytes, 4-bit scale per 16 (ggml's block_iq2_s) */

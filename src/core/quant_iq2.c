@@ -64,7 +64,8 @@ void rb_iq2_s_decode(const rb_block_iq2_s *x, float *y, int64_t nb) {
             const float scale[2] = {group_scale(d, x[b].scales[g] & 15u), group_scale(d, x[b].scales[g] >> 4)};
             for (int l = 0; l < 4; l++) {
                 const unsigned idx = x[b].qs[4 * g + l] | (((unsigned)x[b].qh[g] >> (2 * l)) & 3u) << 8;
-                put8(rb_iq2s_grid[idx], scale[l / 2], x[b].qs[RB_QK_K / 8 + 4 * g + l], y + b * RB_QK_K + 32 * g + 8 * l);
+                const unsigned signs = x[b].qs[RB_QK_K / 8 + 4 * g + l];
+                put8(rb_iq2s_grid[idx], scale[l / 2], signs, y + b * RB_QK_K + 32 * g + 8 * l);
             }
         }
     }

@@ -91,7 +91,8 @@ static void encode_lattice(rb_dtype t, const float *x, void *q, int64_t n) {
         const rb_f16 d = rb_f32_to_f16(1.0f / 256.0f);
         if (t == RB_IQ1_M) {
             unsigned char *sc = p + offsetof(rb_block_iq1_m, scales);
-            for (int k = 0; k < 4; k++) sc[2 * k + 1] = (unsigned char)((sc[2 * k + 1] & 15u) | ((d >> (4 * k)) & 15u) << 4);
+            for (int k = 0; k < 4; k++)
+                sc[2 * k + 1] = (unsigned char)((sc[2 * k + 1] & 15u) | ((d >> (4 * k)) & 15u) << 4);
         } else {
             memcpy(p, &d, sizeof d);
         }

@@ -1,5 +1,6 @@
 /* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
- * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s and iq1_m - described once here (fmt_*: byte layout, sizes and offsets;
+ * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s,
+ * iq1_s and iq1_m - described once here (fmt_*: byte layout, sizes and offsets;
  * include/rbee/quant.h has the C structs and the CPU's codecs), and their
  * device decoding at two granularities: one element (get_rows, cast) and a
  * "unit" of 32 consecutive elements of a row decoded into registers. The
