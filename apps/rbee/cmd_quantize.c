@@ -14,7 +14,7 @@ static void usage(FILE *f) {
                "Requantizes every weight matrix to TYPE (%s; mxfp4: the experts' stacked\n"
                "matrices as mxfp4, the other matrices as q8_0); 1-D tensors and expert routers become f32,\n"
                "metadata is copied with general.file_type updated. IQ types (iq4_nl, iq4_xs, iq3_s,\n"
-               "iq3_xxs, iq2_xs, iq2_xxs) are read but not written.\n",
+               "iq3_xxs, iq2_s, iq2_xs, iq2_xxs, iq1_m, iq1_s) are read but not written.\n",
             rb_convert_type_list());
 }
 

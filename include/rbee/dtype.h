@@ -31,14 +31,18 @@ typedef enum rb_dtype {
     RB_IQ2_XXS = 16, /* 2-bit lattice: 8-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq2_xxs) */
     RB_IQ2_XS = 17,  /* 2-bit lattice: 512 grid points, signs, 4-bit scale per 16 (ggml's block_iq2_xs) */
     RB_IQ3_XXS = 18, /* 3-bit lattice: 4-value grid points of 256, signs, 4-bit scale per 32 (ggml's block_iq3_xxs) */
+    RB_IQ1_S = 19,   /* 1.56-bit: runs of 8 from a 2048-point {-1,0,1} grid, +-1/8 shift, 3-bit scale per 32
+                        (ggml's block_iq1_s) */
     RB_IQ4_NL = 20, /* non-linear 4-bit: 16-entry value table, f16 scale per 32 (ggml's block_iq4_nl) */
     RB_IQ3_S = 21,   /* 3-bit lattice: 512 grid points, sign bits, 4-bit scale per 32 (ggml's block_iq3_s) */
+    RB_IQ2_S = 22,   /* 2-bit lattice: 1024 grid points, sign bytes, 4-bit scale per 16 (ggml's block_iq2_s) */
     RB_IQ4_XS = 23, /* iq4_nl's table in 256-blocks with 6-bit scales per 32 (ggml's block_iq4_xs) */
     RB_I8 = 24,
     RB_I16 = 25,
     RB_I32 = 26,
     RB_I64 = 27,
     RB_F64 = 28,
+    RB_IQ1_M = 29,   /* 1.75-bit: iq1_s's grid, a shift per 8, 3-bit scales per 16, no d field (ggml's block_iq1_m) */
     RB_BF16 = 30,
     RB_MXFP4 = 39, /* OCP microscaling FP4 (E2M1 values, E8M0 scale per 32), ggml's block_mxfp4 */
     RB_DTYPE_END_ = 40 /* one past the largest id; not a type */

@@ -115,6 +115,32 @@ typedef struct {
     uint8_t scales[RB_QK_K / 32];
 } rb_block_iq2_xs;
 
+/* iq2_s: qs holds 32 grid-index low bytes (one per run of 8), then 32 sign
+ * bytes; qh 2 high index bits per run; scales two 4-bit scales per 32 values
+ * (src/core/quant_iq2.c). */
+typedef struct {
+    rb_f16 d;
+    uint8_t qs[RB_QK_K / 4];
+    uint8_t qh[RB_QK_K / 32];
+    uint8_t scales[RB_QK_K / 32];
+} rb_block_iq2_s;
+/* iq1_s / iq1_m: see src/core/quant_iq1.c. iq1_s's qh are little-endian
+ * 16-bit words (one per 32 values); iq1_m has no d field: its f16 scale is
+ * spread over the top nibbles of its four little-endian scale words. */
+typedef struct {
+    rb_f16 d;
+    uint8_t qs[RB_QK_K / 8];
+    uint16_t qh[RB_QK_K / 32];
+} rb_block_iq1_s;
+typedef struct {
+    uint8_t qs[RB_QK_K / 8];
+    uint8_t qh[RB_QK_K / 16];
+    uint8_t scales[RB_QK_K / 32];
+} rb_block_iq1_m;
+
+_Static_assert(sizeof(rb_block_iq2_s) == 82, "iq2_s layout");
+_Static_assert(sizeof(rb_block_iq1_s) == 50, "iq1_s layout");
+_Static_assert(sizeof(rb_block_iq1_m) == 56, "iq1_m layout");
 _Static_assert(sizeof(rb_block_iq2_xxs) == 66, "iq2_xxs layout");
 _Static_assert(sizeof(rb_block_iq2_xs) == 74, "iq2_xs layout");
 _Static_assert(sizeof(rb_block_iq3_xxs) == 98, "iq3_xxs layout");
@@ -145,6 +171,9 @@ extern const uint8_t rb_iq3xxs_levels[8], rb_iq3s_levels[8];
 /* The iq2 grids: each point's eight 2-bit level indices into rb_iq2_levels (8, 25, 43). */
 extern const uint16_t rb_iq2xxs_grid[256], rb_iq2xs_grid[512];
 extern const uint8_t rb_iq2_levels[3];
+/* The iq2_s grid (1024 points, as the other iq2 grids) and the iq1_s / iq1_m
+ * grid (2048 points, each eight 2-bit indices k of the values k - 1). */
+extern const uint16_t rb_iq2s_grid[1024], rb_iq1s_grid[2048];
 /* An iq2 / iq3_xxs 7-bit sign field as 8 sign bits: bit 7 is set when the
  * field has an odd number of ones (each run of 8 has an even count of minus signs). */
 static inline unsigned rb_iq_signs8(unsigned s7) {

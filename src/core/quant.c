@@ -1,7 +1,7 @@
 /* Public entry points of the quant module (include/rbee/quant.h): validate
  * the dtype and element count, then dispatch to the per-format block encoders
  * and decoders (quant_legacy.c, quant_kquant_*.c, quant_mxfp4.c, quant_iq4.c,
- * quant_iq3.c, quant_iq2.c; the iq formats are decoded only: rb_quant_can_quantize says
+ * quant_iq3.c, quant_iq2.c, quant_iq1.c; the iq formats are decoded only: rb_quant_can_quantize says
  * no). Plain float and integer types are converted element by element here. */
 #include "quant_internal.h"
 
@@ -72,6 +72,9 @@ rb_status rb_dequantize_row(rb_dtype t, const void *src, float *dst, int64_t n) 
     case RB_MXFP4: rb_mxfp4_decode(src, dst, nb); return RB_OK;
     case RB_IQ2_XXS: rb_iq2_xxs_decode(src, dst, nb); return RB_OK;
     case RB_IQ2_XS: rb_iq2_xs_decode(src, dst, nb); return RB_OK;
+    case RB_IQ2_S: rb_iq2_s_decode(src, dst, nb); return RB_OK;
+    case RB_IQ1_S: rb_iq1_s_decode(src, dst, nb); return RB_OK;
+    case RB_IQ1_M: rb_iq1_m_decode(src, dst, nb); return RB_OK;
     case RB_IQ3_XXS: rb_iq3_xxs_decode(src, dst, nb); return RB_OK;
     case RB_IQ3_S: rb_iq3_s_decode(src, dst, nb); return RB_OK;
     case RB_IQ4_NL: rb_iq4_nl_decode(src, dst, nb); return RB_OK;

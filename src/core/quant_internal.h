@@ -39,9 +39,14 @@ void rb_iq4_xs_decode(const rb_block_iq4_xs *x, float *y, int64_t nb);
 void rb_iq3_xxs_decode(const rb_block_iq3_xxs *x, float *y, int64_t nb);
 void rb_iq3_s_decode(const rb_block_iq3_s *x, float *y, int64_t nb);
 
-/* ---- 2-bit lattice iq2_xxs / iq2_xs (quant_iq2.c; decode only) ---- */
+/* ---- 2-bit lattice iq2_xxs / iq2_xs / iq2_s (quant_iq2.c; decode only) ---- */
 void rb_iq2_xxs_decode(const rb_block_iq2_xxs *x, float *y, int64_t nb);
 void rb_iq2_xs_decode(const rb_block_iq2_xs *x, float *y, int64_t nb);
+void rb_iq2_s_decode(const rb_block_iq2_s *x, float *y, int64_t nb);
+
+/* ---- 1-bit lattice iq1_s / iq1_m (quant_iq1.c; decode only) ---- */
+void rb_iq1_s_decode(const rb_block_iq1_s *x, float *y, int64_t nb);
+void rb_iq1_m_decode(const rb_block_iq1_m *x, float *y, int64_t nb);
 
 /* ---- microscaling fp4 (quant_mxfp4.c) ---- */
 void rb_mxfp4_encode(const float *x, rb_block_mxfp4 *y, int64_t nb);

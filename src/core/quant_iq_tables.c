@@ -7,7 +7,9 @@
  * stored here as four 3-bit level indices (bits 3j..3j+2: the level of the
  * group's element j), expanded through the format's 8 levels. iq2_xxs and
  * iq2_xs do the same with runs of 8 magnitudes from 3 levels (256 and 512
- * points, eight 2-bit level indices each). */
+ * points, eight 2-bit level indices each), and iq2_s with 1024 points.
+ * iq1_s and iq1_m share one grid of 2048 runs of 8 values from -1, 0, +1
+ * (eight 2-bit indices k of the values k - 1). */
 #include "core/quant_iq_grids.h"
 #include "rbee/quant.h"
 
@@ -25,3 +27,7 @@ const uint8_t rb_iq2_levels[3] = {8, 25, 43};
 const uint16_t rb_iq2xxs_grid[256] = {RB_IQ2XXS_GRID};
 
 const uint16_t rb_iq2xs_grid[512] = {RB_IQ2XS_GRID};
+
+const uint16_t rb_iq2s_grid[1024] = {RB_IQ2S_GRID};
+
+const uint16_t rb_iq1s_grid[2048] = {RB_IQ1S_GRID};

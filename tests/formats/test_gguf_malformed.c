@@ -214,9 +214,9 @@ static void test_bad_type_ids(void **state) {
     gb_u32(&b, 4);
     gb_u32(&b, 1);
     expect_format(&b, "empty key", NULL);
-    /* Tensor dtype ids that are not types: 4 and 5 (removed q4_2/q4_3), ggml
-     * formats not read yet (19 iq1_s, 22 iq2_s, 29 iq1_m), 31, huge. */
-    static const uint32_t bad_dt[] = {4, 5, 19, 22, 29, 31, 1000, 0xffffffffu};
+    /* Tensor dtype ids that are not types: 4 and 5 (removed q4_2/q4_3), 31,
+     * ggml formats not read (34 tq1_0, 35 tq2_0), huge. */
+    static const uint32_t bad_dt[] = {4, 5, 31, 34, 35, 1000, 0xffffffffu};
     for (size_t i = 0; i < sizeof bad_dt / sizeof bad_dt[0]; i++) {
         start(&b, 1, 0);
         gb_tensor(&b, "tt", 1, k_ne16, bad_dt[i], 0);
@@ -232,6 +232,19 @@ static void test_bad_type_ids(void **state) {
     gb_tensor(&b, "tt", 1, k_ne16, 16, 0);
     finish(&b);
     expect_format(&b, "'tt'", "not a multiple of the iq2_xxs block size 256");
+    /* and 19 = iq1_s, 22 = iq2_s, 29 = iq1_m, read now */
+    static const struct {
+        uint32_t id;
+        const char *msg;
+    } low[] = {{19, "not a multiple of the iq1_s block size 256"},
+               {22, "not a multiple of the iq2_s block size 256"},
+               {29, "not a multiple of the iq1_m block size 256"}};
+    for (size_t i = 0; i < sizeof low / sizeof low[0]; i++) {
+        start(&b, 1, 0);
+        gb_tensor(&b, "tt", 1, k_ne16, low[i].id, 0);
+        finish(&b);
+        expect_format(&b, "'tt'", low[i].msg);
+    }
     start(&b, 1, 0); /* positive control for the above */
     gb_tensor(&b, "tt", 1, k_ne16, 0, 0);
     finish(&b);

@@ -101,18 +101,28 @@ gp gp_make(rb_backend *cpu, rb_backend *gpu, tu_rng *rng, rb_dtype dt, const int
     unsigned char *bytes = malloc(size ? size : 1);
     assert_non_null(bytes);
     const rb_dtype_traits *tr = rb_dtype_info((int)dt);
-    if (dt == RB_IQ4_NL || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S || dt == RB_IQ2_XXS || dt == RB_IQ2_XS) {
+    if (dt == RB_IQ4_NL || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S || dt == RB_IQ2_XXS ||
+        dt == RB_IQ2_XS || dt == RB_IQ2_S || dt == RB_IQ1_S || dt == RB_IQ1_M) {
         /* no encoder for the iq formats: random indices, signs and scales,
-         * each block's f16 d set so values stay within about 2 max(|lo|, |hi|) */
+         * each block's f16 d set so values stay within about 2 max(|lo|, |hi|)
+         * (iq1_m keeps d in the top nibbles of its 4 scale words, bytes 48-55) */
         for (size_t i = 0; i < size; i++) bytes[i] = (unsigned char)tu_rng_u64(rng);
         const float m = fmaxf(fabsf(lo), fabsf(hi)) /
                         (dt == RB_IQ4_NL   ? 64.0f
                          : dt == RB_IQ4_XS ? 64.0f * 32.0f
-                         : dt == RB_IQ2_XXS || dt == RB_IQ2_XS ? 84.0f /* 43 x 15.5 / 4 at most */
-                                                               : 240.0f);
+                         : dt == RB_IQ2_XXS || dt == RB_IQ2_XS || dt == RB_IQ2_S ? 84.0f /* 43 x 15.5 / 4 at most */
+                         : dt == RB_IQ1_S || dt == RB_IQ1_M ? 8.4f /* 15 x 1.125 at most */
+                                                            : 240.0f);
         for (size_t b = 0; b + tr->type_size <= size; b += tr->type_size) {
             const rb_f16 d = rb_f32_to_f16(m * tu_rng_range(rng, -1.0f, 1.0f));
-            memcpy(bytes + b, &d, sizeof d);
+            if (dt == RB_IQ1_M) {
+                for (int k = 0; k < 4; k++) {
+                    unsigned char *top = bytes + b + 49 + 2 * k;
+                    *top = (unsigned char)((*top & 15u) | ((d >> (4 * k)) & 15u) << 4);
+                }
+            } else {
+                memcpy(bytes + b, &d, sizeof d);
+            }
         }
     } else if (tr->is_quant) {
         /* whole parent rows of random values, quantized */

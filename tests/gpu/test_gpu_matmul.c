@@ -1,8 +1,9 @@
 /* rb_matmul on the GPU against a double-precision reference computed from
  * the dequantized weights and the stored activations, and (quantized weights)
  * against the CPU backend, for weights in f32, f16, bf16, q4_0, q8_0, q4_K,
- * q5_K, q6_K, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs and iq2_xs (the iq formats in run_all only: decoded to
- * f16 for the GEMM at every M, within the matrix-vector bound below 33 rows).
+ * q5_K, q6_K, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s
+ * and iq1_m (the iq formats in run_all only: decoded to f16 for the GEMM at
+ * every M, within the matrix-vector bound below 33 rows).
  *  - run_all: M = 1, 3, 8, 19, 70 and 130 through every path (matrix-vector
  *    kernels; float weights from 5 rows and every type from 33: the GEMM;
  *    q4_0 / q8_0 from 9 to 64 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
@@ -191,7 +192,8 @@ static void run_all(bool tiled) {
     tu_rng rng;
     tu_rng_seed(&rng, tiled ? 501 : 500);
     const rb_dtype ws[] = {RB_F32,  RB_F16,  RB_BF16,   RB_Q4_0,   RB_Q8_0,    RB_Q4_K,
-                           RB_Q5_K, RB_Q6_K, RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS};
+                           RB_Q5_K, RB_Q6_K, RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS,
+                           RB_IQ2_S, RB_IQ1_S, RB_IQ1_M};
     const int64_t Ms[] = {1, 3, 8, 19, 70, 130};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {

@@ -3,7 +3,7 @@
  * layouts; f32/f16/bf16): fill, affine, all unary and binary ops with
  * broadcasting, where, cast (float <-> float strided and in 4-wide rows,
  * quantized -> float; the iq formats bit for bit),
- * get_rows (float, q4_0/q8_0/q4_K/q5_K/q6_K and iq4/iq3/iq2 tables, bad ids), set_rows,
+ * get_rows (float, q4_0/q8_0/q4_K/q5_K/q6_K and iq4/iq3/iq2/iq1 tables, bad ids), set_rows,
  * rms_norm, layer_norm, softmax with masks, reductions, rope, and the fused
  * rb_glu / rb_add_rms_norm (1e-6 relative to the CPU). f32 results
  * within 1e-5 relative (plus a tiny absolute floor); f16/bf16 outputs allow
@@ -164,7 +164,7 @@ static void test_cast(void **state) {
     gp_free(&c);
     /* dequantizing casts */
     const rb_dtype qs[] = {RB_Q4_0,   RB_Q8_0,   RB_Q4_K,    RB_Q5_K,  RB_Q6_K,    RB_IQ4_NL,
-                           RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS};
+                           RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS, RB_IQ2_S, RB_IQ1_S, RB_IQ1_M};
     for (int q = 0; q < (int)(sizeof qs / sizeof qs[0]); q++) {
         const int64_t qne[4] = {512, 7, 2, 1};
         gp s = MK(qs[q], qne, GP_SLICE, -2, 2), d = MK(RB_F32, qne, GP_PERM, 0, 1);
@@ -174,7 +174,8 @@ static void test_cast(void **state) {
         snprintf(what, sizeof what, "dequantize %s", rb_dtype_name(qs[q]));
         /* the iq formats bit for bit (products of exact factors; the CPU equals ggml) */
         const bool iq = qs[q] == RB_IQ4_NL || qs[q] == RB_IQ4_XS || qs[q] == RB_IQ3_XXS || qs[q] == RB_IQ3_S ||
-                        qs[q] == RB_IQ2_XXS || qs[q] == RB_IQ2_XS;
+                        qs[q] == RB_IQ2_XXS || qs[q] == RB_IQ2_XS || qs[q] == RB_IQ2_S || qs[q] == RB_IQ1_S ||
+                        qs[q] == RB_IQ1_M;
         gp_expect_close(&d, iq ? 0.0 : 1e-6, iq ? 0.0 : 1e-7, what);
         gp_free(&s);
         gp_free(&d);
@@ -185,7 +186,7 @@ static void test_get_set_rows(void **state) {
     PREP(14);
     const rb_dtype tabs[] = {RB_F32,  RB_F16,  RB_BF16, RB_Q4_0,   RB_Q8_0,
                              RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S,
-                             RB_IQ2_XXS, RB_IQ2_XS};
+                             RB_IQ2_XXS, RB_IQ2_XS, RB_IQ2_S, RB_IQ1_S, RB_IQ1_M};
     const int64_t V = 29;
     int32_t ids[10];
     for (int i = 0; i < 10; i++) ids[i] = (int32_t)(tu_rng_u64(&e->rng) % V);

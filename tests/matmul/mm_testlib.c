@@ -2,12 +2,14 @@
 #include "mm_testlib.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 const rb_dtype mm_weight_dtypes[] = {RB_F32,  RB_F16,  RB_BF16, RB_Q4_0, RB_Q4_1, RB_Q5_0, RB_Q5_1,
                                      RB_Q8_0, RB_Q2_K, RB_Q3_K, RB_Q4_K, RB_Q5_K, RB_Q6_K, RB_MXFP4,
-                                     RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS};
+                                     RB_IQ4_NL, RB_IQ4_XS, RB_IQ3_XXS, RB_IQ3_S, RB_IQ2_XXS, RB_IQ2_XS,
+                                     RB_IQ2_S, RB_IQ1_S, RB_IQ1_M};
 const int mm_n_weight_dtypes = (int)(sizeof mm_weight_dtypes / sizeof mm_weight_dtypes[0]);
 
 void mm_fill(tu_rng *r, float *x, size_t n, float scale) {
@@ -70,8 +72,9 @@ static void encode_iq4(rb_dtype t, const float *x, void *q, int64_t n) {
     }
 }
 
-/* iq3 / iq2 blocks: bytes from a generator seeded by x (grid indices, signs
- * and scales all random), d = 1/256: values up to about 2 in magnitude. */
+/* iq3 / iq2 / iq1 blocks: bytes from a generator seeded by x (grid indices,
+ * signs, shifts and scales all random), d = 1/256: values up to about 2 in
+ * magnitude. iq1_m keeps d in the top nibbles of its 4 scale words. */
 static void encode_lattice(rb_dtype t, const float *x, void *q, int64_t n) {
     uint32_t st;
     memcpy(&st, x, sizeof st);
@@ -86,7 +89,13 @@ static void encode_lattice(rb_dtype t, const float *x, void *q, int64_t n) {
             p[k] = (unsigned char)(st >> 8);
         }
         const rb_f16 d = rb_f32_to_f16(1.0f / 256.0f);
-        memcpy(p, &d, sizeof d);
+        if (t == RB_IQ1_M) {
+            unsigned char *sc = p + offsetof(rb_block_iq1_m, scales);
+            for (int k = 0; k < 4; k++)
+                sc[2 * k + 1] = (unsigned char)((sc[2 * k + 1] & 15u) | ((d >> (4 * k)) & 15u) << 4);
+        } else {
+            memcpy(p, &d, sizeof d);
+        }
     }
 }
 
@@ -99,7 +108,8 @@ void *mm_encode(rb_dtype t, const float *x, int64_t rows, int64_t n) {
         for (int64_t r = 0; r < rows; r++) encode_iq4(t, x + r * n, (char *)q + (size_t)r * rs, n);
         return q;
     }
-    if (t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS) {
+    if (t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS || t == RB_IQ2_S || t == RB_IQ1_S ||
+        t == RB_IQ1_M) {
         for (int64_t r = 0; r < rows; r++) encode_lattice(t, x + r * n, (char *)q + (size_t)r * rs, n);
         return q;
     }

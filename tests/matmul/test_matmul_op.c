@@ -268,13 +268,13 @@ static void test_bad_inputs(void **state) {
 }
 
 /* The IQ weights at prefill sizes (64 and 65 rows, odd widths) on every ISA,
- * and their shape rules: a row must be whole blocks (256 for iq4_xs, iq2_*). */
+ * and their shape rules: a row must be whole blocks (256 for iq4_xs, iq2_*, iq1_*). */
 static void test_iq_prefill_and_shapes(void **state) {
     (void)state;
-    const rb_dtype iq[4] = {RB_IQ4_NL, RB_IQ4_XS, RB_IQ2_XXS, RB_IQ2_XS};
+    const rb_dtype iq[7] = {RB_IQ4_NL, RB_IQ4_XS, RB_IQ2_XXS, RB_IQ2_XS, RB_IQ2_S, RB_IQ1_S, RB_IQ1_M};
     for (int isa = 0; isa < n_isas(); isa++) {
         rb_backend *be = make_be(k_isas[isa], 2);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 7; i++) {
             mm_case c = {iq[i], RB_F32, RB_F32, 768, 29, 64, 1, 1, 1, 1, false};
             free(run_case(be, &c, 600 + (uint64_t)i));
             mm_case c2 = {iq[i], RB_F32, RB_F32, i == 0 ? 32 * 11 : 256, 7, 65, 1, 1, 1, 1, false};
@@ -290,6 +290,9 @@ static void test_iq_prefill_and_shapes(void **state) {
     assert_int_not_equal(rb_tensor_alloc(be, RB_IQ4_NL, 2, ne_nl, &bad), RB_OK);
     assert_int_not_equal(rb_tensor_alloc(be, RB_IQ2_XXS, 2, ne_bad, &bad), RB_OK);
     assert_int_not_equal(rb_tensor_alloc(be, RB_IQ2_XS, 2, ne_bad, &bad), RB_OK);
+    assert_int_not_equal(rb_tensor_alloc(be, RB_IQ2_S, 2, ne_bad, &bad), RB_OK);
+    assert_int_not_equal(rb_tensor_alloc(be, RB_IQ1_S, 2, ne_bad, &bad), RB_OK);
+    assert_int_not_equal(rb_tensor_alloc(be, RB_IQ1_M, 2, ne_bad, &bad), RB_OK);
     TU_OK(rb_tensor_alloc(be, RB_IQ4_XS, 2, ne_a, &a));
     TU_OK(rb_tensor_alloc(be, RB_F32, 2, ne_b, &b));
     TU_OK(rb_tensor_alloc(be, RB_F32, 2, ne_d, &d));

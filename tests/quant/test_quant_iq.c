@@ -1,10 +1,10 @@
 /* The IQ formats against llama.cpp: every quantized tensor of the tiny model
  * llama-quantize --pure wrote in iq4_nl and iq4_xs, and ggml's quantizer in
- * iq2_xxs and iq2_xs (iq_model.c; tests/data/llamacpp), decodes to exactly
+ * iq2_xxs, iq2_xs, iq2_s, iq1_s and iq1_m (iq_model.c; tests/data/llamacpp), decodes to exactly
  * ggml's to_float output (SHA-256 of the f32 bytes, made by
  * tools/llamacpp_fixtures/iq_fixtures.c), and so do one tensor's blocks
- * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); the iq2 grids expand
- * to the bytes of ggml's tables (SHA-256 recorded here);
+ * ggml quantized to iq3_xxs and iq3_s (iq_blocks.c); the iq2 and iq1 grids
+ * expand to the bytes of ggml's tables (SHA-256 recorded here);
  * hand-packed blocks decode to the values the format's definition gives
  * (exact small-integer products; the implied eighth sign); the dtype traits
  * match ggml's ids and sizes; bad lengths and encoding are refused. */
@@ -21,7 +21,8 @@
 static const struct {
     const char *tag;
     rb_dtype dtype;
-} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}, {"iq2_xxs", RB_IQ2_XXS}, {"iq2_xs", RB_IQ2_XS}};
+} k_iq[] = {{"iq4_nl", RB_IQ4_NL}, {"iq4_xs", RB_IQ4_XS}, {"iq2_xxs", RB_IQ2_XXS}, {"iq2_xs", RB_IQ2_XS},
+             {"iq2_s", RB_IQ2_S},   {"iq1_s", RB_IQ1_S},   {"iq1_m", RB_IQ1_M}};
 
 static void check_file(const char *tag, rb_dtype dtype) {
     char rel[128], path[1024];
@@ -116,7 +117,8 @@ static void test_iq3_xxs_definition(void **state) {
 
 /* Each iq2 grid point expanded to its 8 level bytes, in ggml's table order
  * and layout (a little-endian uint64 per point), hashes to the SHA-256 of
- * ggml's iq2xxs_grid / iq2xs_grid arrays (computed from ggml-common.h). */
+ * ggml's iq2xxs_grid / iq2xs_grid / iq2s_grid arrays (computed from
+ * ggml-common.h). */
 static void test_iq2_grids_match_ggml(void **state) {
     (void)state;
     const struct {
@@ -124,8 +126,9 @@ static void test_iq2_grids_match_ggml(void **state) {
         int n;
         const char *want;
     } g[] = {{rb_iq2xxs_grid, 256, "05826b5d3e472a3a78f196be62ac78acf81df0f909626e12ab9fa2a5d490dd54"},
-             {rb_iq2xs_grid, 512, "06e47aaca60b4dc1d9b5a3f34540437058a6b142b4d7a59d5ded769b4d1bf1de"}};
-    for (int t = 0; t < 2; t++) {
+             {rb_iq2xs_grid, 512, "06e47aaca60b4dc1d9b5a3f34540437058a6b142b4d7a59d5ded769b4d1bf1de"},
+             {rb_iq2s_grid, 1024, "e1aa1473412b0552c2174c30ef22ab4073f6a181b85a17056e8249bd2932fd88"}};
+    for (int t = 0; t < 3; t++) {
         tu_sha256 h;
         tu_sha256_init(&h);
         for (int i = 0; i < g[t].n; i++) {
@@ -140,6 +143,26 @@ static void test_iq2_grids_match_ggml(void **state) {
         tu_sha256_hex(&h, got);
         assert_string_equal(got, g[t].want);
     }
+}
+
+/* The iq1_s / iq1_m grid: each point's 8 values (-1, 0, +1) as int8 bytes
+ * hash to the SHA-256 of ggml's iq1s_grid array (8 bytes per point). */
+static void test_iq1_grid_matches_ggml(void **state) {
+    (void)state;
+    tu_sha256 h;
+    tu_sha256_init(&h);
+    for (int i = 0; i < 2048; i++) {
+        uint8_t v[8];
+        for (int j = 0; j < 8; j++) {
+            const int k = (rb_iq1s_grid[i] >> (2 * j)) & 3;
+            assert_true(k != 3);
+            v[j] = (uint8_t)(int8_t)(k - 1);
+        }
+        tu_sha256_update(&h, v, 8);
+    }
+    char got[65];
+    tu_sha256_hex(&h, got);
+    assert_string_equal(got, "07540ffc1aeaf6ad4d97e96b0fcc765aae39671d4ae4a27bbd0e796fde167c6a");
 }
 
 /* Eighth sign of a 7-bit field: set when the field has an odd number of ones. */
@@ -214,6 +237,99 @@ static void test_iq2_xs_definition(void **state) {
         assert_true(out[24 + j] == 8.0f * hi);
     }
     for (int i = 32; i < 256; i++) assert_true(out[i] == 0.5f * 0.5f * 0.25f * 8.0f);
+}
+
+/* iq2_s: run r of group g takes grid index qs[4g + r] | (bits 2r..2r+1 of
+ * qh[g]) << 8 and its 8 signs from byte qs[32 + 4g + r]; scales as iq2_xs.
+ * Grid point 1023 is (43 x 8), point 0 (8 x 8), point 256 (25, 25, 25, 25,
+ * 25, 8, 25, 8) (ggml's table). */
+static void test_iq2_s_definition(void **state) {
+    (void)state;
+    rb_block_iq2_s b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800; /* 0.5 */
+    b.qs[0] = 255;
+    b.qh[0] = 3;     /* run 0: index 1023 */
+    b.qs[32] = 0x81; /* minus at 0 and 7 */
+    b.qs[33] = 0xFF; /* run 1: point 0, all minus */
+    b.qh[0] |= 1u << 4; /* run 2: index 256 */
+    b.qs[34] = 0x20;    /* minus at 5 */
+    b.scales[0] = (uint8_t)(15 | 2 << 4);
+    b.qs[4 + 1] = 255; /* group 1 run 1: index 1023 through qh[1] */
+    b.qh[1] = 3u << 2;
+    b.qs[32 + 4 + 1] = 0x0F;
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ2_S, &b, out, 256));
+    const float lo = 0.5f * (0.5f + 15.0f) * 0.25f, hi = 0.5f * (0.5f + 2.0f) * 0.25f, s0 = 0.5f * 0.5f * 0.25f;
+    const float p256[8] = {25, 25, 25, 25, 25, 8, 25, 8};
+    for (int j = 0; j < 8; j++) {
+        assert_true(out[j] == (j == 0 || j == 7 ? -43.0f : 43.0f) * lo);
+        assert_true(out[8 + j] == -8.0f * lo);
+        assert_true(out[16 + j] == (j == 5 ? -p256[j] : p256[j]) * hi);
+        assert_true(out[24 + j] == 8.0f * hi);
+        assert_true(out[32 + j] == 8.0f * s0);
+        assert_true(out[40 + j] == (j < 4 ? -43.0f : 43.0f) * s0);
+    }
+    for (int i = 48; i < 256; i++) assert_true(out[i] == 8.0f * s0);
+}
+
+/* iq1_s: group g's word qh[g] holds run r's high index bits at 3r..3r+2,
+ * the scale s at 12-14 (d (2s + 1)) and the shift's sign at 15. Grid point 0
+ * is (-1 x 8), point 1 (+1, -1 x 7), point 2047 (+1 x 8) (ggml's table). */
+static void test_iq1_s_definition(void **state) {
+    (void)state;
+    rb_block_iq1_s b;
+    memset(&b, 0, sizeof b);
+    b.d = 0xC000; /* -2 */
+    b.qs[0] = 1;
+    b.qs[2] = 255;
+    b.qh[0] = (uint16_t)(7u << 6 | 5u << 12 | 0x8000u); /* run 2: index 2047; s = 5; shift -1/8 */
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ1_S, &b, out, 256));
+    const float sc = -2.0f * 11.0f;
+    for (int j = 0; j < 8; j++) {
+        assert_true(out[j] == sc * ((j == 0 ? 1.0f : -1.0f) - 0.125f));
+        assert_true(out[8 + j] == sc * (-1.0f - 0.125f));
+        assert_true(out[16 + j] == sc * (1.0f - 0.125f));
+        assert_true(out[24 + j] == sc * (-1.0f - 0.125f));
+    }
+    for (int i = 32; i < 256; i++) assert_true(out[i] == -2.0f * (-1.0f + 0.125f)); /* s = 0, shift +1/8 */
+}
+
+/* iq1_m: byte qh[2g + h] holds runs 2h and 2h + 1 (high index bits 0-2 and
+ * 4-6, shift signs at bits 3 and 7); scale word k holds groups 2k and 2k + 1
+ * (6 bits each: 3 for runs 0-1, 3 for runs 2-3); the top nibbles of the four
+ * words are the f16 d, least significant first. */
+static void test_iq1_m_definition(void **state) {
+    (void)state;
+    rb_block_iq1_m b;
+    memset(&b, 0, sizeof b);
+    /* d = -0.25, f16 0xB400: nibbles 0, 0, 4, 0xB */
+    b.scales[5] = 0x40;
+    b.scales[7] = 0xB0;
+    /* group 0: runs 0-1 scale 3 (7), runs 2-3 scale 6 (13); group 1: runs 0-1 scale 1 (3) */
+    const unsigned w0 = 3u | 6u << 3 | 1u << 6;
+    b.scales[0] = (uint8_t)(w0 & 255);
+    b.scales[1] = (uint8_t)(w0 >> 8);
+    b.qs[0] = 1;              /* run 0: point 1 */
+    b.qs[1] = 255;
+    b.qh[0] = (uint8_t)(7u << 4 | 0x80u); /* run 1: index 2047, shift -1/8 */
+    b.qh[1] = 0x08;                     /* run 2: point 0, shift -1/8; run 3: point 0, +1/8 */
+    b.qs[4] = 255;
+    b.qh[2] = 7; /* group 1 run 0: index 2047 */
+    float out[256];
+    TU_OK(rb_dequantize_row(RB_IQ1_M, &b, out, 256));
+    const float d = -0.25f;
+    for (int j = 0; j < 8; j++) {
+        assert_true(out[j] == d * 7.0f * ((j == 0 ? 1.0f : -1.0f) + 0.125f));
+        assert_true(out[8 + j] == d * 7.0f * (1.0f - 0.125f));
+        assert_true(out[16 + j] == d * 13.0f * (-1.0f - 0.125f));
+        assert_true(out[24 + j] == d * 13.0f * (-1.0f + 0.125f));
+        assert_true(out[32 + j] == d * 3.0f * (1.0f + 0.125f));
+        assert_true(out[40 + j] == d * 3.0f * (-1.0f + 0.125f));
+        assert_true(out[48 + j] == d * (-1.0f + 0.125f)); /* runs 2-3 of group 1: scale 0 */
+    }
+    for (int i = 64; i < 256; i++) assert_true(out[i] == d * (-1.0f + 0.125f));
 }
 
 static const int k_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -300,6 +416,25 @@ static void test_traits_and_refusals(void **state) {
     assert_int_equal(rb_dequantize_row(RB_IQ2_XS, blocks, out, 32), RB_E_INVALID);
     assert_int_equal(rb_quantize_row(RB_IQ2_XXS, out, blocks, 256), RB_E_UNSUPPORTED);
     assert_int_equal(rb_quantize_row(RB_IQ2_XS, out, blocks, 256), RB_E_UNSUPPORTED);
+    const struct {
+        const char *name;
+        rb_dtype t;
+        int id;
+        size_t size;
+    } low[] = {{"IQ2_S", RB_IQ2_S, 22, 82}, {"iq1_s", RB_IQ1_S, 19, 50}, {"iq1_M", RB_IQ1_M, 29, 56}};
+    for (int i = 0; i < 3; i++) {
+        assert_true(rb_dtype_from_name(low[i].name, &t));
+        assert_int_equal(t, low[i].id);
+        assert_true(rb_dtype_valid(low[i].id));
+        assert_int_equal(rb_dtype_info(low[i].id)->block_size, 256);
+        assert_int_equal(rb_dtype_info(low[i].id)->type_size, low[i].size);
+        assert_int_equal(rb_dtype_row_size(low[i].t, 512), 2 * low[i].size);
+        assert_int_equal(rb_dtype_row_size(low[i].t, 128), 0);
+        assert_int_equal(rb_dequantize_row(low[i].t, blocks, out, 255), RB_E_INVALID);
+        assert_int_equal(rb_dequantize_row(low[i].t, NULL, out, 256), RB_E_INVALID);
+        assert_int_equal(rb_quantize_row(low[i].t, out, blocks, 256), RB_E_UNSUPPORTED);
+        assert_false(rb_quant_can_quantize(low[i].t));
+    }
     assert_false(rb_quant_can_quantize(RB_IQ4_NL));
     assert_false(rb_quant_can_quantize(RB_IQ4_XS));
     assert_int_equal(rb_quantize_row(RB_IQ4_NL, out, blocks, 32), RB_E_UNSUPPORTED);
@@ -313,6 +448,10 @@ int main(void) {
         cmocka_unit_test(test_iq2_grids_match_ggml),
         cmocka_unit_test(test_iq2_xxs_definition),
         cmocka_unit_test(test_iq2_xs_definition),
+        cmocka_unit_test(test_iq1_grid_matches_ggml),
+        cmocka_unit_test(test_iq2_s_definition),
+        cmocka_unit_test(test_iq1_s_definition),
+        cmocka_unit_test(test_iq1_m_definition),
         cmocka_unit_test(test_iq3_xxs_definition),
         cmocka_unit_test(test_iq4_nl_definition),
         cmocka_unit_test(test_iq4_xs_definition),

@@ -2,8 +2,9 @@
  * project; see tests/data/llamacpp/README.md): copies a GGUF file's metadata
  * and tensors, quantizing every 2-D F32 tensor whose rows are whole 256-value
  * blocks to the named type with ggml_quantize_chunk and an importance matrix
- * of all ones (ggml's iq2 quantizers refuse to run without one, and so does
- * llama-quantize without an imatrix file); other tensors are copied as they
+ * of all ones (ggml's iq2_xxs, iq2_xs and iq1_s quantizers refuse to run
+ * without one, and so does llama-quantize without an imatrix file; the
+ * other types take it too, for one rule); other tensors are copied as they
  * are. usage: iq_model IN.gguf OUT.gguf TYPE_ID */
 #include "ggml.h"
 #include "gguf.h"

@@ -93,7 +93,8 @@ typedef void (*rb_gemm_t_fn)(int64_t n, int nr, int nc, const float *w, size_t l
         [RB_Q5_0] = RB_Q8_0, [RB_Q5_1] = RB_Q8_1, [RB_Q8_0] = RB_Q8_0, [RB_Q2_K] = RB_Q8_K,                   \
         [RB_Q3_K] = RB_Q8_K, [RB_Q4_K] = RB_Q8_K, [RB_Q5_K] = RB_Q8_K, [RB_Q6_K] = RB_Q8_K,                   \
         [RB_MXFP4] = RB_Q8_0, [RB_IQ4_NL] = RB_Q8_0, [RB_IQ4_XS] = RB_Q8_K, [RB_IQ3_XXS] = RB_Q8_K,            \
-        [RB_IQ3_S] = RB_Q8_K, [RB_IQ2_XXS] = RB_Q8_K, [RB_IQ2_XS] = RB_Q8_K,                                   \
+        [RB_IQ3_S] = RB_Q8_K, [RB_IQ2_XXS] = RB_Q8_K, [RB_IQ2_XS] = RB_Q8_K, [RB_IQ2_S] = RB_Q8_K,             \
+        [RB_IQ1_S] = RB_Q8_K, [RB_IQ1_M] = RB_Q8_K,                                                            \
     }
 
 struct rb_cpu_kernels {

@@ -145,6 +145,7 @@ const struct rb_cpu_kernels rb_cpu_kernels_avx512 = {
         [RB_IQ4_NL] = rb_vd_iq4_nl_avx512, [RB_IQ4_XS] = rb_vd_iq4_xs_avx512,
         [RB_IQ3_XXS] = rb_vd_iq3_xxs_scalar, [RB_IQ3_S] = rb_vd_iq3_s_scalar,
         [RB_IQ2_XXS] = rb_vd_iq2_xxs_scalar, [RB_IQ2_XS] = rb_vd_iq2_xs_scalar,
+        [RB_IQ2_S] = rb_vd_iq2_s_scalar, [RB_IQ1_S] = rb_vd_iq1_s_scalar, [RB_IQ1_M] = rb_vd_iq1_m_scalar,
     },
     .gemm_tile = {
         [RB_F32] = gemm_f32, [RB_F16] = gemm_f16, [RB_BF16] = gemm_bf16,

@@ -28,9 +28,13 @@ void rb_vd_iq4_xs_scalar(int64_t n, float *s, const void *x, const void *y);
 /* iq3_xxs and iq3_s against q8_K (vec_dot_iq3_scalar.c; also the SIMD tables' entries) */
 void rb_vd_iq3_xxs_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_iq3_s_scalar(int64_t n, float *s, const void *x, const void *y);
-/* iq2_xxs and iq2_xs against q8_K (vec_dot_iq2_scalar.c; also the SIMD tables' entries) */
+/* iq2_xxs, iq2_xs and iq2_s against q8_K (vec_dot_iq2_scalar.c; also the SIMD tables' entries) */
 void rb_vd_iq2_xxs_scalar(int64_t n, float *s, const void *x, const void *y);
 void rb_vd_iq2_xs_scalar(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq2_s_scalar(int64_t n, float *s, const void *x, const void *y);
+/* iq1_s and iq1_m against q8_K (vec_dot_iq1_scalar.c; also the SIMD tables' entries) */
+void rb_vd_iq1_s_scalar(int64_t n, float *s, const void *x, const void *y);
+void rb_vd_iq1_m_scalar(int64_t n, float *s, const void *x, const void *y);
 /* activation quantizers (quantize_act_scalar.c) */
 void rb_q8_0_from_f32_scalar(const float *x, void *y, int64_t n);
 void rb_q8_1_from_f32_scalar(const float *x, void *y, int64_t n);

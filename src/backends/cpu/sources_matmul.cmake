@@ -13,6 +13,7 @@ list(APPEND RB_CPU_SOURCES
   ${_rb_mm_dir}/vec_dot_iq4_scalar.c
   ${_rb_mm_dir}/vec_dot_iq3_scalar.c
   ${_rb_mm_dir}/vec_dot_iq2_scalar.c
+  ${_rb_mm_dir}/vec_dot_iq1_scalar.c
 )
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")

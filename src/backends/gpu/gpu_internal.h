@@ -125,7 +125,8 @@ bool gpu_quant_ok(rb_dtype t);
  * but with no matrix-vector, fused or expert kernels; rb_matmul decodes them
  * to f16 for the GEMM at every M. */
 static inline bool gpu_iq_dtype(rb_dtype t) {
-    return t == RB_IQ4_NL || t == RB_IQ4_XS || t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS;
+    return t == RB_IQ4_NL || t == RB_IQ4_XS || t == RB_IQ3_XXS || t == RB_IQ3_S || t == RB_IQ2_XXS || t == RB_IQ2_XS ||
+           t == RB_IQ2_S || t == RB_IQ1_S || t == RB_IQ1_M;
 }
 
 /* ---- ops (each returns RB_E_UNSUPPORTED with a message where it must) ---- */

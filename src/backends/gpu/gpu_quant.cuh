@@ -1,5 +1,6 @@
 /* The ggml block formats the GPU backend reads directly - q4_0, q8_0, q4_K,
- * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs and iq2_xs - described once here (fmt_*: byte layout, sizes and offsets;
+ * q5_K, q6_K, mxfp4, iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s,
+ * iq1_s and iq1_m - described once here (fmt_*: byte layout, sizes and offsets;
  * include/rbee/quant.h has the C structs and the CPU's codecs), and their
  * device decoding at two granularities: one element (get_rows, cast) and a
  * "unit" of 32 consecutive elements of a row decoded into registers. The
@@ -170,6 +171,73 @@ __device__ __forceinline__ float iq2_elem(int dt, const uint8_t *b, int g, int i
     return (signs >> j) & 1 ? -v : v;
 }
 
+/* iq2_s (82 bytes): 256 elements, 8 groups of 4 runs of 8 (layout in
+ * src/core/quant_iq2.c): f16 d (0-1), the low 8 grid index bits per run
+ * (2-33, byte 4g + run), a sign byte per run (34-65, same order; bit j
+ * negates element j), the high 2 index bits of run r of group g at bits
+ * 2r..2r+1 of byte 66 + g, scale bytes as iq2_xs's (74-81). 1024 grid
+ * points, levels 8, 25, 43; group scale d (s + 1/2) / 4. */
+struct fmt_iq2_s {
+    static constexpr int EL = 256, BYTES = 82, D = 0, QS = 2, SIGNS = 34, QH = 66, SC = 74;
+};
+
+/* Element i (0..31) of group g of an iq2_s block at b, in f32 as the CPU's decoder. */
+__device__ __forceinline__ float iq2s_elem(const uint8_t *b, int g, int i) {
+    const float d = f16_bits_to_f32((uint16_t)(b[0] | (b[1] << 8)));
+    const int run = i >> 3, j = i & 7;
+    const int idx = b[fmt_iq2_s::QS + 4 * g + run] | (((b[fmt_iq2_s::QH + g] >> (2 * run)) & 3) << 8);
+    const uint32_t s = ((uint32_t)b[fmt_iq2_s::SC + g] >> (4 * (run >> 1))) & 15;
+    const float scale = d * (0.5f + (float)s) * 0.25f;
+    const float v = scale * (float)iq2_level((g_iq2s_grid[idx] >> (2 * j)) & 3);
+    return (b[fmt_iq2_s::SIGNS + 4 * g + run] >> j) & 1 ? -v : v;
+}
+
+/* iq1_s (50 bytes) and iq1_m (56 bytes): 256 elements, 8 groups of 4 runs
+ * of 8 (layouts in src/core/quant_iq1.c), each run a point of the 2048-point
+ * grid of values -1, 0, +1 (gpu_iq_tables.cuh) shifted by +-1/8; value =
+ * scale (v + shift). iq1_s: f16 d (0-1), low index bytes (2-33, byte 4g +
+ * run), a 16-bit word per group (34-49: high index bits 3r..3r+2, scale s at
+ * 12-14 for d (2s + 1), shift sign at bit 15). iq1_m: low index bytes
+ * (0-31), a byte per two runs (32-47: byte 2g + run / 2, the high index bits
+ * of the even run at bits 0-2 and its shift sign at bit 3, the odd run's at
+ * 4-6 and 7), four 16-bit scale words (48-55: word k holds groups 2k and
+ * 2k + 1, 3 bits each for runs 0-1 and runs 2-3, scale d (2s + 1); their
+ * top nibbles, least significant first, are the f16 d). */
+struct fmt_iq1_s {
+    static constexpr int EL = 256, BYTES = 50, D = 0, QS = 2, QH = 34;
+};
+struct fmt_iq1_m {
+    static constexpr int EL = 256, BYTES = 56, QS = 0, QH = 32, SC = 48;
+};
+
+/* Element i (0..31) of group g of an iq1 block at b, in f32 as the CPU's decoder. */
+__device__ __forceinline__ float iq1_elem(int dt, const uint8_t *b, int g, int i) {
+    const int run = i >> 3, j = i & 7;
+    float scale;
+    int idx;
+    bool neg;
+    if (dt == RB_IQ1_S) {
+        const uint32_t h = (uint32_t)b[fmt_iq1_s::QH + 2 * g] | ((uint32_t)b[fmt_iq1_s::QH + 2 * g + 1] << 8);
+        scale = f16_bits_to_f32((uint16_t)(b[0] | (b[1] << 8))) * (float)(2 * ((h >> 12) & 7) + 1);
+        idx = b[fmt_iq1_s::QS + 4 * g + run] | (int)(((h >> (3 * run)) & 7) << 8);
+        neg = (h >> 15) & 1;
+    } else {
+        uint32_t w[4], dbits = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[k] = (uint32_t)b[fmt_iq1_m::SC + 2 * k] | ((uint32_t)b[fmt_iq1_m::SC + 2 * k + 1] << 8);
+            dbits |= (w[k] >> 12) << (4 * k);
+        }
+        const uint32_t s = (w[g >> 1] >> (6 * (g & 1) + 3 * (run >> 1))) & 7;
+        scale = f16_bits_to_f32((uint16_t)dbits) * (float)(2 * s + 1);
+        const uint32_t h = (uint32_t)b[fmt_iq1_m::QH + 2 * g + (run >> 1)] >> (4 * (run & 1));
+        idx = b[fmt_iq1_m::QS + 4 * g + run] | (int)((h & 7) << 8);
+        neg = (h >> 3) & 1;
+    }
+    const float v = (float)((int)((g_iq1s_grid[idx] >> (2 * j)) & 3) - 1);
+    return scale * (v + (neg ? -0.125f : 0.125f));
+}
+
 __device__ __forceinline__ float ld_h(const char *p) { return f16_bits_to_f32(*(const uint16_t *)p); }
 
 /* q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes
@@ -211,12 +279,15 @@ __device__ __forceinline__ int qblock_bytes(int dt) {
     case RB_IQ3_S: return fmt_iq3_s::BYTES;
     case RB_IQ2_XXS: return fmt_iq2_xxs::BYTES;
     case RB_IQ2_XS: return fmt_iq2_xs::BYTES;
+    case RB_IQ2_S: return fmt_iq2_s::BYTES;
+    case RB_IQ1_S: return fmt_iq1_s::BYTES;
+    case RB_IQ1_M: return fmt_iq1_m::BYTES;
     default: return 0;
     }
 }
 __device__ __forceinline__ int qblock_units(int dt) {
     return (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K || dt == RB_IQ4_XS || dt == RB_IQ3_XXS || dt == RB_IQ3_S ||
-            dt == RB_IQ2_XXS || dt == RB_IQ2_XS)
+            dt == RB_IQ2_XXS || dt == RB_IQ2_XS || dt == RB_IQ2_S || dt == RB_IQ1_S || dt == RB_IQ1_M)
                ? 8
                : 1;
 }
@@ -327,6 +398,12 @@ __device__ __forceinline__ void dq_unit(int dt, const char *row, int64_t u, floa
     } else if (dt == RB_IQ2_XXS || dt == RB_IQ2_XS) { /* byte loads */
         const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ2_XXS ? fmt_iq2_xxs::BYTES : fmt_iq2_xs::BYTES);
         for (int i = 0; i < 32; i++) w[i] = iq2_elem(dt, b, (int)(u & 7), i);
+    } else if (dt == RB_IQ2_S) { /* byte loads */
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * fmt_iq2_s::BYTES;
+        for (int i = 0; i < 32; i++) w[i] = iq2s_elem(b, (int)(u & 7), i);
+    } else if (dt == RB_IQ1_S || dt == RB_IQ1_M) { /* byte loads */
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ1_S ? fmt_iq1_s::BYTES : fmt_iq1_m::BYTES);
+        for (int i = 0; i < 32; i++) w[i] = iq1_elem(dt, b, (int)(u & 7), i);
     } else {
 #pragma unroll
         for (int i = 0; i < 32; i++) w[i] = 0.0f;
@@ -384,6 +461,11 @@ __device__ __forceinline__ float dq_elem(int dt, const char *row, int64_t j) {
     } else if (dt == RB_IQ2_XXS || dt == RB_IQ2_XS) {
         const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ2_XXS ? fmt_iq2_xxs::BYTES : fmt_iq2_xs::BYTES);
         return iq2_elem(dt, b, (int)(u & 7), i);
+    } else if (dt == RB_IQ2_S) {
+        return iq2s_elem((const uint8_t *)row + (u >> 3) * fmt_iq2_s::BYTES, (int)(u & 7), i);
+    } else if (dt == RB_IQ1_S || dt == RB_IQ1_M) {
+        const uint8_t *b = (const uint8_t *)row + (u >> 3) * (dt == RB_IQ1_S ? fmt_iq1_s::BYTES : fmt_iq1_m::BYTES);
+        return iq1_elem(dt, b, (int)(u & 7), i);
     }
     return 0.0f;
 }

@@ -293,7 +293,8 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     if (quant && (!gpu_quant_ok(a->dtype) || a->dtype == RB_MXFP4)) /* mxfp4: experts only (rb_matmul_id) */
         return rb_backend_fail(be, RB_E_UNSUPPORTED,
                                "rb_matmul: weights of dtype %s are not supported on %s (q4_0, q8_0, q4_K, q5_K, q6_K, "
-                               "iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, f32, f16, bf16 are)",
+                               "iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, f32, f16, bf16 "
+                               "are)",
                                rb_dtype_name(a->dtype), be->name);
     const int64_t K = a->ne[0], N = a->ne[1], M = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (N == 0 || M == 0 || B2 == 0 || B3 == 0) return RB_OK;
