@@ -42,6 +42,9 @@ TOK_CASES = [
     "The quick brown fox jumps over the lazy dog", "e\u0301 combining accent", "non\u00a0breaking space",
     "zero\u200bwidth", "<pad> </s> <unk> as text",
 ]
+# strings with characters the training corpus does not have (unknown pieces), checked with a given model
+EXTRA_CASES = ["snowman \u2603 and \u2708 plane", "\u03a9\u2248\u00e7\u221a\u222b math", "\u1e9e capital sharp s",
+               "\u3000ideographic space", "tab\t\ttwo", "\u2603\u2603\u2603 three unknowns"]
 
 
 def load_gen(path):
@@ -107,7 +110,7 @@ def finish_t5_tokenizer(g, d, spm):
     tj = os.path.join(hf, "tokenizer.json")
     tk = tokenizers.Tokenizer.from_file(tj)
     cases = []
-    for s in TOK_CASES:
+    for s in TOK_CASES + EXTRA_CASES:
         a = sp.encode(s) + [1]
         b = tk.encode(s).ids
         c = tok(s).input_ids
@@ -152,7 +155,9 @@ def add_pipelines(g, sp):
     g.SET_ORDER["sd3"] = ["sd3", "sd35"]
     for name in ("sd3", "sd35"):
         P = g.PIPELINES[name]
-        P["t5_ids"] = {s: sp.encode(s) + [1] for s in (P["prompt"], P["negative_prompt"], P["long_prompt"])}
+        # as T5's tokenizer truncates: the text's ids cut to max_len - 1, then </s>
+        P["t5_ids"] = {s: sp.encode(s)[:T5_MAX_LEN - 1] + [1]
+                       for s in (P["prompt"], P["negative_prompt"], P["long_prompt"])}
 
 
 def round_f16(g):
@@ -243,6 +248,8 @@ def extra_runs(g, name, pdir, rdir):
         g.log(f"{name}: folder with its own tokenizer_3 vs refs: {d}")
         return d
     meta["tokenizer_3_check"] = g.guarded(f"{name}: tokenizer_3 check")(tok_check)()
+    for v in meta.get("text", {}).get("t5", {}).values():
+        v["note"] = "tokenizer_3 (spiece.model) ids: the text's pieces cut to max_len - 1, then </s> (1), then pad 0"
     g.jdump(meta, meta_p)
 
 
