@@ -35,6 +35,13 @@ typedef struct rb_t5 rb_t5;
 rb_status rb_t5_config_load(const char *path, rb_t5_config *cfg, rb_error *err);
 /* dir: a text_encoder_3/ folder (config.json + model.safetensors, f16/f32/bf16). */
 rb_status rb_t5_load(const char *dir, rb_backend *be, const rb_sd_load_opts *opts, rb_t5 **out, rb_error *err);
+/* A GGUF file in llama.cpp's T5 layout (token_embd.weight, enc.blk.N.attn_{q,k,v,o}.weight,
+ * enc.blk.N.attn_rel_b.weight, enc.blk.N.{attn,ffn}_norm.weight, enc.blk.N.ffn_{gate,up,down}.weight,
+ * enc.output_norm.weight; general.architecture "t5" or "t5encoder" with its <arch>.* hyperparameters);
+ * weights f32/f16/bf16 or ggml-quantized (q8_0 ...). The metadata has no relative_attention_max_distance
+ * (llama.cpp assumes T5's 128): config_json (nullable), a transformers config.json, overrides it all. */
+rb_status rb_t5_load_gguf(const char *path, const char *config_json, rb_backend *be, const rb_sd_load_opts *opts,
+                          rb_t5 **out, rb_error *err);
 void rb_t5_free(rb_t5 *m);
 const rb_t5_config *rb_t5_get_config(const rb_t5 *m);
 size_t rb_t5_weight_bytes(const rb_t5 *m);

@@ -12,6 +12,8 @@
 
 #include "rbee/backend.h"
 #include "rbee/dtype.h"
+#include "rbee/gguf.h"
+#include "rbee/quant.h"
 #include "rbee/safetensors.h"
 #include "rbee/sd_t5.h"
 
@@ -312,9 +314,9 @@ static void test_text(void **state) {
     assert_non_null(h);
     OKE(rb_tensor_get(&out, h, sizeof(float) * D * T * N_PROMPTS));
     /* The refs' ids are sentencepiece's encode(text) + [</s>] cut to 24 and padded (meta.json's note
-     * "hand-chosen ids" is the shared generator's wording; these are sentencepiece's). transformers' T5 tokenizer with truncation=True keeps </s> last
-     * instead, so a row cut short ends in </s> here; its hidden states are checked against the naive
-     * reference, the uncut rows' against transformers'. */
+     * "hand-chosen ids" is the shared generator's wording; these are sentencepiece's). transformers' T5
+     * tokenizer with truncation=True keeps </s> last instead, so a row cut short ends in </s> here; its
+     * hidden states are checked against the naive reference, the uncut rows' against transformers'. */
     char spm[4200];
     snprintf(spm, sizeof spm, "%s/spiece.model", tok);
     rb_unigram *u;
@@ -527,12 +529,137 @@ static void test_bad_input(void **state) {
     rb_backend_destroy(be);
 }
 
+/* ---- llama.cpp's T5 GGUF layout ---- */
+
+/* The fixture's weights under llama.cpp's names; matrices (and the
+ * embedding table) with rows of whole 32-blocks stored as q8_0 when quant. */
+static void write_gguf(const char *path, bool quant, const char *arch, const char *drop) {
+    rb_error err;
+    rb_error_clear(&err);
+    char src[4200];
+    snprintf(src, sizeof src, "%s/model.safetensors", data("pipelines/sd3/text_encoder_3"));
+    rb_st_set *s;
+    OKE(rb_st_open(src, &s, &err));
+    rb_gguf_writer *w;
+    OKE(rb_gguf_writer_create(&w, &err));
+    assert_int_equal(rb_gguf_writer_set_str(w, "general.architecture", arch), RB_OK);
+    char k[128];
+#define KU(key, v) (snprintf(k, sizeof k, "%s." key, arch), assert_int_equal(rb_gguf_writer_set_u32(w, k, v), RB_OK))
+    KU("embedding_length", 32);
+    KU("feed_forward_length", 48);
+    KU("block_count", 2);
+    KU("attention.head_count", 4);
+    KU("attention.key_length", 8);
+    KU("attention.relative_buckets_count", 8);
+#undef KU
+    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
+    assert_int_equal(rb_gguf_writer_set_f32(w, k, 1e-6f), RB_OK);
+    static const struct { const char *hf, *ll; } tab[] = {
+        {"layer.0.SelfAttention.q.weight", "attn_q.weight"}, {"layer.0.SelfAttention.k.weight", "attn_k.weight"},
+        {"layer.0.SelfAttention.v.weight", "attn_v.weight"}, {"layer.0.SelfAttention.o.weight", "attn_o.weight"},
+        {"layer.0.SelfAttention.relative_attention_bias.weight", "attn_rel_b.weight"},
+        {"layer.0.layer_norm.weight", "attn_norm.weight"},   {"layer.1.layer_norm.weight", "ffn_norm.weight"},
+        {"layer.1.DenseReluDense.wi_0.weight", "ffn_gate.weight"}, {"layer.1.DenseReluDense.wi_1.weight", "ffn_up.weight"},
+        {"layer.1.DenseReluDense.wo.weight", "ffn_down.weight"},
+    };
+    for (int64_t i = 0; i < rb_st_n_tensors(s); i++) {
+        const rb_st_tensor *t = rb_st_tensor_at(s, i);
+        char ll[256] = "";
+        if (!strcmp(t->name, "shared.weight")) snprintf(ll, sizeof ll, "token_embd.weight");
+        else if (!strcmp(t->name, "encoder.final_layer_norm.weight")) snprintf(ll, sizeof ll, "enc.output_norm.weight");
+        else {
+            int b = -1, off = 0;
+            if (sscanf(t->name, "encoder.block.%d.%n", &b, &off) != 1 || off == 0) fail_msg("name %s", t->name);
+            for (size_t j = 0; j < sizeof tab / sizeof tab[0]; j++)
+                if (!strcmp(t->name + off, tab[j].hf)) snprintf(ll, sizeof ll, "enc.blk.%d.%s", b, tab[j].ll);
+        }
+        if (!ll[0]) fail_msg("no llama.cpp name for %s", t->name);
+        if (drop && !strcmp(ll, drop)) continue;
+        const int64_t n = (int64_t)(t->nbytes / 2);
+        float *x = malloc(sizeof(float) * (size_t)n);
+        assert_non_null(x);
+        rb_f16_to_f32_row(t->data, x, n);
+        const bool mat = t->n_dims == 2 && !strstr(ll, "rel_b");
+        if (quant && mat && t->ne[0] % 32 == 0) {
+            const size_t bytes = (size_t)(n / 32) * 34;
+            void *q = malloc(bytes);
+            assert_non_null(q);
+            OKE(rb_quantize_rows(RB_Q8_0, x, q, t->ne[1], t->ne[0]));
+            assert_int_equal(rb_gguf_writer_add_tensor(w, ll, RB_Q8_0, t->n_dims, t->ne, q, bytes), RB_OK);
+            free(q);
+        } else {
+            assert_int_equal(rb_gguf_writer_add_tensor(w, ll, RB_F32, t->n_dims, t->ne, x, sizeof(float) * (size_t)n),
+                             RB_OK);
+        }
+        free(x);
+    }
+    OKE(rb_gguf_writer_write(w, path, 0, &err));
+    rb_gguf_writer_free(w);
+    rb_st_close(s);
+}
+
+static void test_gguf(void **state) {
+    (void)state;
+    refs r;
+    refs_open(&r);
+    rb_backend *be = backend();
+    rb_error err;
+    rb_error_clear(&err);
+    char dir[64], path[128], cfg[4200];
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "rbee_t5_"), 0);
+    snprintf(path, sizeof path, "%s/t5.gguf", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", data("pipelines/sd3/text_encoder_3"));
+    rb_t5 *m;
+    /* f32, the folder's config (max_distance 16): the refs */
+    write_gguf(path, false, "t5encoder", NULL);
+    OKE(rb_t5_load_gguf(path, cfg, be, NULL, &m, &err));
+    float *h = encode(m, be, &r.ids[0][0], N_PROMPTS);
+    for (int p = 0; p < N_PROMPTS; p++) compare(h + p * T * D, r.hidden[p], T * D, 1e-5, "gguf f32");
+    free(h);
+    rb_t5_free(m);
+    /* metadata alone: every value but max_distance (llama.cpp's 128) */
+    OKE(rb_t5_load_gguf(path, NULL, be, NULL, &m, &err));
+    const rb_t5_config *c = rb_t5_get_config(m);
+    assert_int_equal(c->d_model, 32);
+    assert_int_equal(c->d_ff, 48);
+    assert_int_equal(c->n_layers, 2);
+    assert_int_equal(c->n_heads, 4);
+    assert_int_equal(c->d_kv, 8);
+    assert_int_equal(c->rel_buckets, 8);
+    assert_int_equal(c->rel_max_distance, 128);
+    assert_int_equal(c->vocab_size, 1000);
+    assert_true(c->gated);
+    assert_true(fabsf(c->eps - 1e-6f) < 1e-12f);
+    rb_t5_free(m);
+    /* q8_0 matrices and embedding table (wo's rows of 48 stay f32) */
+    write_gguf(path, true, "t5", NULL);
+    OKE(rb_t5_load_gguf(path, cfg, be, NULL, &m, &err));
+    h = encode(m, be, &r.ids[0][0], N_PROMPTS);
+    for (int p = 0; p < N_PROMPTS; p++) compare(h + p * T * D, r.hidden[p], T * D, 2e-2, "gguf q8_0");
+    free(h);
+    rb_t5_free(m);
+    /* bad files */
+    write_gguf(path, false, "llama", NULL);
+    assert_int_equal(rb_t5_load_gguf(path, NULL, be, NULL, &m, &err), RB_E_UNSUPPORTED);
+    assert_null(m);
+    write_gguf(path, false, "t5", "enc.output_norm.weight");
+    assert_int_equal(rb_t5_load_gguf(path, cfg, be, NULL, &m, &err), RB_E_FORMAT);
+    assert_non_null(strstr(err.msg, "final_layer_norm"));
+    write_gguf(path, false, "t5", "enc.blk.0.ffn_gate.weight"); /* relu per the tensors, gated per the config */
+    assert_int_equal(rb_t5_load_gguf(path, cfg, be, NULL, &m, &err), RB_E_FORMAT);
+    assert_int_not_equal(rb_t5_load_gguf("/nonexistent.gguf", NULL, be, NULL, &m, &err), RB_OK);
+    tu_tmpdir_remove(dir);
+    rb_st_close(r.st);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refs),
         cmocka_unit_test(test_text),
         cmocka_unit_test(test_relu),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_gguf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
