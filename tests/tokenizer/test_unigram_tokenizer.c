@@ -126,6 +126,48 @@ static void test_json_cases(void **state) {
     json_cases(t5tok("tokenizer.json"), false);
 }
 
+/* transformers' older T5 layout: normalizer [Precompiled, Replace(" {2,}", " ")], pre-tokenizer
+ * [WhitespaceSplit, Metaspace(add_prefix_space)]. Splitting on whitespace first makes it agree with
+ * sentencepiece's whitespace rules on every case without special-token text. */
+static void test_json_old_form(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *root = json_load_file(t5tok("tokenizer.json"), 0, &je);
+    assert_non_null(root);
+    json_t *norms = json_object_get(json_object_get(root, "normalizer"), "normalizers");
+    json_t *pre = json_array_get(norms, 0);
+    json_incref(pre);
+    json_array_clear(norms);
+    json_array_append_new(norms, pre);
+    json_array_append_new(norms, json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "Regex", " {2,}",
+                                           "content", " "));
+    json_object_set_new(root, "pre_tokenizer",
+                        json_pack("{s:s, s:[{s:s}, {s:s, s:s, s:b}]}", "type", "Sequence", "pretokenizers", "type",
+                                  "WhitespaceSplit", "type", "Metaspace", "replacement", "\xE2\x96\x81",
+                                  "add_prefix_space", 1));
+    char *txt = json_dumps(root, 0);
+    json_decref(root);
+    rb_unigram *t;
+    rb_error err;
+    OKE(rb_unigram_from_json_memory(txt, strlen(txt), &t, &err));
+    free(txt);
+    json_t *cases = load_cases(), *c;
+    size_t i, checked = 0;
+    json_array_foreach(json_object_get(cases, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        if (strchr(text, '<')) continue;
+        int32_t *ids;
+        size_t n;
+        OKE(rb_unigram_tokenize(t, text, strlen(text), true, &ids, &n, &err));
+        check_ids("old-form tokenizer.json", text, ids, n, json_object_get(c, "sentencepiece"));
+        free(ids);
+        checked++;
+    }
+    assert_true(checked >= 15);
+    json_decref(cases);
+    rb_unigram_free(t);
+}
+
 /* Special-token text: tokenizer.json splits "<pad>", "</s>", "<unk>" out of
  * the raw text first; sentencepiece does not (cases.json's last string). */
 static void test_json_added_tokens(void **state) {
@@ -375,7 +417,7 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spm_cases),  cmocka_unit_test(test_json_cases), cmocka_unit_test(test_json_added_tokens),
+        cmocka_unit_test(test_spm_cases),  cmocka_unit_test(test_json_cases), cmocka_unit_test(test_json_old_form), cmocka_unit_test(test_json_added_tokens),
         cmocka_unit_test(test_padded),     cmocka_unit_test(test_hand_model), cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
