@@ -5,8 +5,13 @@
  *   1. (tokenizer.json) added/special tokens are split out of the raw text
  *      first, leftmost-longest; sentencepiece has no such step, so "</s>" in
  *      a prompt is ordinary text there;
- *   2. normalization: the precompiled charsmap (longest UTF-8 prefix in its
- *      double-array trie -> replacement string, else the character itself),
+ *   2. normalization: the precompiled charsmap (sentencepiece: the longest
+ *      UTF-8 prefix in its double-array trie -> replacement string, else the
+ *      character itself; tokenizer.json, as the `tokenizers` library does
+ *      it: per grapheme cluster, a cluster under 6 bytes starting with a key
+ *      -> that shortest key's replacement, else character by character;
+ *      clusters are approximated as a character plus following combining
+ *      marks, ZWJ sequences, variation selectors, emoji modifiers and tags),
  *      then the whitespace rules: sentencepiece's (leading, trailing and
  *      repeated spaces removed, a dummy "▁" prefix, spaces -> "▁") or
  *      tokenizer.json's normalizer sequence and Metaspace pre-tokenizer;
@@ -40,7 +45,8 @@ rb_status rb_unigram_from_spm_memory(const void *data, size_t len, rb_unigram **
 /* tokenizer.json with "model": {"type": "Unigram", ...}. */
 rb_status rb_unigram_load_json(const char *path, rb_unigram **out, rb_error *err);
 rb_status rb_unigram_from_json_memory(const char *json, size_t len, rb_unigram **out, rb_error *err);
-/* A transformers tokenizer folder: tokenizer.json when present, else spiece.model. */
+/* A transformers tokenizer folder: tokenizer.json when present (what
+ * diffusers' T5TokenizerFast reads), else spiece.model. */
 rb_status rb_unigram_load_dir(const char *dir, rb_unigram **out, rb_error *err);
 void rb_unigram_free(rb_unigram *t);
 

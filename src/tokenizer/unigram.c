@@ -239,17 +239,62 @@ static rb_status spm_normalize(const rb_unigram *t, const char *s, size_t len, t
 
 /* ---- tokenizer.json's pipeline ---- */
 
+/* Characters that extend the cluster of the character before them: an
+ * approximation of UAX #29's Extend (combining marks with a nonzero
+ * combining class, ZWJ, variation selectors, emoji modifiers and tags) with
+ * ZWJ also joining the next character (emoji sequences). */
+static bool extends(uint32_t cp) {
+    return tok_ccc(cp) != 0 || cp == 0x200D || (cp >= 0xFE00 && cp <= 0xFE0F) || (cp >= 0xE0100 && cp <= 0xE01EF) ||
+           (cp >= 0x1F3FB && cp <= 0x1F3FF) || (cp >= 0xE0020 && cp <= 0xE007F) || cp == 0x3099 || cp == 0x309A ||
+           cp == 0xFF9E || cp == 0xFF9F;
+}
+
+static size_t cluster_len(const char *s, size_t len) {
+    uint32_t cp;
+    size_t n = tok_utf8_decode((const unsigned char *)s, &cp);
+    if (cp == '\r' && n < len && s[n] == '\n') return n + 1;
+    bool zwj = false;
+    while (n < len) {
+        uint32_t c2;
+        const size_t l = tok_utf8_decode((const unsigned char *)s + n, &c2);
+        if (!zwj && !extends(c2)) break;
+        zwj = c2 == 0x200D;
+        n += l;
+    }
+    return n;
+}
+
+/* The `tokenizers` library's Precompiled normalizer: per grapheme cluster,
+ * a cluster under 6 bytes whose bytes start with a charsmap key becomes
+ * that (shortest) key's replacement whole; otherwise each character is
+ * replaced by its own entry or kept. */
+static rb_status charsmap_graphemes(const rb_unigram *t, const char *s, size_t len, tok_buf *o) {
+    while (len) {
+        const size_t cl = cluster_len(s, len);
+        const char *r = cl < 6 ? ug_charsmap_first(&t->cm, s, cl) : NULL;
+        if (r) {
+            if (tok_buf_append(o, r, strlen(r)) != RB_OK) return RB_E_NOMEM;
+        } else {
+            for (size_t i = 0; i < cl;) {
+                const size_t l = tok_utf8_seq_len((const unsigned char *)s + i, cl - i);
+                if (l == 0) return RB_E_INVALID;
+                const char *x = ug_charsmap_first(&t->cm, s + i, l);
+                rb_status st = x ? tok_buf_append(o, x, strlen(x)) : tok_buf_append(o, s + i, l);
+                if (st != RB_OK) return RB_E_NOMEM;
+                i += l;
+            }
+        }
+        s += cl;
+        len -= cl;
+    }
+    return RB_OK;
+}
+
 static rb_status norm_step(const rb_unigram *t, const ug_norm *nm, const char *s, size_t len, tok_buf *o) {
     o->len = 0;
     if (nm->kind == UG_NORM_CHARSMAP) {
-        size_t c, ol;
-        while (len) {
-            const char *r = norm_prefix(t, s, len, &c, &ol);
-            if (c == 0) return RB_E_INVALID;
-            if (tok_buf_append(o, r, ol) != RB_OK) return RB_E_NOMEM;
-            s += c;
-            len -= c;
-        }
+        if (t->has_cm) return charsmap_graphemes(t, s, len, o);
+        if (tok_buf_append(o, s, len) != RB_OK) return RB_E_NOMEM;
     } else if (nm->kind == UG_NORM_STRIP) {
         uint32_t cp;
         if (nm->left)

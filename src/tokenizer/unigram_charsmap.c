@@ -94,6 +94,26 @@ rb_status ug_charsmap_parse(const uint8_t *data, size_t len, ug_charsmap *cm, rb
     return st;
 }
 
+const char *ug_charsmap_first(const ug_charsmap *cm, const char *s, size_t len) {
+    if (!cm->n_units) return NULL;
+    size_t node = u_offset(cm->units[0]);
+    for (size_t i = 0; i < len; i++) {
+        const uint32_t ch = (uint8_t)s[i];
+        if (ch == 0) break;
+        node ^= ch;
+        if (node >= cm->n_units) break;
+        const uint32_t u = cm->units[node];
+        if (u_label(u) != ch) break;
+        node ^= u_offset(u);
+        if (node >= cm->n_units) break;
+        if (u_has_leaf(u)) {
+            const uint32_t v = u_value(cm->units[node]);
+            return value_ok(cm, v) ? cm->norm + v : NULL;
+        }
+    }
+    return NULL;
+}
+
 const char *ug_charsmap_match(const ug_charsmap *cm, const char *s, size_t len, size_t *consumed) {
     if (!cm->n_units) return NULL;
     size_t node = u_offset(cm->units[0]); /* checked at load: every step below stays inside */

@@ -26,6 +26,8 @@ void ug_charsmap_free(ug_charsmap *cm);
 /* Longest key that prefixes s[0..len): its replacement (NUL-terminated) and
  * the bytes consumed; NULL when no key matches. */
 const char *ug_charsmap_match(const ug_charsmap *cm, const char *s, size_t len, size_t *consumed);
+/* The shortest key that prefixes s[0..len) (the `tokenizers` library's lookup), or NULL. */
+const char *ug_charsmap_first(const ug_charsmap *cm, const char *s, size_t len);
 
 typedef enum { UG_NORM_CHARSMAP, UG_NORM_STRIP, UG_NORM_REPLACE_SPACES, UG_NORM_REPLACE } ug_norm_kind;
 typedef struct ug_norm {

@@ -334,6 +334,51 @@ static void test_hand_model(void **state) {
     assert_null(t);
 }
 
+static void b64(const uint8_t *d, size_t n, char *out) {
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
+        out[k++] = a[w >> 18 & 63];
+        out[k++] = a[w >> 12 & 63];
+        out[k++] = i + 1 < n ? a[w >> 6 & 63] : '=';
+        out[k++] = i + 2 < n ? a[w & 63] : '=';
+    }
+    out[k] = 0;
+}
+
+/* The `tokenizers` library applies the charsmap per grapheme cluster: a
+ * cluster under 6 bytes that starts with a key becomes that key's
+ * replacement whole, so "A" + U+0301 gives "a" (the accent dropped), where
+ * sentencepiece replaces "A" and keeps U+0301 (unknown here). A cluster of
+ * 6 bytes or more goes character by character. */
+static void test_json_grapheme_charsmap(void **state) {
+    (void)state;
+    uint8_t cm[400];
+    const size_t cml = make_charsmap(cm, 1, 0);
+    char enc[600], json[2048];
+    b64(cm, cml, enc);
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"</s>\", 0], "
+             "[\"\u2581\", -2], [\"a\", -3], [\"b\", -3], [\"\u2581ab\", -4], [\"\u2581a\", -5.5]]},"
+             "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"%s\"},"
+             "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"always\"}}",
+             enc);
+    rb_unigram *t;
+    rb_error err;
+    OKE(rb_unigram_from_json_memory(json, strlen(json), &t, &err));
+    expect(t, "Ab", (const int32_t[]){5}, 1);
+    expect(t, "A\xCC\x81" "b", (const int32_t[]){5}, 1);                          /* one cluster -> "a" */
+    expect(t, "A\xCC\x81\xCC\x81\xCC\x81", (const int32_t[]){2, 3, 0}, 3); /* 7 bytes: per character */
+    expect(t, "ba", (const int32_t[]){2, 4, 3}, 3);
+    rb_unigram_free(t);
+    uint8_t model[8192];
+    const size_t ml = make_model(model, cm, cml);
+    OKE(rb_unigram_from_spm_memory(model, ml, &t, &err));
+    expect(t, "A\xCC\x81" "b", (const int32_t[]){2, 3, 0, 4}, 4); /* sentencepiece: longest match "A" only */
+    rb_unigram_free(t);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     rb_unigram *t = (rb_unigram *)1;
@@ -418,7 +463,7 @@ static void test_bad_input(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spm_cases),  cmocka_unit_test(test_json_cases), cmocka_unit_test(test_json_old_form), cmocka_unit_test(test_json_added_tokens),
-        cmocka_unit_test(test_padded),     cmocka_unit_test(test_hand_model), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_padded),     cmocka_unit_test(test_hand_model), cmocka_unit_test(test_json_grapheme_charsmap), cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
