@@ -45,6 +45,12 @@ rb_status rb_unigram_from_spm_memory(const void *data, size_t len, rb_unigram **
 /* tokenizer.json with "model": {"type": "Unigram", ...}. */
 rb_status rb_unigram_load_json(const char *path, rb_unigram **out, rb_error *err);
 rb_status rb_unigram_from_json_memory(const char *json, size_t len, rb_unigram **out, rb_error *err);
+/* GGUF metadata in llama.cpp's T5 layout (tokenizer.ggml.model "t5":
+ * tokens, scores, token_type, precompiled_charsmap, add_space_prefix,
+ * remove_extra_whitespaces, unknown/eos/padding ids); encodes as
+ * sentencepiece. RB_E_UNSUPPORTED for another tokenizer model. */
+struct rb_gguf;
+rb_status rb_unigram_from_gguf(const struct rb_gguf *g, rb_unigram **out, rb_error *err);
 /* A transformers tokenizer folder: tokenizer.json when present (what
  * diffusers' T5TokenizerFast reads), else spiece.model. */
 rb_status rb_unigram_load_dir(const char *dir, rb_unigram **out, rb_error *err);

@@ -14,6 +14,7 @@
  * itself, invalid UTF-8). */
 #include "testutil.h"
 
+#include "rbee/gguf.h"
 #include "rbee/unigram_tokenizer.h"
 
 #include <jansson.h>
@@ -379,6 +380,96 @@ static void test_json_grapheme_charsmap(void **state) {
     rb_unigram_free(t);
 }
 
+static size_t b64_dec(const char *s, uint8_t *out) {
+    size_t k = 0, n = strlen(s);
+    for (size_t i = 0; i + 3 < n; i += 4) {
+        uint32_t w = 0;
+        int pad = 0;
+        for (int j = 0; j < 4; j++) {
+            const char c = s[i + j];
+            const char *p = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", c);
+            if (c == '=') pad++;
+            w = w << 6 | (c == '=' || !p ? 0u : (uint32_t)(p - "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"));
+        }
+        out[k++] = (uint8_t)(w >> 16);
+        if (pad < 2) out[k++] = (uint8_t)(w >> 8);
+        if (pad < 1) out[k++] = (uint8_t)w;
+    }
+    return k;
+}
+
+/* llama.cpp's T5 tokenizer metadata in a GGUF, written here from
+ * tokenizer.json's pieces and charsmap: sentencepiece's ids on every case. */
+static void test_gguf_metadata(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *root = json_load_file(t5tok("tokenizer.json"), 0, &je);
+    assert_non_null(root);
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    const size_t n = json_array_size(vocab);
+    const char **toks = malloc(n * sizeof *toks);
+    float *scores = malloc(n * sizeof *scores);
+    int32_t *types = malloc(n * sizeof *types);
+    assert_true(toks && scores && types);
+    for (size_t i = 0; i < n; i++) {
+        toks[i] = json_string_value(json_array_get(json_array_get(vocab, i), 0));
+        scores[i] = (float)json_number_value(json_array_get(json_array_get(vocab, i), 1));
+        types[i] = i < 2 ? 3 : i == 2 ? 2 : 1;
+    }
+    const char *cm64 = json_string_value(json_object_get(
+        json_array_get(json_object_get(json_object_get(root, "normalizer"), "normalizers"), 0), "precompiled_charsmap"));
+    uint8_t *cm = malloc(strlen(cm64));
+    assert_non_null(cm);
+    const size_t cml = b64_dec(cm64, cm);
+    rb_gguf_writer *w;
+    rb_error err;
+    OKE(rb_gguf_writer_create(&w, &err));
+    assert_int_equal(rb_gguf_writer_set_str(w, "tokenizer.ggml.model", "t5"), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, n), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_arr(w, "tokenizer.ggml.scores", RB_GGUF_FLOAT32, scores, n), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", RB_GGUF_INT32, types, n), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_arr(w, "tokenizer.ggml.precompiled_charsmap", RB_GGUF_UINT8, cm, cml), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 2), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1), RB_OK);
+    assert_int_equal(rb_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0), RB_OK);
+    char dir[64], path[128];
+    assert_int_equal(tu_tmpdir_make(dir, sizeof dir, "rbee_ugm_"), 0);
+    snprintf(path, sizeof path, "%s/t.gguf", dir);
+    OKE(rb_gguf_writer_write(w, path, 0, &err));
+    rb_gguf_writer_free(w);
+    rb_gguf *g;
+    OKE(rb_gguf_open(path, &g, &err));
+    rb_unigram *t;
+    OKE(rb_unigram_from_gguf(g, &t, &err));
+    json_t *cases = load_cases(), *c;
+    size_t i;
+    json_array_foreach(json_object_get(cases, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        int32_t *ids;
+        size_t k;
+        OKE(rb_unigram_tokenize(t, text, strlen(text), true, &ids, &k, &err));
+        check_ids("gguf metadata", text, ids, k, json_object_get(c, "sentencepiece"));
+        free(ids);
+    }
+    rb_unigram_free(t);
+    rb_gguf_close(g);
+    /* another tokenizer model */
+    OKE(rb_gguf_writer_create(&w, &err));
+    assert_int_equal(rb_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), RB_OK);
+    OKE(rb_gguf_writer_write(w, path, 0, &err));
+    rb_gguf_writer_free(w);
+    OKE(rb_gguf_open(path, &g, &err));
+    assert_int_equal(rb_unigram_from_gguf(g, &t, &err), RB_E_UNSUPPORTED);
+    rb_gguf_close(g);
+    tu_tmpdir_remove(dir);
+    json_decref(cases);
+    json_decref(root);
+    free(cm);
+    free(toks);
+    free(scores);
+    free(types);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     rb_unigram *t = (rb_unigram *)1;
@@ -463,7 +554,7 @@ static void test_bad_input(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spm_cases),  cmocka_unit_test(test_json_cases), cmocka_unit_test(test_json_old_form), cmocka_unit_test(test_json_added_tokens),
-        cmocka_unit_test(test_padded),     cmocka_unit_test(test_hand_model), cmocka_unit_test(test_json_grapheme_charsmap), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_padded), cmocka_unit_test(test_gguf_metadata),     cmocka_unit_test(test_hand_model), cmocka_unit_test(test_json_grapheme_charsmap), cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
