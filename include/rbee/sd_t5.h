@@ -10,7 +10,10 @@
  * feed-forward (wo(gelu_tanh(wi_0 x) * wi_1 x), or wo(relu(wi x))) ->
  * residual; then the final RMSNorm. Padding tokens are attended (the SD3
  * pipeline passes no attention mask). Tensors use ggml order: a batch of
- * sequences is [d_model, T, B]. */
+ * sequences is [d_model, T, B]. Activations may be f32 or bf16
+ * (rb_sd_load_opts.act_dtype); T5 v1.1's activations are known to exceed
+ * the f16 range in its larger sizes (XXL), so f16 activations are allowed
+ * but not advised there. */
 #ifndef RBEE_SD_T5_H
 #define RBEE_SD_T5_H
 
