@@ -278,6 +278,12 @@ static void test_refs(void **state) {
     float *h = encode(m, be, r.ids[0], 1);
     compare(h, r.hidden[0], T * D, 1e-3, "f16 weights");
     free(h);
+    /* bf16 activations: products still accumulate in f32 */
+    OKE(rb_t5_set_act_dtype(m, RB_BF16, &err));
+    h = encode(m, be, r.ids[0], 1);
+    compare(h, r.hidden[0], T * D, 2e-2, "bf16 activations");
+    free(h);
+    assert_int_equal(rb_t5_set_act_dtype(m, RB_Q8_0, &err), RB_E_UNSUPPORTED);
     rb_t5_free(m);
     rb_st_close(r.st);
     rb_backend_destroy(be);
