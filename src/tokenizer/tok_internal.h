@@ -191,5 +191,7 @@ rb_status tok_decoder_check(const rb_tokenizer *t, rb_error *err);
 
 /* NFC (Unicode canonical composition) of valid UTF-8. */
 rb_status tok_nfc(const char *s, size_t len, tok_buf *out);
+/* Canonical combining class of a code point (0 for starters). */
+unsigned tok_ccc(uint32_t cp);
 
 #endif

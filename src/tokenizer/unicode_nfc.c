@@ -27,6 +27,8 @@ static unsigned ccc_of(uint32_t cp) {
     return 0;
 }
 
+unsigned tok_ccc(uint32_t cp) { return ccc_of(cp); }
+
 static const uint32_t *decomp_of(uint32_t cp, size_t *n) {
     size_t lo = 0, hi = N_DECOMP;
     while (lo < hi) {
