@@ -343,8 +343,9 @@ static rb_status meta_word(const rb_unigram *t, const char *w, size_t len, bool 
     tmp->len = 0;
     const char *rep = t->meta_rep;
     const size_t rl = t->meta_rep_len;
-    bool starts = len >= rl && memcmp(w, rep, rl) == 0;
-    if (len && w[0] == ' ') starts = rl == 1 && rep[0] == ' ';
+    /* as the tokenizers library: spaces become the replacement first, then a
+     * word that does not start with it gets one in front */
+    const bool starts = (len >= rl && memcmp(w, rep, rl) == 0) || (len && w[0] == ' ');
     if (!starts && (t->prepend == UG_PREPEND_ALWAYS || (t->prepend == UG_PREPEND_FIRST && first)))
         if (tok_buf_append(tmp, rep, rl) != RB_OK) return RB_E_NOMEM;
     for (size_t i = 0; i < len; i++) {

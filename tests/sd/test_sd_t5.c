@@ -319,10 +319,9 @@ static void test_text(void **state) {
     float *h = malloc(sizeof(float) * D * T * N_PROMPTS);
     assert_non_null(h);
     OKE(rb_tensor_get(&out, h, sizeof(float) * D * T * N_PROMPTS));
-    /* The refs' ids are sentencepiece's encode(text) + [</s>] cut to 24 and padded (meta.json's note
-     * "hand-chosen ids" is the shared generator's wording; these are sentencepiece's). transformers' T5
-     * tokenizer with truncation=True keeps </s> last instead, so a row cut short ends in </s> here; its
-     * hidden states are checked against the naive reference, the uncut rows' against transformers'. */
+    /* The refs' ids are the T5 tokenizer's (sentencepiece's pieces cut to T - 1 when longer, then </s>, then
+     * pad 0), recorded with diffusers' own tokenizer_3 giving the same embeddings; the rows cut short are
+     * also checked against the naive reference. */
     char spm[4200];
     snprintf(spm, sizeof spm, "%s/spiece.model", tok);
     rb_unigram *u;
@@ -336,12 +335,11 @@ static void test_text(void **state) {
         OKE(rb_unigram_tokenize(u, prompts[p], strlen(prompts[p]), true, &full, &n, &err));
         int32_t want[T];
         for (int i = 0; i < T; i++) want[i] = i < (int)n ? full[i] : 0;
-        assert_memory_equal(want, r.ids[p], sizeof want); /* sentencepiece's ids, cut as the refs cut */
         if (n > T) want[T - 1] = 1;
+        assert_memory_equal(want, r.ids[p], sizeof want);
         assert_memory_equal(ids + p * T, want, sizeof want);
-        if (n <= T) {
-            compare(h + p * T * D, r.hidden[p], T * D, 1e-5, g_keys[p]);
-        } else {
+        compare(h + p * T * D, r.hidden[p], T * D, 1e-5, g_keys[p]);
+        if (n > T) {
             float nv[T * D];
             naive(&rm, want, nv);
             compare(h + p * T * D, nv, T * D, 1e-5, "cut row vs naive");

@@ -75,6 +75,7 @@ static void test_spm_cases(void **state) {
         json_t *pieces = json_object_get(c, "pieces");
         assert_int_equal(json_array_size(pieces) + 1, n);
         for (size_t k = 0; k + 1 < n; k++) {
+            if (ids[k] == rb_unigram_unk_id(t)) continue; /* sentencepiece shows the unknown text itself */
             size_t pl;
             const char *p = rb_unigram_piece(t, ids[k], &pl);
             const char *want = json_string_value(json_array_get(pieces, k));
@@ -117,7 +118,7 @@ static void json_cases(const char *path, bool require_tokenizers) {
         free(ids);
         checked++;
     }
-    assert_true(checked >= 4);
+    assert_true(checked >= 26); /* every case: cases.json holds the tokenizers library's ids */
     json_decref(root);
     rb_unigram_free(t);
 }
