@@ -30,6 +30,7 @@ static const rb_sd_sampler_ops *ops_for(rb_sd_sampler_kind k) {
     case RB_SD_SAMPLER_DPMPP_2M: return &rb_sd_ops_dpmpp_2m;
     case RB_SD_SAMPLER_DPMPP_SDE: return &rb_sd_ops_dpmpp_sde;
     case RB_SD_SAMPLER_DDIM: return &rb_sd_ops_ddim;
+    case RB_SD_SAMPLER_FLOW_EULER: return &rb_sd_ops_flow_euler;
     default: return &rb_sd_ops_lcm;
     }
 }
@@ -61,7 +62,8 @@ static rb_status check_opts(const rb_sd_sampler_opts *o, rb_error *err) {
     if (!(o->strength > 0.0 && o->strength <= 1.0))
         return rb_error_set(err, RB_E_INVALID, "sampler: strength %g is outside (0, 1]", o->strength);
     if (isnan(o->eta) || isinf(o->eta)) return rb_error_set(err, RB_E_INVALID, "sampler: eta must be finite");
-    if ((o->kind == RB_SD_SAMPLER_DDIM || o->kind == RB_SD_SAMPLER_LCM) && o->schedule != RB_SD_SCHEDULE_DEFAULT)
+    if ((o->kind == RB_SD_SAMPLER_DDIM || o->kind == RB_SD_SAMPLER_LCM || o->kind == RB_SD_SAMPLER_FLOW_EULER) &&
+        o->schedule != RB_SD_SCHEDULE_DEFAULT)
         return rb_error_set(err, RB_E_UNSUPPORTED, "sampler %s takes only the default schedule, not %s",
                             rb_sd_sampler_kind_name(o->kind), rb_sd_schedule_name(o->schedule));
     return RB_OK;
@@ -99,6 +101,11 @@ rb_status rb_sd_sampler_create(const rb_sd_sched_config *cfg, const rb_sd_sample
     if (init > s->steps) init = s->steps;
     int t_start = s->steps - init;
     if (t_start < 0) t_start = 0;
+    if (s->kind == RB_SD_SAMPLER_FLOW_EULER) { /* StableDiffusion3Img2ImgPipeline: no int() before the subtraction */
+        const double fi = fmin((double)s->steps * o->strength, (double)s->steps);
+        t_start = (int)fmax((double)s->steps - fi, 0.0);
+        init = s->steps - t_start;
+    }
     s->begin = t_start * s->order;
     if (init < 1 || s->begin >= s->E) {
         st = rb_error_set(err, RB_E_RANGE, "sampler: strength %g with %d steps leaves no denoising step", o->strength,
@@ -220,6 +227,10 @@ rb_status rb_sd_sampler_x0(const rb_sd_sampler *s, const float *model_out, float
     if (s->phase != RB_SD_PHASE_WAIT_FEED)
         return rb_error_set(err, RB_E_INVALID, "sampler: no model evaluation is pending (call rb_sd_sampler_next)");
     const int k = s->k;
+    if (s->kind == RB_SD_SAMPLER_FLOW_EULER) { /* x0 = x - sigma v */
+        for (size_t i = 0; i < s->n; i++) x0[i] = s->x[i] - s->sigmas[k] * model_out[i];
+        return RB_OK;
+    }
     double abar;
     if (s->sigmas) { /* the sigma the evaluation's input was scaled with (dpmpp_sde: its midpoint) */
         const double sg = s->kind == RB_SD_SAMPLER_DPMPP_SDE && s->has_history ? s->mid_sigma : s->sigmas[k];
