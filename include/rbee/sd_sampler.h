@@ -302,6 +302,10 @@ typedef struct rb_sd_sampler_opts {
     rb_sd_noise_fn noise;
     void *noise_user;
     size_t n;        /* floats in the latents (whole batch) */
+    /* StableDiffusion3Pipeline's use of any scheduler: the model input is
+     * the latents unscaled (no scale_model_input) and txt2img starts from
+     * the noise itself (no init_noise_sigma). flow_euler does both anyway. */
+    bool raw_model_input;
 } rb_sd_sampler_opts;
 
 /* euler, default schedule, 20 steps, strength 1, eta default, no noise callback, n 0. */

@@ -94,6 +94,7 @@ rb_status rb_sd_sampler_create(const rb_sd_sched_config *cfg, const rb_sd_sample
     s->eta = (float)(o->eta >= 0.0 ? o->eta : (o->kind == RB_SD_SAMPLER_DDIM ? 0.0 : 1.0));
     s->noise = o->noise;
     s->noise_user = o->noise_user;
+    s->raw_in = o->raw_model_input;
     st = rb_sd_sampler_schedule(s, err);
     if (st != RB_OK) goto fail;
     /* diffusers' get_timesteps: the run starts t_start steps in */
@@ -153,7 +154,7 @@ rb_status rb_sd_sampler_begin(rb_sd_sampler *s, const float *image_latents, cons
     }
     if (image_latents) s->ops->add_noise(s, s->begin, image_latents, s->noise0, s->x);
     else
-        for (size_t i = 0; i < s->n; i++) s->x[i] = s->noise0[i] * s->init_noise_sigma;
+        for (size_t i = 0; i < s->n; i++) s->x[i] = s->raw_in ? s->noise0[i] : s->noise0[i] * s->init_noise_sigma;
     s->k = s->begin;
     s->has_history = 0;
     s->lower_order_nums = 0;
@@ -187,7 +188,8 @@ rb_status rb_sd_sampler_set_inpaint(rb_sd_sampler *s, const float *image_latents
 bool rb_sd_sampler_next(rb_sd_sampler *s, float *model_in, float *timestep) {
     if (!s || !model_in || !timestep) return false;
     if (s->phase != RB_SD_PHASE_READY && s->phase != RB_SD_PHASE_WAIT_FEED) return false;
-    s->ops->scale_in(s, s->k, s->x, model_in);
+    if (s->raw_in) memcpy(model_in, s->x, s->n * sizeof(float));
+    else s->ops->scale_in(s, s->k, s->x, model_in);
     *timestep = s->timesteps[s->k];
     s->phase = RB_SD_PHASE_WAIT_FEED;
     return true;

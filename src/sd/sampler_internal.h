@@ -38,6 +38,7 @@ struct rb_sd_sampler {
     float final_acp;      /* alphabar before timestep 0 */
     float init_noise_sigma;
     float eta;
+    bool raw_in;          /* rb_sd_sampler_opts.raw_model_input */
     rb_sd_noise_fn noise;
     void *noise_user;
     /* run state */
