@@ -290,6 +290,13 @@ typedef struct rb_sd_params {
     bool skip_decode;            /* latents only (rb_sd_output.latents), no VAE decode */
     int max_sequence_length;     /* SD3: tokens of the T5 part of the context (diffusers' max_sequence_length;
                                     zeros without T5); 0 = 256 */
+    /* NULL, or conditioning computed beforehand (diffusers' prompt_embeds= and
+     * pooled_prompt_embeds= with their negative_ forms): used instead of
+     * encoding the prompts. Its rows are [uncond, cond] with guidance,
+     * [cond] without; dim and pooled_dim must be what the denoiser takes
+     * (rb_sd_encode_prompt gives such a cond); time ids come from the
+     * parameters. */
+    const struct rb_sd_cond *cond;
 } rb_sd_params;
 
 /* Defaults: prompt "", negative NULL, size 0, 20 steps, guidance 7.5,

@@ -112,6 +112,7 @@ void rb_sd_model_free(rb_sd_model *m) {
     }
     rb_unet_free(m->unet);
     rb_mmdit_free(m->mmdit);
+    rb_t5_text_free(&m->t5);
     rb_vae_free(m->vae);
     /* after the networks, which may point into these */
     if (m->ldm) {
@@ -213,6 +214,7 @@ rb_status sd_model_finish(rb_sd_model *m, const rb_sd_model_opts *o, rb_error *e
             if (m->enc[i].enc) s = rb_clip_text_set_act_dtype(m->enc[i].enc, o->act_dtype, err);
         if (s == RB_OK && m->unet) s = rb_unet_set_act_dtype(m->unet, o->act_dtype, err);
         if (s == RB_OK && m->mmdit) s = rb_mmdit_set_act_dtype(m->mmdit, o->act_dtype, err);
+        if (s == RB_OK && m->t5.enc) s = rb_t5_set_act_dtype(m->t5.enc, o->act_dtype, err);
         /* diffusers' SDXL pipelines decode (and encode) a force_upcast VAE in
          * f32 when it would run in f16; its SD 1.x / 2.x pipelines do not */
         const bool upcast = xl && o->act_dtype == RB_F16 && m->has_vae_cfg && m->vae_cfg.force_upcast;
@@ -332,7 +334,8 @@ void rb_sd_model_get_info(const rb_sd_model *m, rb_sd_model_info *info) {
     info->components = m->components;
     info->default_sampler = m->default_sampler;
     info->default_schedule = m->default_schedule;
-    size_t b = rb_unet_weight_bytes(m->unet) + rb_mmdit_weight_bytes(m->mmdit) + rb_vae_weight_bytes(m->vae);
+    size_t b = rb_unet_weight_bytes(m->unet) + rb_mmdit_weight_bytes(m->mmdit) + rb_t5_weight_bytes(m->t5.enc) +
+               rb_vae_weight_bytes(m->vae);
     for (int i = 0; i < m->n_enc; i++) b += rb_clip_text_weight_bytes(m->enc[i].enc);
     info->weight_bytes = b;
 }

@@ -184,11 +184,7 @@ rb_status sd_load_diffusers(const char *dir, rb_backend *be, const rb_sd_model_o
     rb_status s = sd_model_new(be, "diffusers", dir, &m, err);
     if (s != RB_OK) return s;
     if ((s = sd_read_folder(m, dir, err)) != RB_OK) goto fail;
-    if (m->arch == RB_SD_ARCH_SD3 && m->sd3_has_t5 && !(o && o->no_t5)) {
-        s = rb_error_set(err, RB_E_UNSUPPORTED, "%s: the T5 text encoder (text_encoder_3) is not supported yet: load "
-                         "the model without it (--no-t5)", dir);
-        goto fail;
-    }
+
     const unsigned comp = sd_opts_components(o);
     rb_sd_load_opts lo;
     sd_net_opts(o, &lo);
@@ -201,6 +197,9 @@ rb_status sd_load_diffusers(const char *dir, rb_backend *be, const rb_sd_model_o
                 (s = sd_clip_text_create(&m->enc[i].cfg, &ws, &m->enc[i].enc, err)) != RB_OK)
                 goto fail;
         }
+    }
+    if ((comp & RB_SD_LOAD_TEXT) && m->arch == RB_SD_ARCH_SD3 && m->sd3_has_t5 && !(o && o->no_t5)) {
+        if ((s = sd_load_sd3_t5(m, dir, &lo, err)) != RB_OK) goto fail;
     }
     if ((comp & RB_SD_LOAD_UNET) && m->arch == RB_SD_ARCH_SD3) {
         if ((s = sd_load_sd3_transformer(m, dir, &lo, err)) != RB_OK) goto fail;

@@ -98,6 +98,15 @@ rb_status sd_load_sd3_transformer(rb_sd_model *m, const char *dir, const rb_sd_l
     return sd_mmdit_create(&m->mmdit_cfg, &ws, &m->mmdit, err);
 }
 
+rb_status sd_load_sd3_t5(rb_sd_model *m, const char *dir, const rb_sd_load_opts *lo, rb_error *err) {
+    char e[1024], t[1024];
+    SD_TRY_J(join(e, sizeof e, dir, "text_encoder_3", NULL, err));
+    SD_TRY_J(join(t, sizeof t, dir, "tokenizer_3", NULL, err));
+    rb_status s = rb_t5_text_load(e, t, m->be, lo, &m->t5, err);
+    if (s != RB_OK) rb_error_prefix(err, "%s: ", dir);
+    return s;
+}
+
 rb_status sd_sd3_finish(rb_sd_model *m, rb_error *err) {
     const char *nm = m->name;
     if (m->n_enc != 2 || !m->has_mmdit_cfg)
@@ -108,6 +117,10 @@ rb_status sd_sd3_finish(rb_sd_model *m, rb_error *err) {
     if (clip_w > c->joint_attention_dim)
         return rb_error_set(err, RB_E_FORMAT, "%s: the CLIP encoders' widths %lld exceed the transformer's "
                             "joint_attention_dim %lld", nm, (long long)clip_w, (long long)c->joint_attention_dim);
+    if (m->t5.enc && rb_t5_get_config(m->t5.enc)->d_model != c->joint_attention_dim)
+        return rb_error_set(err, RB_E_FORMAT, "%s: the T5 encoder's width %lld differs from the transformer's "
+                            "joint_attention_dim %lld", nm, (long long)rb_t5_get_config(m->t5.enc)->d_model,
+                            (long long)c->joint_attention_dim);
     if (pooled != c->pooled_projection_dim)
         return rb_error_set(err, RB_E_FORMAT, "%s: the CLIP projections %lld + %lld differ from the transformer's "
                             "pooled_projection_dim %lld", nm, (long long)m->enc[0].cfg.projection_dim,

@@ -10,6 +10,7 @@
 #include "rbee/safetensors.h"
 #include "rbee/sd_mmdit.h"
 #include "rbee/sd_pipeline.h"
+#include "rbee/sd_t5.h"
 #include "sd/sd_ldm.h"
 
 #define SD_MAX_ENC 2
@@ -45,7 +46,7 @@ struct rb_sd_model {
     rb_mmdit_config mmdit_cfg;
     rb_mmdit *mmdit;
     bool sd3_has_t5;               /* the folder has text_encoder_3 */
-    bool sd3_t5_loaded;            /* its part of the context is computed (else zeros) */
+    rb_t5_text t5;                 /* SD3's T5 encoder and tokenizer (enc NULL: not loaded, zeros instead) */
     rb_sd_sched_config sched;
     rb_sd_sampler_kind default_sampler;
     rb_sd_schedule default_schedule;
@@ -161,6 +162,8 @@ rb_status sd_read_sd3_folder(rb_sd_model *m, const struct sd_cfg *j, const char 
 bool sd_folder_is_sd3(const char *index_path);
 /* The transformer of an SD3 folder. */
 rb_status sd_load_sd3_transformer(rb_sd_model *m, const char *dir, const rb_sd_load_opts *lo, rb_error *err);
+/* Its T5 encoder and tokenizer (text_encoder_3, tokenizer_3). */
+rb_status sd_load_sd3_t5(rb_sd_model *m, const char *dir, const rb_sd_load_opts *lo, rb_error *err);
 /* SD3's consistency checks (sd_model_finish). */
 rb_status sd_sd3_finish(rb_sd_model *m, rb_error *err);
 /* SD3's prompt conditioning: [CLIP-L | CLIP-G] penultimate states zero-padded

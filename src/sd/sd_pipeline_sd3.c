@@ -4,7 +4,8 @@
  * hidden state -(k + 2); the negative prompt always the penultimate) are
  * concatenated on the feature axis and zero-padded to the transformer's
  * joint_attention_dim; the T5 part follows on the token axis
- * (max_sequence_length tokens; zeros when the model has no T5 encoder);
+ * (max_sequence_length tokens of T5's last hidden states for the same
+ * prompt and negative prompt; zeros when the model has no T5 encoder);
  * the pooled conditioning is [CLIP-L text_embeds | CLIP-G text_embeds]. An
  * absent negative prompt is the empty prompt. Rows: [uncond, cond] with
  * guidance, [cond] without. */
@@ -64,7 +65,29 @@ rb_status sd_encode_cond_sd3(rb_sd_model *m, const rb_sd_params *p, const sd_run
         c0 += D;
         p0 += P;
     }
-    /* the T5 rows [77, tokens) stay zero: the model has no T5 encoder loaded */
+    /* the T5 rows [77, tokens): its last hidden states, or zeros without T5 */
+    if (s == RB_OK && m->t5.enc) {
+        const int64_t dm = rb_t5_get_config(m->t5.enc)->d_model;
+        const char *prompts[2];
+        for (int r = 0; r < rows; r++) prompts[r] = text_of(p, 0, rows == 2 && r == 0);
+        rb_tensor t;
+        const int64_t ne[3] = {dm, t5, rows};
+        s = rb_tensor_alloc(m->be, RB_F32, 3, ne, &t);
+        if (s != RB_OK) rb_error_set(err, s, "cannot allocate the T5 output");
+        else {
+            float *h = malloc(sizeof(float) * (size_t)(dm * t5 * rows));
+            if (!h) s = rb_error_set(err, RB_E_NOMEM, "out of memory for the prompt");
+            if (s == RB_OK) s = rb_t5_text_encode(&m->t5, prompts, rows, t5, &t, NULL, err);
+            if (s == RB_OK && (s = rb_tensor_get(&t, h, sizeof(float) * (size_t)(dm * t5 * rows))) != RB_OK)
+                rb_error_set(err, s, "cannot read the T5 output");
+            for (int r = 0; s == RB_OK && r < rows; r++)
+                for (int64_t k = 0; k < t5; k++)
+                    memcpy(out->context + ((size_t)r * (size_t)tokens + (size_t)(T77 + k)) * (size_t)J,
+                           h + ((size_t)r * (size_t)t5 + (size_t)k) * (size_t)dm, sizeof(float) * (size_t)dm);
+            free(h);
+            rb_tensor_free(&t);
+        }
+    }
     if (s != RB_OK) rb_sd_cond_free(out);
     return s;
 }

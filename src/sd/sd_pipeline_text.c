@@ -198,9 +198,13 @@ static rb_status encode_chunked(rb_sd_model *m, const rb_sd_params *p, int rows,
     return s;
 }
 
+static rb_status copy_cond(const rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
+                           rb_error *err);
+
 rb_status sd_encode_cond(rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
                          rb_error *err) {
     memset(out, 0, sizeof *out);
+    if (p->cond) return copy_cond(m, p, plan, out, err);
     if (m->arch == RB_SD_ARCH_SD3) return sd_encode_cond_sd3(m, p, plan, out, err);
     const int rows = plan->cfg ? 2 : 1;
     int64_t dim = 0;
@@ -223,6 +227,43 @@ rb_status sd_encode_cond(rb_sd_model *m, const rb_sd_params *p, const sd_run_pla
         memset(out->context, 0, sizeof(float) * (size_t)(out->tokens * out->dim));
         if (out->pooled) memset(out->pooled, 0, sizeof(float) * (size_t)out->pooled_dim);
     }
+    out->n_time_ids = plan->n_time_ids;
+    for (int r = 0; r < rows; r++)
+        memcpy(out->time_ids[r], plan->time_ids[rows == 2 ? r : 1], sizeof out->time_ids[r]);
+    return RB_OK;
+}
+
+/* The caller's conditioning (p->cond), checked against the model and copied. */
+static rb_status copy_cond(const rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
+                           rb_error *err) {
+    const rb_sd_cond *c = p->cond;
+    const int rows = plan->cfg ? 2 : 1;
+    int64_t dim = 0, pdim = 0;
+    if (m->arch == RB_SD_ARCH_SD3) {
+        dim = m->mmdit_cfg.joint_attention_dim;
+        pdim = m->mmdit_cfg.pooled_projection_dim;
+    } else {
+        for (int e = 0; e < m->n_enc; e++) dim += m->enc[e].cfg.hidden_size;
+        pdim = is_xl(m) ? m->enc[m->n_enc - 1].cfg.projection_dim : 0;
+    }
+    if (c->rows != rows || c->dim != dim || c->pooled_dim != pdim || c->tokens < 1 || c->tokens > 4096 || !c->context ||
+        (pdim && !c->pooled))
+        return rb_error_set(err, RB_E_INVALID, "the given conditioning is %d rows x %lld tokens x %lld (pooled %lld); "
+                            "the model takes %d rows x tokens x %lld (pooled %lld)", c->rows, (long long)c->tokens,
+                            (long long)c->dim, (long long)c->pooled_dim, rows, (long long)dim, (long long)pdim);
+    const size_t n = (size_t)rows * (size_t)c->tokens * (size_t)dim;
+    out->rows = rows;
+    out->tokens = c->tokens;
+    out->dim = dim;
+    out->pooled_dim = pdim;
+    out->context = malloc(sizeof(float) * n);
+    out->pooled = pdim ? malloc(sizeof(float) * (size_t)(rows * pdim)) : NULL;
+    if (!out->context || (pdim && !out->pooled)) {
+        rb_sd_cond_free(out);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory for the prompt");
+    }
+    memcpy(out->context, c->context, sizeof(float) * n);
+    if (pdim) memcpy(out->pooled, c->pooled, sizeof(float) * (size_t)(rows * pdim));
     out->n_time_ids = plan->n_time_ids;
     for (int r = 0; r < rows; r++)
         memcpy(out->time_ids[r], plan->time_ids[rows == 2 ? r : 1], sizeof out->time_ids[r]);
