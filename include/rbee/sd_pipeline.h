@@ -235,7 +235,8 @@ typedef enum rb_sd_prompt_mode {
      * per chunk, as A1111's "Original" emphasis: z = the chunk's embedding
      * (77 x dim); m = mean(z); z = z x weight[token]; z = z x (m / mean(z))
      * (means over all 77 x dim values, in double here). SDXL's pooled
-     * embedding is the first chunk's, unweighted. */
+     * embedding is the first chunk's, unweighted. SD3 models truncate in
+     * this mode too (no chunks, no emphasis). */
     RB_SD_PROMPT_A1111,
 } rb_sd_prompt_mode;
 

@@ -8,7 +8,8 @@
  * prompt and negative prompt; zeros when the model has no T5 encoder);
  * the pooled conditioning is [CLIP-L text_embeds | CLIP-G text_embeds]. An
  * absent negative prompt is the empty prompt. Rows: [uncond, cond] with
- * guidance, [cond] without. */
+ * guidance, [cond] without. Prompts are truncated in either prompt mode
+ * (A1111's chunks and emphasis are not applied to SD3). */
 #include "sd/sd_pipeline_internal.h"
 
 #include <stdlib.h>
@@ -25,9 +26,6 @@ static const char *text_of(const rb_sd_params *p, int enc, bool negative) {
 
 rb_status sd_encode_cond_sd3(rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
                              rb_error *err) {
-    if (p->prompt_mode != RB_SD_PROMPT_TRUNCATE)
-        return rb_error_set(err, RB_E_UNSUPPORTED, "SD3 takes prompts truncated to 77 CLIP tokens (diffusers' "
-                            "prompt mode), not A1111 chunks");
     const int rows = plan->cfg ? 2 : 1;
     const int64_t J = m->mmdit_cfg.joint_attention_dim, PD = m->mmdit_cfg.pooled_projection_dim;
     const int64_t t5 = p->max_sequence_length > 0 ? p->max_sequence_length : SD3_DEFAULT_T5_TOKENS;

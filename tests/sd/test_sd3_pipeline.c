@@ -9,7 +9,7 @@
  * img2img (strength 0.6: posterior sample, then noise) run from the
  * recorded conditioning (see full_run); the CLIP part, the pooled
  * conditioning and the untruncated T5 rows of every run match diffusers';
- * bad uses fail cleanly. */
+ * A1111 prompt mode gives the same conditioning; bad uses fail cleanly. */
 #include "sd_pipeline_ref.h"
 
 #define TOL_LAT 1e-4
@@ -272,9 +272,17 @@ static void test_errors(void **state) {
     rb_sd_params p;
     base_params(&p);
     rb_error err;
-    p.prompt_mode = RB_SD_PROMPT_A1111;
     rb_sd_output out;
-    assert_int_equal(rb_sd_generate(m, &p, NULL, &out, &err), RB_E_UNSUPPORTED);
+    /* A1111 prompt mode truncates as diffusers does (the same conditioning) */
+    rb_sd_cond c1, c2;
+    TU_OK(rb_sd_encode_prompt(m, &p, &c1, &err));
+    p.prompt_mode = RB_SD_PROMPT_A1111;
+    p.emphasis = true;
+    TU_OK(rb_sd_encode_prompt(m, &p, &c2, &err));
+    assert_int_equal(c1.tokens, c2.tokens);
+    assert_memory_equal(c1.context, c2.context, sizeof(float) * (size_t)(c1.rows * c1.tokens * c1.dim));
+    rb_sd_cond_free(&c1);
+    rb_sd_cond_free(&c2);
     base_params(&p);
     p.max_sequence_length = 100000;
     assert_int_equal(rb_sd_check_params(m, &p, &err), RB_E_RANGE);
