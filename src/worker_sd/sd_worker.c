@@ -85,6 +85,7 @@ void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_name
     if (errs->n > 0 || !sw->model) return;
     rb_sd_params p;
     sd_request_params(r, 0, &p);
+    sd_request_params_arch(r, sw->info.arch, &p);
     rb_error err;
     rb_error_clear(&err);
     rb_status s = rb_sd_check_params(sw->model, &p, &err);

@@ -45,8 +45,9 @@ images=$(grep -c '^data: {"type":"image","index":0,"seed":5,"png":"iVBORw0KGgo' 
     fail "stream: $(cut -c1-160 "$TMP/stream")"
 
 curl -s "$URL/sdapi/v1/txt2img" -H 'Content-Type: application/json' \
-    -d '{"prompt":"a red apple","width":64,"height":64,"steps":2,"seed":3}' >"$TMP/a"
-grep -q '"images":\["iVBORw0KGgo' "$TMP/a" && ok "A1111 txt2img" || fail "A1111 txt2img: $(cut -c1-200 "$TMP/a")"
+    -d '{"prompt":"a red apple","width":64,"height":64,"steps":2,"seed":3,"sampler_name":"Euler"}' >"$TMP/a"
+grep -q '"images":\["iVBORw0KGgo' "$TMP/a" && grep -q '\\"sampler_name\\":\\"Euler\\"' "$TMP/a" &&
+    ok "A1111 txt2img with Euler" || fail "A1111 txt2img: $(cut -c1-300 "$TMP/a")"
 stop
 
 start --no-t5
