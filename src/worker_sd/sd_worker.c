@@ -49,6 +49,9 @@ bool sd_version_parse(const char *v, rb_sd_arch *arch, bool *arch_set, rb_sd_pre
         *turbo = true;
     } else if (!strcasecmp(v, "xl-refiner") || !strcasecmp(v, "refiner") || !strcasecmp(v, "sdxl-refiner")) {
         *arch = RB_SD_ARCH_SDXL_REFINER;
+    } else if (!strcasecmp(v, "3-medium") || !strcasecmp(v, "3.5-medium") || !strcasecmp(v, "3.5-large") ||
+               !strcasecmp(v, "sd3") || !strcasecmp(v, "3")) {
+        *arch = RB_SD_ARCH_SD3; /* Stable Diffusion 3 / 3.5 (MMDiT, flow matching) */
     } else {
         return false;
     }
@@ -82,6 +85,7 @@ void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_name
     if (errs->n > 0 || !sw->model) return;
     rb_sd_params p;
     sd_request_params(r, 0, &p);
+    sd_request_params_arch(r, sw->info.arch, &p);
     rb_error err;
     rb_error_clear(&err);
     rb_status s = rb_sd_check_params(sw->model, &p, &err);
@@ -166,6 +170,7 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     rb_sd_model_opts_init(&mo);
     mo.prediction = pred;
     mo.config_dir = sw->config_dir;
+    mo.no_t5 = sw->no_t5;
     if (sw->use_f16) {
         mo.weight_dtype = RB_F16;
         mo.act_dtype = RB_F16;
@@ -194,8 +199,9 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     sw->limits = (sd_model_limits){.max_size = (int)sw->max_size,
                                    .default_width = sw->info.default_width,
                                    .default_height = sw->info.default_height,
-                                   .default_steps = turbo ? 4 : 20,
-                                   .default_cfg = turbo ? 0.0f : 7.5f,
+                                   /* SD3: StableDiffusion3Pipeline's defaults (28 steps, guidance 7) */
+                                   .default_steps = turbo ? 4 : sw->info.arch == RB_SD_ARCH_SD3 ? 28 : 20,
+                                   .default_cfg = turbo ? 0.0f : sw->info.arch == RB_SD_ARCH_SD3 ? 7.0f : 7.5f,
                                    .vae_scale = sw->info.vae_scale > 0 ? sw->info.vae_scale : 8};
     if (sw->limits.default_width > sw->max_size) sw->limits.default_width = (int)sw->max_size / 8 * 8;
     if (sw->limits.default_height > sw->max_size) sw->limits.default_height = (int)sw->max_size / 8 * 8;
@@ -249,7 +255,9 @@ static void info(void *user, json_t *j, bool loaded) {
     sd_worker *sw = user;
     loaded = loaded && sw->model;
     json_object_set_new(j, "max_size", json_integer((json_int_t)sw->max_size));
-    json_object_set_new(j, "previews", json_string(sw->taesd ? "taesd" : "latent-rgb"));
+    /* the latent-to-RGB approximation knows the 4-channel latent spaces only (SD3's 16 need --taesd) */
+    const bool rgb = !sw->model || sw->info.latent_channels == 4;
+    json_object_set_new(j, "previews", json_string(sw->taesd ? "taesd" : rgb ? "latent-rgb" : "none"));
     if (sw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(sw->be)));
     if (!loaded) {
         json_object_set_new(j, "memory", json_null());
@@ -290,7 +298,9 @@ int sd_worker_options(sd_worker *sw, wk_opt *out, int max) {
     const wk_opt opts[] = {
         {"sd-version", WK_OPT_STRING, &sw->sd_version, 0, 0, "V",
          "auto (detected, default), v1-5, v2-1 (768-v), v2-1-base, xl, turbo (SDXL-Turbo: 4 steps, no CFG by "
-         "default) or xl-refiner; a model of another family is refused"},
+         "default), xl-refiner or 3-medium (SD3 / SD3.5); a model of another family is refused"},
+        {"no-t5", WK_OPT_FLAG, &sw->no_t5, 0, 0, NULL,
+         "SD3: leave the T5 text encoder out (its part of the context is zeros; less memory)"},
         {"use-f16", WK_OPT_FLAG, &sw->use_f16, 0, 0, NULL, "half-precision weights and activations (default f32)"},
         {"vae", WK_OPT_STRING, &sw->vae_path, 0, 0, "DIR", "a diffusers vae/ folder used instead of the model's VAE"},
         {"config-dir", WK_OPT_STRING, &sw->config_dir, 0, 0, "DIR",
