@@ -22,7 +22,10 @@ static void usage(FILE *f) {
                "       rbee convert SD_PIPELINE_DIR|CHECKPOINT.safetensors -o OUT.gguf [--type TYPE] [--config DIR]\n\n"
                "Converts a Stable Diffusion diffusers pipeline folder or single-file checkpoint to GGUF in the\n"
                "original LDM names with its configs (TYPE applies to linear weights; convolution kernels f16).\n"
-               "--config DIR: a pipeline folder whose configs describe the single-file checkpoint.\n",
+               "--config DIR: a pipeline folder whose configs describe the single-file checkpoint.\n"
+               "SD3 / SD3.5 single files keep their original names (general.architecture sd3); --config is\n"
+               "then an SD3 diffusers folder, needed when the MMDiT's or the encoders' heads cannot be\n"
+               "read from the tensors (widths that are not multiples of 64 without qk-norm).\n",
             rb_convert_type_list());
 }
 

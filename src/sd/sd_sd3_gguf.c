@@ -1,0 +1,134 @@
+/* Reading an SD3 GGUF file (sd_sd3_gguf.h): the tensors as a list with
+ * NUL-terminated names, mapped by the single-file tables (sd_sd3_build), the
+ * rbee.sd3.* configs read and checked against them, and weights for the
+ * networks in diffusers' names that keep the file mapped while they point
+ * into it. */
+#include "sd/sd_sd3_gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool sd_sd3_gguf_is(const rb_gguf *g) {
+    const rb_gguf_kv *kv = rb_gguf_find_kv(g, "general.architecture");
+    if (!kv || kv->type != RB_GGUF_STRING) return false;
+    const rb_gguf_str *a = kv->data;
+    return a->len == 3 && memcmp(a->ptr, "sd3", 3) == 0;
+}
+
+static void destroy(sd_tensor_owner *o) {
+    sd_sd3_gguf *f = (sd_sd3_gguf *)o;
+    sd_sd3_free(&f->sd3);
+    for (int64_t i = 0; f->names && i < f->list.n; i++) free(f->names[i]);
+    free(f->names);
+    sd_tensor_list_free(&f->list);
+    rb_gguf_close(f->g);
+    free(f);
+}
+
+void sd_sd3_gguf_unref(sd_sd3_gguf *f) {
+    if (f) sd_owner_unref(&f->src);
+}
+
+static rb_status build_list(sd_sd3_gguf *f, rb_error *err) {
+    const int64_t n = rb_gguf_n_tensors(f->g);
+    f->names = calloc(n > 0 ? (size_t)n : 1, sizeof *f->names);
+    f->list.owned = calloc(n > 0 ? (size_t)n : 1, sizeof *f->list.owned);
+    if (!f->names || !f->list.owned) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    f->list.t = f->list.owned;
+    for (int64_t i = 0; i < n; i++) {
+        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
+        char *name = malloc((size_t)ti->name.len + 1);
+        if (!name) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        memcpy(name, ti->name.ptr, (size_t)ti->name.len);
+        name[ti->name.len] = '\0';
+        if (strlen(name) != ti->name.len) {
+            free(name);
+            return rb_error_set(err, RB_E_FORMAT, "tensor %lld's name holds a NUL byte", (long long)i);
+        }
+        f->names[i] = name;
+        f->list.n = i + 1;
+        rb_st_tensor *t = &f->list.owned[i];
+        t->name = name;
+        t->dtype = ti->dtype;
+        t->n_dims = ti->n_dims;
+        memcpy(t->ne, ti->ne, sizeof t->ne);
+        t->nbytes = ti->nbytes;
+        t->data = ti->data;
+    }
+    return RB_OK;
+}
+
+static rb_status finish_open(rb_gguf *g, const char *label, sd_sd3_gguf **out, rb_error *err) {
+    sd_sd3_gguf *f = calloc(1, sizeof *f);
+    if (!f) {
+        rb_gguf_close(g);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    }
+    snprintf(f->label, sizeof f->label, "%s", label);
+    f->src.refs = 1;
+    f->src.destroy = destroy;
+    f->g = g;
+    rb_status s = RB_OK;
+    if (!sd_sd3_gguf_is(g))
+        s = rb_error_set(err, RB_E_FORMAT, "not an SD3 GGUF file (general.architecture is not \"sd3\")");
+    if (s == RB_OK) s = build_list(f, err);
+    if (s == RB_OK) s = sd_sd3_build(&f->list, &f->sd3, err);
+    if (s == RB_OK) s = sd_sd3_meta_read(g, &f->sd3, &f->meta, err);
+    if (s != RB_OK) {
+        sd_sd3_gguf_unref(f);
+        return s;
+    }
+    *out = f;
+    return RB_OK;
+}
+
+rb_status sd_sd3_gguf_open(const char *path, sd_sd3_gguf **out, rb_error *err) {
+    if (!out || !path) return rb_error_set(err, RB_E_INVALID, "sd3 gguf: NULL argument");
+    *out = NULL;
+    rb_gguf *g = NULL;
+    rb_status s = rb_gguf_open(path, &g, err); /* its messages name the file */
+    if (s == RB_OK && (s = finish_open(g, path, out, err)) != RB_OK) rb_error_prefix(err, "%s: ", path);
+    return s;
+}
+
+rb_status sd_sd3_gguf_open_memory(const void *data, size_t size, sd_sd3_gguf **out, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "sd3 gguf: out is NULL");
+    *out = NULL;
+    rb_gguf *g = NULL;
+    rb_status s = rb_gguf_open_memory(data, size, &g, err);
+    return s == RB_OK ? finish_open(g, "<memory>", out, err) : s;
+}
+
+const sd_name_map *sd_sd3_part_map(const sd_sd3 *s, sd_sd3_part part) {
+    if (!(s->present & part)) return NULL;
+    switch (part) {
+    case SD_SD3_MMDIT: return &s->mmdit;
+    case SD_SD3_VAE: return &s->ldm.vae;
+    case SD_SD3_CLIP_L: return &s->ldm.text1;
+    case SD_SD3_CLIP_G: return &s->ldm.text2;
+    case SD_SD3_T5: return &s->t5;
+    }
+    return NULL;
+}
+
+const rb_st_tensor *sd_sd3_lookup(const sd_weights *w, const char *name) {
+    return sd_name_map_find((const sd_name_map *)w->lookup_ctx, name);
+}
+
+rb_status sd_sd3_gguf_weights(sd_sd3_gguf *f, sd_sd3_part part, rb_backend *be, const rb_sd_load_opts *opts,
+                              sd_weights *ws, rb_error *err) {
+    static const char *const what[] = {"transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"};
+    const sd_name_map *m = sd_sd3_part_map(&f->sd3, part);
+    int k = 0;
+    while (k < 4 && (1u << k) != (unsigned)part) k++;
+    if (!m) {
+        memset(ws, 0, sizeof *ws);
+        return rb_error_set(err, RB_E_NOT_FOUND, "%s: the file has no %s", f->label, what[k]);
+    }
+    char label[sizeof f->label + 32];
+    snprintf(label, sizeof label, "%s [%s]", f->label, what[k]);
+    rb_status s = sd_weights_init_source(ws, &f->src, sd_sd3_lookup, (void *)m, label, be, opts, err);
+    if (s != RB_OK) sd_weights_close(ws);
+    return s;
+}
