@@ -8,10 +8,12 @@
 #define RBEE_SD_NETS_H
 
 #include "rbee/sd_model.h"
+#include "rbee/sd_mmdit.h"
 #include "sd/sd_weights.h"
 
 rb_status sd_clip_text_create(const rb_clip_text_config *cfg, sd_weights *ws, rb_clip_text **out, rb_error *err);
 rb_status sd_unet_create(const rb_unet_config *cfg, sd_weights *ws, rb_unet **out, rb_error *err);
 rb_status sd_vae_create(const rb_vae_config *cfg, sd_weights *ws, rb_vae **out, rb_error *err);
+rb_status sd_mmdit_create(const rb_mmdit_config *cfg, sd_weights *ws, rb_mmdit **out, rb_error *err);
 
 #endif
