@@ -1,0 +1,47 @@
+/* The MMDiT of an SD3 single file or SD3 GGUF file: its rb_mmdit_config from
+ * the tensors (sd_sd3_mmdit_shape) and the values they cannot show
+ * (sd_sd3_meta), and the network built over the diffusers-name map with
+ * sd_mmdit_create. */
+#include "sd/sd_sd3_gguf.h"
+#include "sd/sd_sd3_nets.h"
+
+#include <string.h>
+
+rb_status sd_sd3_mmdit_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_mmdit_config *c, rb_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!(s->present & SD_SD3_MMDIT)) return rb_error_set(err, RB_E_NOT_FOUND, "the checkpoint has no MMDiT");
+    const sd_sd3_mmdit_shape *sh = &s->mmdit_shape;
+    const int64_t heads = m ? m->mmdit_heads : sh->num_attention_heads;
+    const int64_t hd = m ? m->mmdit_head_dim : sh->attention_head_dim;
+    if (heads <= 0 || hd <= 0 || heads * hd != sh->width)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "the MMDiT's heads are not known for its width %lld: give its "
+                            "configs (a diffusers folder)", (long long)sh->width);
+    if (sh->num_layers > RB_MMDIT_MAX_LAYERS)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "an MMDiT of %d blocks (at most %d)", sh->num_layers,
+                            RB_MMDIT_MAX_LAYERS);
+    c->in_channels = sh->in_channels;
+    c->out_channels = sh->out_channels;
+    c->patch_size = sh->patch_size;
+    c->sample_size = m ? m->sample_size : 128;
+    c->pos_embed_max_size = sh->pos_embed_max_size;
+    c->num_layers = sh->num_layers;
+    c->heads = (int)heads;
+    c->head_dim = hd;
+    c->joint_attention_dim = sh->joint_attention_dim;
+    c->caption_projection_dim = sh->caption_projection_dim;
+    c->pooled_projection_dim = sh->pooled_projection_dim;
+    c->qk_norm = sh->qk_norm;
+    for (int i = 0; i < sh->n_dual; i++) c->dual_attention[sh->dual_attention_layers[i]] = true;
+    return RB_OK;
+}
+
+rb_status sd_sd3_mmdit_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_mmdit **out, rb_error *err) {
+    *out = NULL;
+    rb_mmdit_config c;
+    rb_status st = sd_sd3_mmdit_config(s, m, &c, err);
+    if (st != RB_OK) {
+        sd_weights_close(ws);
+        return st;
+    }
+    return sd_mmdit_create(&c, ws, out, err);
+}

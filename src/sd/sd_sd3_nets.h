@@ -1,0 +1,22 @@
+/* Networks of SD3 single files and SD3 GGUF files (sd_sd3.h, sd_sd3_gguf.h)
+ * built with the engine's constructors (sd_nets.h). Entry points for the
+ * SD3 pipeline's loader:
+ *   single file: sd_sd3_build on the file's tensors, sd_sd3_meta_make (with a
+ *     diffusers folder when the heads are not derivable), then weights over
+ *     a part's map (sd_weights_init(ws, NULL, false, sd_sd3_lookup,
+ *     (void *)sd_sd3_part_map(s, part), ...)) and the constructor;
+ *   GGUF: sd_sd3_gguf_open, sd_sd3_gguf_weights, and f->sd3 / f->meta. */
+#ifndef RBEE_SD_SD3_NETS_H
+#define RBEE_SD_SD3_NETS_H
+
+#include "sd/sd_nets.h"
+#include "sd/sd_sd3_gguf.h"
+
+/* The MMDiT's config: the tensors' values, with m's heads and sample_size
+ * (m NULL: the heads the tensors show, sample_size 128). */
+rb_status sd_sd3_mmdit_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_mmdit_config *c, rb_error *err);
+/* sd_mmdit_create with that config over ws (which it takes over: on failure
+ * ws has been closed). */
+rb_status sd_sd3_mmdit_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_mmdit **out, rb_error *err);
+
+#endif

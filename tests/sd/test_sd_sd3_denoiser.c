@@ -1,0 +1,167 @@
+/* The MMDiT built from an SD3 single file (tests/data/sd3/single_file, the
+ * tiny sd3 pipeline in the original layout) through the weight-name layer
+ * (sd_sd3_build, sd_sd3_mmdit_create), and from its GGUF conversions, against
+ * diffusers' transformer outputs in tests/data/sd3/refs/sd3/
+ * denoiser_call.safetensors (t = 1000 and 437.5, batch [uncond, cond]).
+ * The single file and the f16 GGUF hold the folder's f16 values, so they
+ * must meet the folder tolerance (h31's test_sd_mmdit: 1e-5 of the largest
+ * output: measured 3.2e-7); q8_0 weights move the output by their rounding
+ * (measured 8.7e-3; bound 2e-2, and it must move). Runs on the backend in RBEE_TEST_BACKEND (default
+ * cpu). */
+#include "sd_nets_ref.h"
+
+#include "sd/sd_convert.h"
+#include "sd/sd_sd3_nets.h"
+
+#define REL_TOL 1e-5
+#define REL_TOL_Q8 2e-2 /* measured 8.7e-3 on the CPU backend */
+
+static rb_backend *backend(void) {
+    const char *spec = getenv("RBEE_TEST_BACKEND");
+    rb_backend *be = NULL;
+    rb_error err;
+    rb_error_clear(&err);
+    if (rb_backend_create(spec && *spec ? spec : "cpu", NULL, &be, &err) != RB_OK) fail_msg("backend: %s", err.msg);
+    return be;
+}
+
+#define OK(expr, err)                                                                                                 \
+    do {                                                                                                              \
+        rb_status s_ = (expr);                                                                                        \
+        if (s_ != RB_OK) fail_msg("%s -> %s: %s", #expr, rb_status_str(s_), (err).msg);                               \
+    } while (0)
+
+static char g_tmp[256];
+
+static int setup(void **state) {
+    (void)state;
+    return tu_tmpdir_make(g_tmp, sizeof g_tmp, "rbee_sd3d_");
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return tu_tmpdir_remove(g_tmp);
+}
+
+/* Both reference calls through m; returns the largest |got - ref| / max|ref|. */
+static double run_calls(rb_mmdit *m, rb_backend *be) {
+    char p[1024];
+    rb_st_set *r = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/refs/sd3/denoiser_call.safetensors"), &r, &err), err);
+    int64_t nx, nc, np, nt, no;
+    const float *x = ref_f32(r, "hidden_states", &nx), *ctx = ref_f32(r, "encoder_hidden_states", &nc);
+    const float *pooled = ref_f32(r, "pooled_projections", &np);
+    const rb_mmdit_config *c = rb_mmdit_get_config(m);
+    assert_int_equal(nx, 2 * c->in_channels * 8 * 8);
+    const int64_t T = nc / (2 * c->joint_attention_dim);
+    double worst = 0;
+    for (int k = 0; k < 2; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "call%d.timestep", k);
+        const float *t = ref_f32(r, name, &nt);
+        snprintf(name, sizeof name, "call%d.out", k);
+        const float *ref = ref_f32(r, name, &no);
+        rb_tensor xs = dev_tensor(be, 8, 8, c->in_channels, 2, x), cs = dev_tensor(be, c->joint_attention_dim, T, 2, 1, ctx);
+        rb_tensor ps = dev_tensor(be, c->pooled_projection_dim, 2, 1, 1, pooled);
+        rb_tensor o = dev_tensor(be, 8, 8, c->out_channels, 2, NULL);
+        rb_mmdit_inputs in = {.sample = &xs, .context = &cs, .pooled = &ps, .timesteps = t};
+        OK(rb_mmdit_forward(m, &in, &o, &err), err);
+        float *got = dev_read(&o);
+        const double d = max_abs_diff(got, ref, no) / max_abs(ref, no);
+        if (d > worst) worst = d;
+        free(got);
+        rb_tensor_free(&xs);
+        rb_tensor_free(&cs);
+        rb_tensor_free(&ps);
+        rb_tensor_free(&o);
+    }
+    rb_st_close(r);
+    return worst;
+}
+
+static void test_single_file(void **state) {
+    (void)state;
+    rb_backend *be = backend();
+    char p[1024], cfg[1024];
+    rb_st_set *st = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/single_file/sd3.safetensors"), &st, &err), err);
+    sd_tensor_list tl;
+    OK(sd_tensor_list_st(st, &tl, &err), err);
+    sd_sd3 s;
+    OK(sd_sd3_build(&tl, &s, &err), err);
+    sd_tensor_list_free(&tl);
+    sd_sd3_meta meta;
+    /* the tiny MMDiT is 32 wide without qk-norm: its heads come from the folder */
+    assert_int_equal(sd_sd3_meta_make(&s, NULL, &meta, &err), RB_E_UNSUPPORTED);
+    OK(sd_sd3_meta_make(&s, tu_data(cfg, sizeof cfg, "sd3/pipelines/sd3"), &meta, &err), err);
+    sd_weights ws;
+    OK(sd_weights_init(&ws, NULL, false, sd_sd3_lookup, (void *)sd_sd3_part_map(&s, SD_SD3_MMDIT), "sd3.safetensors",
+                       be, NULL, &err),
+       err);
+    rb_mmdit *m = NULL;
+    OK(sd_sd3_mmdit_create(&s, &meta, &ws, &m, &err), err);
+    const double d = run_calls(m, be);
+    print_message("single file: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL);
+    rb_mmdit_free(m);
+    sd_sd3_free(&s);
+    rb_st_close(st);
+    /* without heads the config is refused */
+    rb_mmdit_config c;
+    OK(rb_st_open(p, &st, &err), err);
+    OK(sd_tensor_list_st(st, &tl, &err), err);
+    OK(sd_sd3_build(&tl, &s, &err), err);
+    sd_tensor_list_free(&tl);
+    assert_int_equal(sd_sd3_mmdit_config(&s, NULL, &c, &err), RB_E_UNSUPPORTED);
+    sd_sd3_free(&s);
+    rb_st_close(st);
+    rb_backend_destroy(be);
+}
+
+static double gguf_call(rb_dtype type) {
+    rb_backend *be = backend();
+    char in[1024], cfg[1024], out[512];
+    snprintf(out, sizeof out, "%s/sd3-%s.gguf", g_tmp, rb_dtype_name(type));
+    rb_convert_opts o = {.type = type};
+    rb_error err = {0};
+    OK(sd_convert_to_gguf(tu_data(in, sizeof in, "sd3/single_file/sd3.safetensors"), out, &o,
+                          tu_data(cfg, sizeof cfg, "sd3/pipelines/sd3"), NULL, &err),
+       err);
+    sd_sd3_gguf *f = NULL;
+    OK(sd_sd3_gguf_open(out, &f, &err), err);
+    sd_weights ws;
+    OK(sd_sd3_gguf_weights(f, SD_SD3_MMDIT, be, NULL, &ws, &err), err);
+    rb_mmdit *m = NULL;
+    OK(sd_sd3_mmdit_create(&f->sd3, &f->meta, &ws, &m, &err), err);
+    sd_sd3_gguf_unref(f); /* the network keeps what it needs */
+    const double d = run_calls(m, be);
+    rb_mmdit_free(m);
+    rb_backend_destroy(be);
+    return d;
+}
+
+static void test_gguf_f16(void **state) {
+    (void)state;
+    const double d = gguf_call(RB_F16);
+    print_message("f16 GGUF: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL);
+}
+
+static void test_gguf_q8_0(void **state) {
+    (void)state;
+    const double d = gguf_call(RB_Q8_0);
+    print_message("q8_0 GGUF: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL_Q8);
+    assert_true(d > REL_TOL); /* the weights did change: the quantized path ran */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_file),
+        cmocka_unit_test(test_gguf_f16),
+        cmocka_unit_test(test_gguf_q8_0),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
