@@ -3,10 +3,10 @@
  * in the original layout) converted with the folder's configs and read back.
  * f16: every tensor of the folder's transformer, VAE and three text
  * encoders comes back under its diffusers name with exactly the folder's
- * values. q8_0: each linear weight whose rows are whole blocks comes back as
- * the bytes the engine's q8_0 quantizer (rb_quantize_rows) gives for the
+ * values. q8_0 / q4_0: each linear weight whose rows are whole blocks comes
+ * back as the bytes the engine's quantizer (rb_quantize_rows) gives for the
  * folder's values (the fused q/k/v and the swapped modulations quantized
- * as a whole give the same rows), stays q8_0 when bound for a network, and
+ * as a whole give the same rows), stays quantized when bound for a network, and
  * everything else comes back exact. The rbee.sd3.* configs equal the
  * folder's config.json values; files whose keys disagree with the tensors,
  * lack them, are not SD3 or are truncated give errors. */
@@ -63,9 +63,9 @@ static float *decode(const rb_st_tensor *t, int64_t *n) {
     return x;
 }
 
-/* Each folder tensor against the file's; q8: what q8_0 may hold. Returns
- * how many came back quantized. */
-static int check_part(const sd_sd3_gguf *f, sd_sd3_part part, const char *rel, bool q8) {
+/* Each folder tensor against the file's; q: the block type the file was
+ * written with (RB_F16: none). Returns how many came back quantized. */
+static int check_part(const sd_sd3_gguf *f, sd_sd3_part part, const char *rel, rb_dtype q) {
     char p[512];
     rb_st_set *ref = NULL;
     rb_error err = {0};
@@ -79,19 +79,21 @@ static int check_part(const sd_sd3_gguf *f, sd_sd3_part part, const char *rel, b
         if (!t) fail_msg("%s: %s is not in the GGUF file's map", rel, r->name);
         int64_t nr = 0, nt = 0;
         float *rv = decode(r, &nr);
-        if (t->dtype == RB_Q8_0) {
+        const bool qz = q != RB_F16;
+        const int64_t blk = qz ? rb_dtype_info((int)q)->block_size : 1;
+        if (t->dtype != RB_F16 && t->dtype != RB_F32) {
             /* a linear weight with rows of whole blocks: the quantizer's bytes */
-            assert_true(q8);
+            assert_int_equal(t->dtype, q);
             assert_int_equal(r->n_dims, 2);
             assert_int_equal(t->ne[0], r->ne[0]);
             assert_int_equal(t->ne[1], r->ne[1]);
-            assert_int_equal(r->ne[0] % 32, 0);
-            const size_t nb = rb_dtype_row_size(RB_Q8_0, r->ne[0]) * (size_t)r->ne[1];
+            assert_int_equal(r->ne[0] % blk, 0);
+            const size_t nb = rb_dtype_row_size(q, r->ne[0]) * (size_t)r->ne[1];
             assert_int_equal(t->nbytes, nb);
             void *want = malloc(nb);
             assert_non_null(want);
-            assert_int_equal(rb_quantize_rows(RB_Q8_0, rv, want, r->ne[1], r->ne[0]), RB_OK);
-            if (memcmp(want, t->data, nb) != 0) fail_msg("%s: %s differs from q8_0 of the folder's values", rel, r->name);
+            assert_int_equal(rb_quantize_rows(q, rv, want, r->ne[1], r->ne[0]), RB_OK);
+            if (memcmp(want, t->data, nb) != 0) fail_msg("%s: %s differs from %s of the folder's values", rel, r->name, rb_dtype_name(q));
             free(want);
             n_q++;
         } else {
@@ -99,12 +101,12 @@ static int check_part(const sd_sd3_gguf *f, sd_sd3_part part, const char *rel, b
             assert_int_equal(nt, nr);
             if (memcmp(tv, rv, (size_t)nr * sizeof *rv) != 0) fail_msg("%s: %s differs", rel, r->name);
             free(tv);
-            /* q8_0: only what must not be quantized stays a float type (the
+            /* quantized: only what must not be stays a float type (the
              * VAE's attention matrices are 1x1 convolutions in the original
              * layout, kept in f16 as the SD converter keeps them) */
             const bool emb = strstr(r->name, "token_embedding") || !strcmp(r->name, "shared.weight") ||
                              strstr(r->name, "relative_attention_bias");
-            if (q8 && part != SD_SD3_VAE && r->n_dims == 2 && r->ne[0] % 32 == 0 && !emb)
+            if (qz && part != SD_SD3_VAE && r->n_dims == 2 && r->ne[0] % blk == 0 && !emb)
                 fail_msg("%s: %s (rows of %lld) was not quantized", rel, r->name, (long long)r->ne[0]);
         }
         free(rv);
@@ -126,16 +128,16 @@ static int64_t cfg_int(const char *rel, const char *key) {
     return x;
 }
 
-static int check_file(const char *path, bool q8) {
+static int check_file(const char *path, rb_dtype q) {
     sd_sd3_gguf *f = NULL;
     rb_error err = {0};
     OK(sd_sd3_gguf_open(path, &f, &err), err);
     assert_int_equal(f->sd3.present, SD_SD3_MMDIT | SD_SD3_VAE | SD_SD3_CLIP_L | SD_SD3_CLIP_G | SD_SD3_T5);
-    int n_q = check_part(f, SD_SD3_MMDIT, "sd3/pipelines/sd3/transformer/diffusion_pytorch_model.safetensors", q8);
-    n_q += check_part(f, SD_SD3_VAE, "sd3/pipelines/sd3/vae/diffusion_pytorch_model.safetensors", q8);
-    n_q += check_part(f, SD_SD3_CLIP_L, "sd3/pipelines/sd3/text_encoder/model.safetensors", q8);
-    n_q += check_part(f, SD_SD3_CLIP_G, "sd3/pipelines/sd3/text_encoder_2/model.safetensors", q8);
-    n_q += check_part(f, SD_SD3_T5, "sd3/pipelines/sd3/text_encoder_3/model.safetensors", q8);
+    int n_q = check_part(f, SD_SD3_MMDIT, "sd3/pipelines/sd3/transformer/diffusion_pytorch_model.safetensors", q);
+    n_q += check_part(f, SD_SD3_VAE, "sd3/pipelines/sd3/vae/diffusion_pytorch_model.safetensors", q);
+    n_q += check_part(f, SD_SD3_CLIP_L, "sd3/pipelines/sd3/text_encoder/model.safetensors", q);
+    n_q += check_part(f, SD_SD3_CLIP_G, "sd3/pipelines/sd3/text_encoder_2/model.safetensors", q);
+    n_q += check_part(f, SD_SD3_T5, "sd3/pipelines/sd3/text_encoder_3/model.safetensors", q);
     /* the configs the tensors cannot show, from the folder */
     const char *tc = "sd3/pipelines/sd3/transformer/config.json";
     assert_int_equal(f->meta.mmdit_heads, cfg_int(tc, "num_attention_heads"));
@@ -161,7 +163,7 @@ static int check_file(const char *path, bool q8) {
         rb_tensor t;
         const int64_t ne[2] = {32, rows[k]};
         OK(sd_weights_get(&ws, names[k], SD_W_MAT, 2, ne, true, &t, NULL, &err), err);
-        assert_int_equal(t.dtype, q8 ? RB_Q8_0 : RB_F32);
+        assert_int_equal(t.dtype, q == RB_F16 ? RB_F32 : q);
     }
     sd_weights_close(&ws);
     rb_backend_destroy(be);
@@ -174,7 +176,7 @@ static void test_f16(void **state) {
     snprintf(out, sizeof out, "%s/sd3-f16.gguf", g_tmp);
     rb_convert_stats st;
     convert(RB_F16, out, true, &st);
-    assert_int_equal(check_file(out, false), 0);
+    assert_int_equal(check_file(out, RB_F16), 0);
     assert_true(st.n_tensors > 300);
     assert_int_equal(st.n_fallback, 0);
 }
@@ -185,7 +187,7 @@ static void test_q8_0(void **state) {
     snprintf(out, sizeof out, "%s/sd3-q8_0.gguf", g_tmp);
     rb_convert_stats st;
     convert(RB_Q8_0, out, true, &st);
-    const int n_q = check_file(out, true);
+    const int n_q = check_file(out, RB_Q8_0);
     /* folder tensors back in q8_0: the MMDiT's 25 block matrices (the fused
      * q/k/v give six, the last block has no context output or MLP) and 6 of
      * its 7 embedder / output matrices (y_embedder's input is 20 wide), and
@@ -195,6 +197,18 @@ static void test_q8_0(void **state) {
     /* stored: 10 + 7 block matrices and 6 outside in the MMDiT, 12 in T5 */
     assert_int_equal(st.n_quantized, 23 + 12);
     assert_int_equal(st.n_quantized + st.n_fallback, 64); /* the file's 2-D linear weights */
+}
+
+/* q4_0 (blocks of 32 too): the same tensors quantized, as the engine's
+ * q4_0 quantizer gives them */
+static void test_q4_0(void **state) {
+    (void)state;
+    char out[512];
+    snprintf(out, sizeof out, "%s/sd3-q4_0.gguf", g_tmp);
+    rb_convert_stats st;
+    convert(RB_Q4_0, out, true, &st);
+    assert_int_equal(check_file(out, RB_Q4_0), 31 + 12);
+    assert_int_equal(st.n_quantized, 23 + 12);
 }
 
 /* A file with the tensors of src and the keys of s and m (arch: its
@@ -296,6 +310,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
