@@ -6,12 +6,16 @@
  * The single file and the f16 GGUF hold the folder's f16 values, so they
  * must meet the folder tolerance (h31's test_sd_mmdit: 1e-5 of the largest
  * output: measured 3.2e-7); q8_0 weights move the output by their rounding
- * (measured 8.7e-3; bound 2e-2, and it must move). Runs on the backend in RBEE_TEST_BACKEND (default
+ * (measured 8.7e-3; bound 2e-2, and it must move). SD3.5's layout too: its
+ * MMDiT written in the original layout here (sd3_single_ref.h) matches
+ * refs/sd35 to 2.6e-7 with the heads taken from the qk-norm, and as q8_0
+ * GGUF to 8.7e-3. Runs on the backend in RBEE_TEST_BACKEND (default
  * cpu). */
 #include "sd_nets_ref.h"
 
 #include "sd/sd_convert.h"
 #include "sd/sd_sd3_nets.h"
+#include "sd3_single_ref.h"
 
 #define REL_TOL 1e-5
 #define REL_TOL_Q8 2e-2 /* measured 8.7e-3 on the CPU backend */
@@ -44,11 +48,12 @@ static int teardown(void **state) {
 }
 
 /* Both reference calls through m; returns the largest |got - ref| / max|ref|. */
-static double run_calls(rb_mmdit *m, rb_backend *be) {
-    char p[1024];
+static double run_calls(rb_mmdit *m, rb_backend *be, const char *pipe) {
+    char p[1024], rel[128];
     rb_st_set *r = NULL;
     rb_error err = {0};
-    OK(rb_st_open(tu_data(p, sizeof p, "sd3/refs/sd3/denoiser_call.safetensors"), &r, &err), err);
+    snprintf(rel, sizeof rel, "sd3/refs/%s/denoiser_call.safetensors", pipe);
+    OK(rb_st_open(tu_data(p, sizeof p, rel), &r, &err), err);
     int64_t nx, nc, np, nt, no;
     const float *x = ref_f32(r, "hidden_states", &nx), *ctx = ref_f32(r, "encoder_hidden_states", &nc);
     const float *pooled = ref_f32(r, "pooled_projections", &np);
@@ -102,7 +107,7 @@ static void test_single_file(void **state) {
        err);
     rb_mmdit *m = NULL;
     OK(sd_sd3_mmdit_create(&s, &meta, &ws, &m, &err), err);
-    const double d = run_calls(m, be);
+    const double d = run_calls(m, be, "sd3");
     print_message("single file: max |diff| / max |ref| = %.3g\n", d);
     assert_true(d <= REL_TOL);
     rb_mmdit_free(m);
@@ -136,7 +141,7 @@ static double gguf_call(rb_dtype type) {
     rb_mmdit *m = NULL;
     OK(sd_sd3_mmdit_create(&f->sd3, &f->meta, &ws, &m, &err), err);
     sd_sd3_gguf_unref(f); /* the network keeps what it needs */
-    const double d = run_calls(m, be);
+    const double d = run_calls(m, be, "sd3");
     rb_mmdit_free(m);
     rb_backend_destroy(be);
     return d;
@@ -157,11 +162,63 @@ static void test_gguf_q8_0(void **state) {
     assert_true(d > REL_TOL); /* the weights did change: the quantized path ran */
 }
 
+/* SD3.5 (qk-norm, dual attention): the sd35 MMDiT in the original layout,
+ * its heads from the qk-norm's size, no config folder; then as q8_0 GGUF */
+static void test_sd35(void **state) {
+    (void)state;
+    rb_backend *be = backend();
+    char in[512], out[512];
+    snprintf(in, sizeof in, "%s/sd35.safetensors", g_tmp);
+    snprintf(out, sizeof out, "%s/sd35-q8_0.gguf", g_tmp);
+    size_t n = 0;
+    uint8_t *im = sd35_original("model.diffusion_model.", &n);
+    FILE *fp = fopen(in, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(im, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+    free(im);
+    rb_st_set *st = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(in, &st, &err), err);
+    sd_tensor_list tl;
+    OK(sd_tensor_list_st(st, &tl, &err), err);
+    sd_sd3 s;
+    OK(sd_sd3_build(&tl, &s, &err), err);
+    sd_tensor_list_free(&tl);
+    sd_sd3_meta meta;
+    OK(sd_sd3_meta_make(&s, NULL, &meta, &err), err);
+    sd_weights ws;
+    OK(sd_weights_init(&ws, NULL, false, sd_sd3_lookup, (void *)sd_sd3_part_map(&s, SD_SD3_MMDIT), in, be, NULL, &err),
+       err);
+    rb_mmdit *m = NULL;
+    OK(sd_sd3_mmdit_create(&s, &meta, &ws, &m, &err), err);
+    double d = run_calls(m, be, "sd35");
+    print_message("sd35 single file: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL);
+    rb_mmdit_free(m);
+    sd_sd3_free(&s);
+    rb_st_close(st);
+    rb_convert_opts o = {.type = RB_Q8_0};
+    OK(sd_convert_to_gguf(in, out, &o, NULL, NULL, &err), err);
+    sd_sd3_gguf *f = NULL;
+    OK(sd_sd3_gguf_open(out, &f, &err), err);
+    OK(sd_sd3_gguf_weights(f, SD_SD3_MMDIT, be, NULL, &ws, &err), err);
+    OK(sd_sd3_mmdit_create(&f->sd3, &f->meta, &ws, &m, &err), err);
+    sd_sd3_gguf_unref(f);
+    d = run_calls(m, be, "sd35");
+    print_message("sd35 q8_0 GGUF: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL_Q8);
+    assert_true(d > REL_TOL);
+    rb_mmdit_free(m);
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file),
         cmocka_unit_test(test_gguf_f16),
         cmocka_unit_test(test_gguf_q8_0),
+        cmocka_unit_test(test_sd35),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,6 +17,7 @@
 #include "rbee/safetensors.h"
 #include "sd/sd_convert.h"
 #include "sd/sd_sd3_gguf.h"
+#include "sd3_single_ref.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -211,6 +212,43 @@ static void test_q4_0(void **state) {
     assert_int_equal(st.n_quantized, 23 + 12);
 }
 
+/* SD3.5's options (qk-norm, a dual-attention block with its 9-way
+ * modulation): the sd35 MMDiT in the original layout, alone in a file,
+ * converted to q8_0 without a config folder (its heads follow from the
+ * qk-norm's size) */
+static void test_sd35_q8_0(void **state) {
+    (void)state;
+    char in[512], out[512];
+    snprintf(in, sizeof in, "%s/sd35.safetensors", g_tmp);
+    snprintf(out, sizeof out, "%s/sd35-q8_0.gguf", g_tmp);
+    size_t n = 0;
+    uint8_t *im = sd35_original("model.diffusion_model.", &n);
+    FILE *fp = fopen(in, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(im, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+    free(im);
+    rb_convert_opts o = {.type = RB_Q8_0};
+    rb_error err = {0};
+    OK(sd_convert_to_gguf(in, out, &o, NULL, NULL, &err), err);
+    sd_sd3_gguf *f = NULL;
+    OK(sd_sd3_gguf_open(out, &f, &err), err);
+    assert_int_equal(f->sd3.present, SD_SD3_MMDIT);
+    /* 3 blocks: 3 x (6 q/k/v + to_out + norm1 + norm1_context + 2 ff) + 2 x (to_add_out + 2 ff_context)
+     * + the dual block's 3 attn2 q/k/v and to_out, and 6 of the 7 outer matrices */
+    assert_int_equal(check_part(f, SD_SD3_MMDIT, "sd3/pipelines/sd35/transformer/diffusion_pytorch_model.safetensors",
+                                RB_Q8_0),
+                     3 * 11 + 2 * 3 + 4 + 6);
+    const char *tc = "sd3/pipelines/sd35/transformer/config.json";
+    assert_int_equal(f->meta.mmdit_heads, cfg_int(tc, "num_attention_heads"));
+    assert_int_equal(f->meta.mmdit_head_dim, cfg_int(tc, "attention_head_dim"));
+    assert_int_equal(f->meta.sample_size, 128); /* not in the tensors: the published models' */
+    assert_true(f->sd3.mmdit_shape.qk_norm);
+    assert_int_equal(f->sd3.mmdit_shape.n_dual, 1);
+    assert_int_equal(f->sd3.mmdit_shape.dual_attention_layers[0], 0);
+    sd_sd3_gguf_unref(f);
+}
+
 /* A file with the tensors of src and the keys of s and m (arch: its
  * general.architecture; keys false: no rbee.sd3.* keys). */
 static void write_variant(const sd_sd3_gguf *src, const char *arch, const sd_sd3 *s, const sd_sd3_meta *m, bool keys,
@@ -311,6 +349,7 @@ int main(void) {
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q4_0),
+        cmocka_unit_test(test_sd35_q8_0),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
