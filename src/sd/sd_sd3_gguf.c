@@ -1,9 +1,17 @@
 /* Reading an SD3 GGUF file (sd_sd3_gguf.h): the tensors as a list with
- * NUL-terminated names, mapped by the single-file tables (sd_sd3_build), the
- * rbee.sd3.* configs read and checked against them, and weights for the
- * networks in diffusers' names that keep the file mapped while they point
- * into it. */
+ * NUL-terminated names and logical shapes (ComfyUI-GGUF's
+ * comfy.gguf.orig_shape.* applied; a quantized tensor whose logical rows are
+ * not whole blocks, which ComfyUI-GGUF stores as a flat run, is dequantized
+ * to f32 here, since the mapping splits and swaps rows), mapped by the
+ * single-file tables (sd_sd3_build), the rbee.sd3.* configs read and checked
+ * against them (a file without them, as ComfyUI-GGUF writes SD3, gets the
+ * configs the tensors show with the published models' head size), and
+ * weights for the networks in diffusers' names that keep the file mapped
+ * while they point into it. */
 #include "sd/sd_sd3_gguf.h"
+
+#include "rbee/quant.h"
+#include "sd/sd_gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +27,8 @@ bool sd_sd3_gguf_is(const rb_gguf *g) {
 static void destroy(sd_tensor_owner *o) {
     sd_sd3_gguf *f = (sd_sd3_gguf *)o;
     sd_sd3_free(&f->sd3);
+    for (size_t i = 0; i < f->n_owned; i++) free(f->owned[i]);
+    free(f->owned);
     for (int64_t i = 0; f->names && i < f->list.n; i++) free(f->names[i]);
     free(f->names);
     sd_tensor_list_free(&f->list);
@@ -28,6 +38,32 @@ static void destroy(sd_tensor_owner *o) {
 
 void sd_sd3_gguf_unref(sd_sd3_gguf *f) {
     if (f) sd_owner_unref(&f->src);
+}
+
+/* A quantized tensor whose logical rows are not whole blocks: an f32 copy
+ * (owned by f). */
+static rb_status dequantize_flat(sd_sd3_gguf *f, rb_st_tensor *t, rb_error *err) {
+    const rb_dtype_traits *tr = rb_dtype_info((int)t->dtype);
+    if (!tr || !tr->is_quant || t->ne[0] % tr->block_size == 0) return RB_OK;
+    int64_t n = 1;
+    for (int d = 0; d < t->n_dims; d++) n *= t->ne[d];
+    if (f->n_owned == f->cap_owned) {
+        const size_t cap = f->cap_owned ? 2 * f->cap_owned : 8;
+        void **q = realloc(f->owned, cap * sizeof *q);
+        if (!q) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+        f->owned = q;
+        f->cap_owned = cap;
+    }
+    float *x = malloc((size_t)n * sizeof *x + 1);
+    if (!x) return rb_error_set(err, RB_E_NOMEM, "out of memory dequantizing '%s'", t->name);
+    f->owned[f->n_owned++] = x;
+    if (rb_dequantize_row(t->dtype, t->data, x, n) != RB_OK)
+        return rb_error_set(err, RB_E_FORMAT, "tensor '%s' (%s) cannot be dequantized", t->name,
+                            rb_dtype_name(t->dtype));
+    t->dtype = RB_F32;
+    t->data = x;
+    t->nbytes = (size_t)n * sizeof *x;
+    return RB_OK;
 }
 
 static rb_status build_list(sd_sd3_gguf *f, rb_error *err) {
@@ -55,6 +91,9 @@ static rb_status build_list(sd_sd3_gguf *f, rb_error *err) {
         memcpy(t->ne, ti->ne, sizeof t->ne);
         t->nbytes = ti->nbytes;
         t->data = ti->data;
+        rb_status s = sd_gguf_orig_shape(f->g, name, t, err);
+        if (s == RB_OK) s = dequantize_flat(f, t, err);
+        if (s != RB_OK) return s;
     }
     return RB_OK;
 }
@@ -74,7 +113,11 @@ static rb_status finish_open(rb_gguf *g, const char *label, sd_sd3_gguf **out, r
         s = rb_error_set(err, RB_E_FORMAT, "not an SD3 GGUF file (general.architecture is not \"sd3\")");
     if (s == RB_OK) s = build_list(f, err);
     if (s == RB_OK) s = sd_sd3_build(&f->list, &f->sd3, err);
-    if (s == RB_OK) s = sd_sd3_meta_read(g, &f->sd3, &f->meta, err);
+    if (s == RB_OK && rb_gguf_find_kv(g, "rbee.sd3.transformer.num_layers")) {
+        s = sd_sd3_meta_read(g, &f->sd3, &f->meta, err);
+    } else if (s == RB_OK && (s = sd_sd3_meta_make(&f->sd3, NULL, &f->meta, err)) != RB_OK) {
+        rb_error_prefix(err, "the file carries no rbee.sd3.* configs and ");
+    }
     if (s != RB_OK) {
         sd_sd3_gguf_unref(f);
         return s;

@@ -8,7 +8,10 @@
  * T5's relative_attention_max_distance, the CLIP encoders' heads). Reading
  * maps the file's tensors with the single-file tables (sd_sd3_build), so the
  * networks see diffusers' names; every config key must agree with the
- * tensors.
+ * tensors. Files without the keys (ComfyUI-GGUF's SD3 / SD3.5 files:
+ * original names without "model.diffusion_model.", tensors flattened with
+ * comfy.gguf.orig_shape.*) are read with the configs the tensors show and
+ * the published models' values (sd_sd3_meta_make without a folder).
  *
  * dtypes for a target type T (as the SD converter's rules, sd_convert.h):
  * 2-D linear weights (the MMDiT's q/k/v, projections, MLPs, modulations and
@@ -58,6 +61,8 @@ typedef struct sd_sd3_gguf {
     char label[256];
     sd_tensor_list list;
     char **names;
+    void **owned; /* f32 copies of flattened quantized tensors */
+    size_t n_owned, cap_owned;
     sd_sd3 sd3;
     sd_sd3_meta meta;
 } sd_sd3_gguf;

@@ -212,6 +212,8 @@ static void test_q4_0(void **state) {
     assert_int_equal(st.n_quantized, 23 + 12);
 }
 
+static void expect_open_error(const char *path, const char *part);
+
 /* SD3.5's options (qk-norm, a dual-attention block with its 9-way
  * modulation): the sd35 MMDiT in the original layout, alone in a file,
  * converted to q8_0 without a config folder (its heads follow from the
@@ -246,6 +248,79 @@ static void test_sd35_q8_0(void **state) {
     assert_true(f->sd3.mmdit_shape.qk_norm);
     assert_int_equal(f->sd3.mmdit_shape.n_dual, 1);
     assert_int_equal(f->sd3.mmdit_shape.dual_attention_layers[0], 0);
+    /* the same as ComfyUI-GGUF lays SD3.5 out: no rbee.sd3.* keys, names
+     * without "model.diffusion_model.", and a quantized tensor whose rows
+     * are not whole blocks (y_embedder's 20-wide input) stored as one flat
+     * run with its torch shape in comfy.gguf.orig_shape.* */
+    char comfy[512], ref_path[512];
+    snprintf(comfy, sizeof comfy, "%s/sd35-comfy.gguf", g_tmp);
+    rb_st_set *ref = NULL;
+    OK(rb_st_open(data(ref_path, sizeof ref_path, "sd3/pipelines/sd35/transformer/diffusion_pytorch_model.safetensors"),
+                  &ref, &err),
+       err);
+    int64_t ny = 0;
+    float *yv = decode(rb_st_find(ref, "time_text_embed.text_embedder.linear_1.weight"), &ny);
+    assert_int_equal(ny, 640);
+    uint8_t yq[1024];
+    assert_true(rb_dtype_row_size(RB_Q8_0, ny) <= sizeof yq);
+    assert_int_equal(rb_quantize_row(RB_Q8_0, yv, yq, ny), RB_OK);
+    rb_gguf_writer *w = NULL;
+    OK(rb_gguf_writer_create(&w, &err), err);
+    assert_int_equal(rb_gguf_writer_set_str(w, "general.architecture", "sd3"), RB_OK);
+    const int32_t torch_shape[2] = {32, 20};
+    assert_int_equal(rb_gguf_writer_set_arr(w, "comfy.gguf.orig_shape.y_embedder.mlp.0.weight", RB_GGUF_INT32,
+                                            torch_shape, 2),
+                     RB_OK);
+    for (int64_t i = 0; i < rb_gguf_n_tensors(f->g); i++) {
+        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
+        const char *name = f->list.t[i].name + strlen("model.diffusion_model.");
+        if (!strcmp(name, "y_embedder.mlp.0.weight")) {
+            const int64_t flat[1] = {ny};
+            assert_int_equal(rb_gguf_writer_add_tensor(w, name, RB_Q8_0, 1, flat, yq, rb_dtype_row_size(RB_Q8_0, ny)),
+                             RB_OK);
+            continue;
+        }
+        assert_int_equal(rb_gguf_writer_add_tensor(w, name, ti->dtype, ti->n_dims, ti->ne, ti->data, ti->nbytes),
+                         RB_OK);
+    }
+    OK(rb_gguf_writer_write(w, comfy, 0, &err), err);
+    rb_gguf_writer_free(w);
+    sd_sd3_gguf *c = NULL;
+    OK(sd_sd3_gguf_open(comfy, &c, &err), err);
+    assert_int_equal(c->meta.mmdit_heads, 4); /* from the qk-norm's size */
+    assert_int_equal(c->meta.mmdit_head_dim, 8);
+    const rb_st_tensor *y = sd_name_map_find(&c->sd3.mmdit, "time_text_embed.text_embedder.linear_1.weight");
+    assert_non_null(y);
+    assert_int_equal(y->dtype, RB_F32);
+    assert_int_equal(y->ne[0], 20);
+    assert_int_equal(y->ne[1], 32);
+    float want[640];
+    assert_int_equal(rb_dequantize_row(RB_Q8_0, yq, want, ny), RB_OK);
+    assert_memory_equal(y->data, want, sizeof want);
+    const rb_st_tensor *q1 = sd_name_map_find(&c->sd3.mmdit, "transformer_blocks.2.attn.add_k_proj.weight");
+    const rb_st_tensor *q0 = sd_name_map_find(&f->sd3.mmdit, "transformer_blocks.2.attn.add_k_proj.weight");
+    assert_non_null(q1);
+    assert_non_null(q0);
+    assert_int_equal(q1->dtype, RB_Q8_0);
+    assert_int_equal(q1->nbytes, q0->nbytes);
+    assert_memory_equal(q1->data, q0->data, q0->nbytes);
+    sd_sd3_gguf_unref(c);
+    /* a malformed shape key */
+    OK(rb_gguf_writer_create(&w, &err), err);
+    assert_int_equal(rb_gguf_writer_set_str(w, "general.architecture", "sd3"), RB_OK);
+    const int32_t wrong[2] = {32, 21};
+    assert_int_equal(rb_gguf_writer_set_arr(w, "comfy.gguf.orig_shape.y_embedder.mlp.0.weight", RB_GGUF_INT32, wrong,
+                                            2),
+                     RB_OK);
+    const int64_t flat[1] = {ny};
+    assert_int_equal(rb_gguf_writer_add_tensor(w, "y_embedder.mlp.0.weight", RB_Q8_0, 1, flat, yq,
+                                               rb_dtype_row_size(RB_Q8_0, ny)),
+                     RB_OK);
+    OK(rb_gguf_writer_write(w, comfy, 0, &err), err);
+    rb_gguf_writer_free(w);
+    expect_open_error(comfy, "comfy.gguf.orig_shape.y_embedder.mlp.0.weight has 672 elements");
+    free(yv);
+    rb_st_close(ref);
     sd_sd3_gguf_unref(f);
 }
 
@@ -268,13 +343,16 @@ static void write_variant(const sd_sd3_gguf *src, const char *arch, const sd_sd3
     rb_gguf_writer_free(w);
 }
 
-static void expect_open_error(const char *path, const char *part) {
+static void expect_open_status(const char *path, rb_status want, const char *part) {
     sd_sd3_gguf *f = NULL;
     rb_error err = {0};
-    if (sd_sd3_gguf_open(path, &f, &err) != RB_E_FORMAT) fail_msg("%s opened (%s)", path, err.msg);
+    const rb_status got = sd_sd3_gguf_open(path, &f, &err);
+    if (got != want) fail_msg("%s: %s, not %s (%s)", path, rb_status_str(got), rb_status_str(want), err.msg);
     assert_null(f);
     if (!strstr(err.msg, part)) fail_msg("message \"%s\" does not say \"%s\"", err.msg, part);
 }
+
+static void expect_open_error(const char *path, const char *part) { expect_open_status(path, RB_E_FORMAT, part); }
 
 static void test_bad_files(void **state) {
     (void)state;
@@ -315,9 +393,11 @@ static void test_bad_files(void **state) {
     m.clip_heads[1] = 5;
     write_variant(f, "sd3", &f->sd3, &m, true, bad);
     expect_open_error(bad, "5 heads do not divide the width 12");
-    /* no keys, another architecture */
+    /* no keys (as ComfyUI-GGUF writes SD3): the tiny model's heads cannot be
+     * derived (32 wide, no qk-norm); another architecture */
     write_variant(f, "sd3", &f->sd3, &f->meta, false, bad);
-    expect_open_error(bad, "rbee.sd3.transformer.num_attention_heads is missing");
+    expect_open_status(bad, RB_E_UNSUPPORTED, "the file carries no rbee.sd3.* configs and the MMDiT's heads are not "
+                                              "known");
     write_variant(f, "sd1", &f->sd3, &f->meta, true, bad);
     expect_open_error(bad, "not an SD3 GGUF file");
     sd_sd3_gguf_unref(f);
