@@ -131,15 +131,15 @@ bad:
 }
 
 static rb_status top_tensor(sd_name_map *m, const char *p, const rb_st_tensor *t, rb_error *err) {
-    static const struct { const char *from, *to; } map[] = {
-        {"x_embedder.proj.", "pos_embed.proj."},
-        {"t_embedder.mlp.0.", "time_text_embed.timestep_embedder.linear_1."},
-        {"t_embedder.mlp.2.", "time_text_embed.timestep_embedder.linear_2."},
-        {"y_embedder.mlp.0.", "time_text_embed.text_embedder.linear_1."},
-        {"y_embedder.mlp.2.", "time_text_embed.text_embedder.linear_2."},
-        {"context_embedder.", "context_embedder."},
-        {"final_layer.linear.", "proj_out."},
-        {"final_layer.adaLN_modulation.1.", "norm_out.linear."},
+    static const struct { const char *from, *to; bool swap; } map[] = {
+        {"x_embedder.proj.", "pos_embed.proj.", false},
+        {"t_embedder.mlp.0.", "time_text_embed.timestep_embedder.linear_1.", false},
+        {"t_embedder.mlp.2.", "time_text_embed.timestep_embedder.linear_2.", false},
+        {"y_embedder.mlp.0.", "time_text_embed.text_embedder.linear_1.", false},
+        {"y_embedder.mlp.2.", "time_text_embed.text_embedder.linear_2.", false},
+        {"context_embedder.", "context_embedder.", false},
+        {"final_layer.linear.", "proj_out.", false},
+        {"final_layer.adaLN_modulation.1.", "norm_out.linear.", true},
     };
     char name[320];
     if (!strcmp(p, "pos_embed")) return sd_name_map_add(m, "pos_embed.pos_embed", t, err);
@@ -147,7 +147,7 @@ static rb_status top_tensor(sd_name_map *m, const char *p, const rb_st_tensor *t
         const size_t n = strlen(map[i].from);
         if (strncmp(p, map[i].from, n) != 0 || (strcmp(p + n, "weight") != 0 && strcmp(p + n, "bias") != 0)) continue;
         snprintf(name, sizeof name, "%s%s", map[i].to, p + n);
-        return i == 7 ? add_swapped(m, name, t, err) : sd_name_map_add(m, name, t, err);
+        return map[i].swap ? add_swapped(m, name, t, err) : sd_name_map_add(m, name, t, err);
     }
     return rb_error_set(err, RB_E_FORMAT, "MMDiT: unexpected tensor name \"%s\"", t->name);
 }
