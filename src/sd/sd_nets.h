@@ -9,10 +9,12 @@
 
 #include "rbee/sd_model.h"
 #include "rbee/sd_mmdit.h"
+#include "rbee/sd_t5.h"
 #include "sd/sd_weights.h"
 
 rb_status sd_clip_text_create(const rb_clip_text_config *cfg, sd_weights *ws, rb_clip_text **out, rb_error *err);
 rb_status sd_unet_create(const rb_unet_config *cfg, sd_weights *ws, rb_unet **out, rb_error *err);
+rb_status sd_t5_create(const rb_t5_config *cfg, sd_weights *ws, rb_t5 **out, rb_error *err);
 rb_status sd_vae_create(const rb_vae_config *cfg, sd_weights *ws, rb_vae **out, rb_error *err);
 rb_status sd_mmdit_create(const rb_mmdit_config *cfg, sd_weights *ws, rb_mmdit **out, rb_error *err);
 
