@@ -1,7 +1,7 @@
-/* The MMDiT of an SD3 single file or SD3 GGUF file: its rb_mmdit_config from
- * the tensors (sd_sd3_mmdit_shape) and the values they cannot show
- * (sd_sd3_meta), and the network built over the diffusers-name map with
- * sd_mmdit_create. */
+/* The MMDiT and T5 encoder of an SD3 single file or SD3 GGUF file: their
+ * configs from the tensors (sd_sd3_mmdit_shape, sd_t5_shape) and the values
+ * they cannot show (sd_sd3_meta), and the networks built over the
+ * diffusers-name maps with sd_mmdit_create / sd_t5_create. */
 #include "sd/sd_sd3_gguf.h"
 #include "sd/sd_sd3_nets.h"
 
@@ -44,4 +44,32 @@ rb_status sd_sd3_mmdit_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights 
         return st;
     }
     return sd_mmdit_create(&c, ws, out, err);
+}
+
+rb_status sd_sd3_t5_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_t5_config *c, rb_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!(s->present & SD_SD3_T5)) return rb_error_set(err, RB_E_NOT_FOUND, "the checkpoint has no T5 text encoder");
+    const sd_t5_shape *t = &s->t5_shape;
+    c->vocab_size = t->vocab;
+    c->d_model = t->d_model;
+    c->d_kv = t->d_kv;
+    c->d_ff = t->d_ff;
+    c->n_layers = t->n_layers;
+    c->n_heads = t->n_heads;
+    c->rel_buckets = t->n_buckets;
+    c->rel_max_distance = m ? m->t5_max_distance : t->max_distance;
+    c->gated = t->gated;
+    c->eps = 1e-6f; /* T5 v1.1's layer_norm_epsilon */
+    return RB_OK;
+}
+
+rb_status sd_sd3_t5_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_t5 **out, rb_error *err) {
+    *out = NULL;
+    rb_t5_config c;
+    rb_status st = sd_sd3_t5_config(s, m, &c, err);
+    if (st != RB_OK) {
+        sd_weights_close(ws);
+        return st;
+    }
+    return sd_t5_create(&c, ws, out, err);
 }

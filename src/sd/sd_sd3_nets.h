@@ -1,5 +1,8 @@
 /* Networks of SD3 single files and SD3 GGUF files (sd_sd3.h, sd_sd3_gguf.h)
- * built with the engine's constructors (sd_nets.h). Entry points for the
+ * built with the engine's constructors (sd_nets.h): the MMDiT and the T5
+ * encoder (the CLIP encoders and the VAE take their rb_*_config from the
+ * shapes as the LDM single-file loader fills them, with the heads of
+ * sd_sd3_meta). Entry points for the
  * SD3 pipeline's loader:
  *   single file: sd_sd3_build on the file's tensors, sd_sd3_meta_make (with a
  *     diffusers folder when the heads are not derivable), then weights over
@@ -18,5 +21,11 @@ rb_status sd_sd3_mmdit_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_mmdit_co
 /* sd_mmdit_create with that config over ws (which it takes over: on failure
  * ws has been closed). */
 rb_status sd_sd3_mmdit_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_mmdit **out, rb_error *err);
+
+/* The T5 encoder's config: the tensors' values, m's
+ * relative_attention_max_distance (m NULL: 128), epsilon 1e-6. */
+rb_status sd_sd3_t5_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_t5_config *c, rb_error *err);
+/* sd_t5_create with that config over ws (taken over as above). */
+rb_status sd_sd3_t5_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_t5 **out, rb_error *err);
 
 #endif

@@ -1,16 +1,18 @@
-/* The MMDiT built from an SD3 single file (tests/data/sd3/single_file, the
- * tiny sd3 pipeline in the original layout) through the weight-name layer
- * (sd_sd3_build, sd_sd3_mmdit_create), and from its GGUF conversions, against
- * diffusers' transformer outputs in tests/data/sd3/refs/sd3/
- * denoiser_call.safetensors (t = 1000 and 437.5, batch [uncond, cond]).
- * The single file and the f16 GGUF hold the folder's f16 values, so they
- * must meet the folder tolerance (h31's test_sd_mmdit: 1e-5 of the largest
- * output: measured 3.2e-7); q8_0 weights move the output by their rounding
- * (measured 8.7e-3; bound 2e-2, and it must move). SD3.5's layout too: its
- * MMDiT written in the original layout here (sd3_single_ref.h) matches
- * refs/sd35 to 2.6e-7 with the heads taken from the qk-norm, and as q8_0
- * GGUF to 8.7e-3. Runs on the backend in RBEE_TEST_BACKEND (default
- * cpu). */
+/* The MMDiT and the T5 encoder built from an SD3 single file
+ * (tests/data/sd3/single_file, the tiny sd3 pipeline in the original layout)
+ * through the weight-name layer (sd_sd3_build, sd_sd3_mmdit_create,
+ * sd_sd3_t5_create), and from its GGUF conversions, against diffusers'
+ * outputs in tests/data/sd3/refs. MMDiT: denoiser_call.safetensors (t = 1000
+ * and 437.5, batch [uncond, cond]); the single file and the f16 GGUF hold
+ * the folder's f16 values, so they must meet the folder tolerance (h31's
+ * test_sd_mmdit: 1e-5 of the largest output; measured 3.2e-7); q8_0 weights
+ * move the output by their rounding (measured 8.7e-3; bound 2e-2, and it
+ * must move). SD3.5's layout too: its MMDiT written in the original layout
+ * here (sd3_single_ref.h) matches refs/sd35 to 2.6e-7 with the heads taken
+ * from the qk-norm, and as q8_0 GGUF to 8.7e-3. T5: the last hidden states
+ * of three prompts in refs/sd3/text.safetensors, 5.8e-7 from the single
+ * file, 2.1e-2 from q8_0 (bound 5e-2). Runs on the backend in
+ * RBEE_TEST_BACKEND (default cpu). */
 #include "sd_nets_ref.h"
 
 #include "sd/sd_convert.h"
@@ -19,6 +21,7 @@
 
 #define REL_TOL 1e-5
 #define REL_TOL_Q8 2e-2 /* measured 8.7e-3 on the CPU backend */
+#define REL_TOL_Q8_T5 5e-2 /* measured 2.1e-2: T5's unscaled attention and wide activations */
 
 static rb_backend *backend(void) {
     const char *spec = getenv("RBEE_TEST_BACKEND");
@@ -162,6 +165,81 @@ static void test_gguf_q8_0(void **state) {
     assert_true(d > REL_TOL); /* the weights did change: the quantized path ran */
 }
 
+/* T5: the three prompts' hidden states from the single file's encoder (with
+ * the folder's relative_attention_max_distance, 16 in the tiny model) and
+ * from its q8_0 GGUF (which stores that value) against refs/sd3/text */
+static double t5_calls(rb_t5 *m, rb_backend *be) {
+    char p[1024];
+    rb_st_set *r = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/refs/sd3/text.safetensors"), &r, &err), err);
+    static const char *const prompts[] = {"prompt", "negative", "long_prompt"};
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s.text_encoder_3.input_ids", prompts[k]);
+        int32_t ids[24];
+        ref_ids(r, name, ids, 24);
+        snprintf(name, sizeof name, "%s.text_encoder_3.last_hidden_state", prompts[k]);
+        int64_t n = 0;
+        const float *ref = ref_f32(r, name, &n);
+        const int64_t D = rb_t5_get_config(m)->d_model;
+        assert_int_equal(n, 24 * D);
+        rb_tensor o = dev_tensor(be, D, 24, 1, 1, NULL);
+        OK(rb_t5_encode(m, ids, 24, 1, &o, &err), err);
+        float *got = dev_read(&o);
+        const double d = max_abs_diff(got, ref, n) / max_abs(ref, n);
+        if (d > worst) worst = d;
+        free(got);
+        rb_tensor_free(&o);
+    }
+    rb_st_close(r);
+    return worst;
+}
+
+static void test_t5(void **state) {
+    (void)state;
+    rb_backend *be = backend();
+    char p[1024], cfg[1024], out[512];
+    rb_st_set *st = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/single_file/sd3.safetensors"), &st, &err), err);
+    sd_tensor_list tl;
+    OK(sd_tensor_list_st(st, &tl, &err), err);
+    sd_sd3 s;
+    OK(sd_sd3_build(&tl, &s, &err), err);
+    sd_tensor_list_free(&tl);
+    sd_sd3_meta meta;
+    OK(sd_sd3_meta_make(&s, tu_data(cfg, sizeof cfg, "sd3/pipelines/sd3"), &meta, &err), err);
+    assert_int_equal(meta.t5_max_distance, 16);
+    sd_weights ws;
+    OK(sd_weights_init(&ws, NULL, false, sd_sd3_lookup, (void *)sd_sd3_part_map(&s, SD_SD3_T5), "sd3.safetensors", be,
+                       NULL, &err),
+       err);
+    rb_t5 *m = NULL;
+    OK(sd_sd3_t5_create(&s, &meta, &ws, &m, &err), err);
+    double d = t5_calls(m, be);
+    print_message("T5 single file: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL);
+    rb_t5_free(m);
+    sd_sd3_free(&s);
+    rb_st_close(st);
+    snprintf(out, sizeof out, "%s/sd3-t5-q8_0.gguf", g_tmp);
+    rb_convert_opts o = {.type = RB_Q8_0};
+    OK(sd_convert_to_gguf(p, out, &o, cfg, NULL, &err), err);
+    sd_sd3_gguf *f = NULL;
+    OK(sd_sd3_gguf_open(out, &f, &err), err);
+    OK(sd_sd3_gguf_weights(f, SD_SD3_T5, be, NULL, &ws, &err), err);
+    OK(sd_sd3_t5_create(&f->sd3, &f->meta, &ws, &m, &err), err);
+    sd_sd3_gguf_unref(f);
+    d = t5_calls(m, be);
+    print_message("T5 q8_0 GGUF: max |diff| / max |ref| = %.3g\n", d);
+    assert_true(d <= REL_TOL_Q8_T5);
+    assert_true(d > REL_TOL);
+    rb_t5_free(m);
+    rb_backend_destroy(be);
+}
+
 /* SD3.5 (qk-norm, dual attention): the sd35 MMDiT in the original layout,
  * its heads from the qk-norm's size, no config folder; then as q8_0 GGUF */
 static void test_sd35(void **state) {
@@ -219,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_f16),
         cmocka_unit_test(test_gguf_q8_0),
         cmocka_unit_test(test_sd35),
+        cmocka_unit_test(test_t5),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
