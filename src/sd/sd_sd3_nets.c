@@ -1,8 +1,11 @@
-/* The MMDiT and T5 encoder of an SD3 single file or SD3 GGUF file: their
- * configs from the tensors (sd_sd3_mmdit_shape, sd_t5_shape) and the values
- * they cannot show (sd_sd3_meta), and the networks built over the
- * diffusers-name maps with sd_mmdit_create / sd_t5_create. */
+/* The MMDiT, T5 and CLIP encoders of an SD3 single file or SD3 GGUF file:
+ * their configs from the tensors (sd_sd3_mmdit_shape, sd_t5_shape,
+ * sd_ldm_text_shape) and the values they cannot show (sd_sd3_meta), the
+ * rest the published models' (CLIP-L's quick_gelu, CLIP-G's gelu), and the
+ * networks built over the diffusers-name maps with the engine's
+ * constructors. */
 #include "sd/sd_sd3_gguf.h"
+#include "sd/sd_pipeline_internal.h"
 #include "sd/sd_sd3_nets.h"
 
 #include <string.h>
@@ -72,4 +75,42 @@ rb_status sd_sd3_t5_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws
         return st;
     }
     return sd_t5_create(&c, ws, out, err);
+}
+
+rb_status sd_sd3_clip_config(const sd_sd3 *s, const sd_sd3_meta *m, sd_sd3_part part, rb_clip_text_config *c,
+                             rb_error *err) {
+    memset(c, 0, sizeof *c);
+    const bool g = part == SD_SD3_CLIP_G;
+    if ((part != SD_SD3_CLIP_L && !g) || !(s->present & part))
+        return rb_error_set(err, RB_E_NOT_FOUND, "the checkpoint has no %s text encoder", g ? "CLIP-G" : "CLIP-L");
+    const sd_ldm_text_shape *t = g ? &s->ldm.text2_shape : &s->ldm.text1_shape;
+    if (g)
+        sd_default_clip_g(c);
+    else
+        sd_default_clip_l(c);
+    c->hidden_size = t->hidden;
+    c->intermediate_size = t->intermediate;
+    c->n_layers = t->n_layers;
+    c->vocab_size = t->vocab;
+    c->max_positions = t->positions;
+    c->with_projection = true; /* SD3 uses both encoders' projected pooled outputs */
+    c->projection_dim = t->projection;
+    const int64_t heads = m ? m->clip_heads[g ? 1 : 0] : t->hidden % 64 == 0 ? t->hidden / 64 : 0;
+    if (heads <= 0 || t->hidden % heads != 0)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "the %s text encoder's heads are not known for its width %lld: "
+                            "give its configs (a diffusers folder)", g ? "CLIP-G" : "CLIP-L", (long long)t->hidden);
+    c->n_heads = heads;
+    return RB_OK;
+}
+
+rb_status sd_sd3_clip_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_sd3_part part, sd_weights *ws,
+                             rb_clip_text **out, rb_error *err) {
+    *out = NULL;
+    rb_clip_text_config c;
+    rb_status st = sd_sd3_clip_config(s, m, part, &c, err);
+    if (st != RB_OK) {
+        sd_weights_close(ws);
+        return st;
+    }
+    return sd_clip_text_create(&c, ws, out, err);
 }

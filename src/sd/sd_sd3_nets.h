@@ -1,8 +1,9 @@
 /* Networks of SD3 single files and SD3 GGUF files (sd_sd3.h, sd_sd3_gguf.h)
- * built with the engine's constructors (sd_nets.h): the MMDiT and the T5
- * encoder (the CLIP encoders and the VAE take their rb_*_config from the
- * shapes as the LDM single-file loader fills them, with the heads of
- * sd_sd3_meta). Entry points for the
+ * built with the engine's constructors (sd_nets.h): the MMDiT, the T5
+ * encoder and the two CLIP encoders with projection. (The 16-channel VAE's
+ * config, which the SD3 VAE work defines, comes from s->ldm.vae_shape:
+ * levels, channels, resnets per level, latent channels; SD3's VAE has no
+ * quant convs.) Entry points for the
  * SD3 pipeline's loader:
  *   single file: sd_sd3_build on the file's tensors, sd_sd3_meta_make (with a
  *     diffusers folder when the heads are not derivable), then weights over
@@ -27,5 +28,12 @@ rb_status sd_sd3_mmdit_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights 
 rb_status sd_sd3_t5_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_t5_config *c, rb_error *err);
 /* sd_t5_create with that config over ws (taken over as above). */
 rb_status sd_sd3_t5_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_weights *ws, rb_t5 **out, rb_error *err);
+/* CLIP-L (part SD_SD3_CLIP_L, text_encoder) or CLIP-G (SD_SD3_CLIP_G,
+ * text_encoder_2) as CLIPTextModelWithProjection: the tensors' sizes, m's
+ * heads (m NULL: width / 64), the published models' activation and eps. */
+rb_status sd_sd3_clip_config(const sd_sd3 *s, const sd_sd3_meta *m, sd_sd3_part part, rb_clip_text_config *c,
+                             rb_error *err);
+rb_status sd_sd3_clip_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_sd3_part part, sd_weights *ws,
+                             rb_clip_text **out, rb_error *err);
 
 #endif

@@ -11,7 +11,9 @@
  * here (sd3_single_ref.h) matches refs/sd35 to 2.6e-7 with the heads taken
  * from the qk-norm, and as q8_0 GGUF to 8.7e-3. T5: the last hidden states
  * of three prompts in refs/sd3/text.safetensors, 5.8e-7 from the single
- * file, 2.1e-2 from q8_0 (bound 5e-2). Runs on the backend in
+ * file, 2.1e-2 from q8_0 (bound 5e-2). CLIP-L / CLIP-G with projection: the
+ * penultimate and last hidden states and text_embeds of those prompts from
+ * the single file, within 1e-5 (measured 1.6e-6). Runs on the backend in
  * RBEE_TEST_BACKEND (default cpu). */
 #include "sd_nets_ref.h"
 
@@ -240,6 +242,73 @@ static void test_t5(void **state) {
     rb_backend_destroy(be);
 }
 
+/* CLIP-L and CLIP-G (with projection) from the single file: the penultimate
+ * hidden states SD3 uses, the last ones and the projected pooled outputs of
+ * the three prompts against refs/sd3/text */
+static void test_clip(void **state) {
+    (void)state;
+    rb_backend *be = backend();
+    char p[1024], cfg[1024];
+    rb_st_set *st = NULL, *r = NULL;
+    rb_error err = {0};
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/single_file/sd3.safetensors"), &st, &err), err);
+    sd_tensor_list tl;
+    OK(sd_tensor_list_st(st, &tl, &err), err);
+    sd_sd3 s;
+    OK(sd_sd3_build(&tl, &s, &err), err);
+    sd_tensor_list_free(&tl);
+    sd_sd3_meta meta;
+    OK(sd_sd3_meta_make(&s, tu_data(cfg, sizeof cfg, "sd3/pipelines/sd3"), &meta, &err), err);
+    OK(rb_st_open(tu_data(p, sizeof p, "sd3/refs/sd3/text.safetensors"), &r, &err), err);
+    static const char *const prompts[] = {"prompt", "negative", "long_prompt"};
+    double worst = 0;
+    for (int e = 0; e < 2; e++) {
+        const sd_sd3_part part = e ? SD_SD3_CLIP_G : SD_SD3_CLIP_L;
+        rb_clip_text_config c;
+        assert_int_equal(sd_sd3_clip_config(&s, NULL, part, &c, &err), RB_E_UNSUPPORTED); /* 8 / 12 wide */
+        sd_weights ws;
+        OK(sd_weights_init(&ws, NULL, false, sd_sd3_lookup, (void *)sd_sd3_part_map(&s, part), "sd3.safetensors", be,
+                           NULL, &err),
+           err);
+        rb_clip_text *m = NULL;
+        OK(sd_sd3_clip_create(&s, &meta, part, &ws, &m, &err), err);
+        const rb_clip_text_config *mc = rb_clip_text_get_config(m);
+        const int64_t D = mc->hidden_size, P = mc->projection_dim;
+        for (int k = 0; k < 3; k++) {
+            char name[128];
+            const char *enc = e ? "text_encoder_2" : "text_encoder";
+            snprintf(name, sizeof name, "%s.%s.input_ids", prompts[k], e ? "tokenizer_2" : "tokenizer");
+            int32_t ids[77];
+            ref_ids(r, name, ids, 77);
+            rb_tensor hid = dev_tensor(be, D, 77, 1, 1, NULL), last = dev_tensor(be, D, 77, 1, 1, NULL);
+            rb_tensor emb = dev_tensor(be, P, 1, 1, 1, NULL);
+            rb_clip_text_outputs out = {.hidden = &hid, .hidden_index = -2, .last_hidden = &last, .text_embeds = &emb};
+            OK(rb_clip_text_encode(m, ids, 77, 1, &out, &err), err);
+            const rb_tensor *got_t[3] = {&hid, &last, &emb};
+            static const char *const ref_names[3] = {"hidden_states.1", "last_hidden_state", "text_embeds"};
+            for (int o = 0; o < 3; o++) {
+                snprintf(name, sizeof name, "%s.%s.%s", prompts[k], enc, ref_names[o]);
+                int64_t n = 0;
+                const float *ref = ref_f32(r, name, &n);
+                float *got = dev_read(got_t[o]);
+                const double d = max_abs_diff(got, ref, n) / max_abs(ref, n);
+                if (d > worst) worst = d;
+                if (d > REL_TOL) fail_msg("%s: %.3g", name, d);
+                free(got);
+            }
+            rb_tensor_free(&hid);
+            rb_tensor_free(&last);
+            rb_tensor_free(&emb);
+        }
+        rb_clip_text_free(m);
+    }
+    print_message("CLIP-L/G single file: max |diff| / max |ref| = %.3g\n", worst);
+    rb_st_close(r);
+    sd_sd3_free(&s);
+    rb_st_close(st);
+    rb_backend_destroy(be);
+}
+
 /* SD3.5 (qk-norm, dual attention): the sd35 MMDiT in the original layout,
  * its heads from the qk-norm's size, no config folder; then as q8_0 GGUF */
 static void test_sd35(void **state) {
@@ -298,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_q8_0),
         cmocka_unit_test(test_sd35),
         cmocka_unit_test(test_t5),
+        cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
