@@ -501,7 +501,9 @@ rb_status sd_convert_to_gguf(const char *input, const char *out_path, const rb_c
         return rb_error_set(err, RB_E_INVALID, "convert: cannot write weights as %s (supported: %s)",
                             rb_dtype_name(opts->type), rb_convert_type_list());
     rb_status s;
-    if (is_dir(input)) {
+    if (is_dir(input) && sd_sd3_is_folder(input)) {
+        return sd_sd3_convert_to_gguf(input, out_path, opts, config_dir, stats, err); /* its messages name input */
+    } else if (is_dir(input)) {
         if (config_dir)
             return rb_error_set(err, RB_E_INVALID, "convert: --config is for single-file checkpoints (%s is a folder)",
                                 input);

@@ -47,11 +47,16 @@ typedef struct sd_sd3_meta {
  * value is neither derivable nor given. */
 rb_status sd_sd3_meta_make(const sd_sd3 *s, const char *config_dir, sd_sd3_meta *m, rb_error *err);
 
-/* Converts an SD3 single file (input) to a GGUF file (written atomically:
- * OUT.part, renamed); config_dir as for sd_sd3_meta_make (may be NULL).
- * Tensors outside the known prefixes are skipped (a warning on opts->log). */
+/* Converts an SD3 single file or an SD3 diffusers folder (input) to a GGUF
+ * file (written atomically: OUT.part, renamed); config_dir (single files
+ * only, may be NULL) as for sd_sd3_meta_make. A single file's tensors
+ * outside the known prefixes are skipped (a warning on opts->log); a
+ * folder's unknown tensors are RB_E_FORMAT naming them. */
 rb_status sd_sd3_convert_to_gguf(const char *input, const char *out_path, const rb_convert_opts *opts,
                                  const char *config_dir, rb_convert_stats *stats, rb_error *err);
+
+/* A diffusers SD3 folder: transformer/config.json and no unet/. */
+bool sd_sd3_is_folder(const char *dir);
 
 /* An open SD3 GGUF file: a shared tensor owner (networks' weights hold
  * references), the tables and the configs. */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define OK(expr, err)                                                                                                 \
     do {                                                                                                              \
@@ -324,6 +325,98 @@ static void test_sd35_q8_0(void **state) {
     sd_sd3_gguf_unref(f);
 }
 
+/* The diffusers folders themselves: pipelines/sd3 converted to f16 gives the
+ * same file content as its single file (tensor by tensor: names, shapes,
+ * dtypes, bytes) and so the folder's values; q8_0 as the quantizer gives;
+ * pipelines/sd35 (qk-norm, dual attention) back tensor by tensor */
+static void test_folders(void **state) {
+    (void)state;
+    char dir[512], a[512], b[512];
+    rb_convert_opts o = {.type = RB_F16};
+    rb_error err = {0};
+    snprintf(a, sizeof a, "%s/sd3-folder-f16.gguf", g_tmp);
+    snprintf(b, sizeof b, "%s/sd3-single-f16.gguf", g_tmp);
+    OK(sd_convert_to_gguf(data(dir, sizeof dir, "sd3/pipelines/sd3"), a, &o, NULL, NULL, &err), err);
+    convert(RB_F16, b, true, NULL);
+    assert_int_equal(check_file(a, RB_F16), 0);
+    rb_gguf *ga = NULL, *gb = NULL;
+    OK(rb_gguf_open(a, &ga, &err), err);
+    OK(rb_gguf_open(b, &gb, &err), err);
+    assert_int_equal(rb_gguf_n_tensors(ga), rb_gguf_n_tensors(gb));
+    for (int64_t i = 0; i < rb_gguf_n_tensors(gb); i++) {
+        const rb_gguf_tensor_info *tb = rb_gguf_tensor_at(gb, i);
+        char name[400];
+        snprintf(name, sizeof name, "%.*s", (int)tb->name.len, tb->name.ptr);
+        const rb_gguf_tensor_info *ta = rb_gguf_find_tensor(ga, name);
+        if (!ta) fail_msg("%s: not in the folder's conversion", name);
+        assert_int_equal(ta->dtype, tb->dtype);
+        assert_int_equal(ta->n_dims, tb->n_dims);
+        assert_memory_equal(ta->ne, tb->ne, sizeof ta->ne);
+        assert_int_equal(ta->nbytes, tb->nbytes);
+        if (memcmp(ta->data, tb->data, ta->nbytes) != 0) fail_msg("%s differs", name);
+    }
+    rb_gguf_close(ga);
+    rb_gguf_close(gb);
+    o.type = RB_Q8_0;
+    snprintf(a, sizeof a, "%s/sd3-folder-q8_0.gguf", g_tmp);
+    OK(sd_convert_to_gguf(dir, a, &o, NULL, NULL, &err), err);
+    assert_int_equal(check_file(a, RB_Q8_0), 31 + 12);
+    snprintf(a, sizeof a, "%s/sd35-folder-q8_0.gguf", g_tmp);
+    OK(sd_convert_to_gguf(data(dir, sizeof dir, "sd3/pipelines/sd35"), a, &o, NULL, NULL, &err), err);
+    sd_sd3_gguf *f = NULL;
+    OK(sd_sd3_gguf_open(a, &f, &err), err);
+    assert_int_equal(check_part(f, SD_SD3_MMDIT, "sd3/pipelines/sd35/transformer/diffusion_pytorch_model.safetensors",
+                                RB_Q8_0),
+                     3 * 11 + 2 * 3 + 4 + 6);
+    assert_int_equal(f->meta.mmdit_heads, 4);
+    assert_int_equal(f->meta.sample_size, cfg_int("sd3/pipelines/sd35/transformer/config.json", "sample_size"));
+    sd_sd3_gguf_unref(f);
+    /* a configs folder is for single files only */
+    assert_int_equal(sd_convert_to_gguf(dir, a, &o, dir, NULL, &err), RB_E_INVALID);
+    /* a folder holding only a transformer, with a tensor an MMDiT has not,
+     * then with a k projection missing */
+    char bad[512], file[600], cfg_src[512];
+    snprintf(bad, sizeof bad, "%s/badpipe", g_tmp);
+    snprintf(file, sizeof file, "%s/transformer", bad);
+    assert_int_equal(mkdir(bad, 0755), 0);
+    assert_int_equal(mkdir(file, 0755), 0);
+    size_t cn = 0;
+    char *cfg_text = tu_read_file(data(cfg_src, sizeof cfg_src, "sd3/pipelines/sd3/transformer/config.json"), &cn);
+    snprintf(file, sizeof file, "%s/transformer/config.json", bad);
+    FILE *fp = fopen(file, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(cfg_text, 1, cn, fp), cn);
+    assert_int_equal(fclose(fp), 0);
+    free(cfg_text);
+    rb_st_set *ref = NULL;
+    OK(rb_st_open(data(cfg_src, sizeof cfg_src, "sd3/pipelines/sd3/transformer/diffusion_pytorch_model.safetensors"),
+                  &ref, &err),
+       err);
+    for (int variant = 0; variant < 2; variant++) {
+        img im = img_new();
+        for (int64_t i = 0; i < rb_st_n_tensors(ref); i++) {
+            const rb_st_tensor *t = rb_st_tensor_at(ref, i);
+            if (variant == 1 && !strcmp(t->name, "transformer_blocks.1.attn.add_k_proj.weight")) continue;
+            img_add(&im, t->name, t->dtype, t->n_dims, t->ne, t->data, t->nbytes);
+            if (variant == 0 && !strcmp(t->name, "proj_out.bias"))
+                img_add(&im, "transformer_blocks.0.attn.to_gate.weight", t->dtype, t->n_dims, t->ne, t->data, t->nbytes);
+        }
+        size_t n = 0;
+        uint8_t *bytes = img_finish(&im, &n);
+        snprintf(file, sizeof file, "%s/transformer/diffusion_pytorch_model.safetensors", bad);
+        fp = fopen(file, "wb");
+        assert_non_null(fp);
+        assert_int_equal(fwrite(bytes, 1, n, fp), n);
+        assert_int_equal(fclose(fp), 0);
+        free(bytes);
+        assert_int_equal(sd_convert_to_gguf(bad, a, &o, NULL, NULL, &err), RB_E_FORMAT);
+        assert_non_null(strstr(err.msg, variant == 0 ? "transformer: tensor 'transformer_blocks.0.attn.to_gate.weight' "
+                                                       "is not part of an SD3 MMDiT"
+                                                     : "transformer_blocks.1.attn.add_k_proj.weight is missing"));
+    }
+    rb_st_close(ref);
+}
+
 /* A file with the tensors of src and the keys of s and m (arch: its
  * general.architecture; keys false: no rbee.sd3.* keys). */
 static void write_variant(const sd_sd3_gguf *src, const char *arch, const sd_sd3 *s, const sd_sd3_meta *m, bool keys,
@@ -430,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_sd35_q8_0),
+        cmocka_unit_test(test_folders),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
