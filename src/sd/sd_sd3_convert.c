@@ -204,16 +204,31 @@ static rb_status write_plan(const sd3_plan *p, const sd_sd3 *s, const sd_sd3_met
     return r;
 }
 
-/* A single file's tensors under the known prefixes, as they are. */
+/* An MMDiT name saved without "model.diffusion_model." (a diffusion model
+ * stored alone). */
+static bool bare_mmdit(const char *name) {
+    static const char *const top[] = {"joint_blocks.", "x_embedder.", "t_embedder.", "y_embedder.",
+                                      "context_embedder.", "final_layer.", "pos_embed"};
+    for (size_t k = 0; k < sizeof top / sizeof top[0]; k++)
+        if (starts(name, top[k])) return true;
+    return false;
+}
+
+/* A single file's tensors under the known prefixes, as they are (a bare
+ * MMDiT's under "model.diffusion_model."). */
 static rb_status plan_single(const rb_st_set *st, sd3_plan *p, const rb_convert_opts *opts, rb_error *err) {
     for (int64_t i = 0; i < rb_st_n_tensors(st); i++) {
         const rb_st_tensor *t = rb_st_tensor_at(st, i);
         const bool fl = t->dtype == RB_F32 || t->dtype == RB_F16 || t->dtype == RB_BF16;
-        if (!known(t->name) || !fl || t->n_dims < 1) {
+        const bool bare = !known(t->name) && bare_mmdit(t->name);
+        if ((!known(t->name) && !bare) || !fl || t->n_dims < 1) {
             if (opts->log) fprintf(opts->log, "warning: skipping tensor '%s'\n", t->name);
             continue;
         }
-        rb_status s = plan_add(p, t->name, OP_COPY, &t, 0, NULL, err);
+        char name[400];
+        if (snprintf(name, sizeof name, "%s%s", bare ? "model.diffusion_model." : "", t->name) >= (int)sizeof name)
+            return rb_error_set(err, RB_E_FORMAT, "tensor name too long: %s", t->name);
+        rb_status s = plan_add(p, name, OP_COPY, &t, 0, NULL, err);
         if (s != RB_OK) return s;
     }
     return RB_OK;

@@ -249,6 +249,31 @@ static void test_sd35_q8_0(void **state) {
     assert_true(f->sd3.mmdit_shape.qk_norm);
     assert_int_equal(f->sd3.mmdit_shape.n_dual, 1);
     assert_int_equal(f->sd3.mmdit_shape.dual_attention_layers[0], 0);
+    /* the MMDiT saved without "model.diffusion_model.": the same file */
+    char bare_in[512], bare_out[512];
+    snprintf(bare_in, sizeof bare_in, "%s/sd35-bare.safetensors", g_tmp);
+    snprintf(bare_out, sizeof bare_out, "%s/sd35-bare-q8_0.gguf", g_tmp);
+    im = sd35_original("", &n);
+    fp = fopen(bare_in, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(im, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+    free(im);
+    OK(sd_convert_to_gguf(bare_in, bare_out, &o, NULL, NULL, &err), err);
+    /* general.name differs (the input's name); the tensors do not */
+    rb_gguf *g1 = NULL, *g2 = NULL;
+    OK(rb_gguf_open(out, &g1, &err), err);
+    OK(rb_gguf_open(bare_out, &g2, &err), err);
+    assert_int_equal(rb_gguf_n_tensors(g1), rb_gguf_n_tensors(g2));
+    for (int64_t i = 0; i < rb_gguf_n_tensors(g1); i++) {
+        const rb_gguf_tensor_info *t1 = rb_gguf_tensor_at(g1, i), *t2 = rb_gguf_tensor_at(g2, i);
+        assert_int_equal(t1->name.len, t2->name.len);
+        assert_memory_equal(t1->name.ptr, t2->name.ptr, t1->name.len);
+        assert_int_equal(t1->nbytes, t2->nbytes);
+        assert_memory_equal(t1->data, t2->data, t1->nbytes);
+    }
+    rb_gguf_close(g1);
+    rb_gguf_close(g2);
     /* the same as ComfyUI-GGUF lays SD3.5 out: no rbee.sd3.* keys, names
      * without "model.diffusion_model.", and a quantized tensor whose rows
      * are not whole blocks (y_embedder's 20-wide input) stored as one flat
