@@ -5,9 +5,9 @@
  * to f32 here, since the mapping splits and swaps rows), mapped by the
  * single-file tables (sd_sd3_build), the rbee.sd3.* configs read and checked
  * against them (a file without them, as ComfyUI-GGUF writes SD3, gets the
- * configs the tensors show with the published models' head size), and
- * weights for the networks in diffusers' names that keep the file mapped
- * while they point into it. */
+ * configs the tensors show with the published models' head size). (The
+ * networks' weights over the file: sd_sd3_gguf_weights in sd_sd3_nets.c, so
+ * this file parses without the backends, as the fuzz target builds it.) */
 #include "sd/sd_sd3_gguf.h"
 
 #include "rbee/quant.h"
@@ -153,25 +153,4 @@ const sd_name_map *sd_sd3_part_map(const sd_sd3 *s, sd_sd3_part part) {
     case SD_SD3_T5: return &s->t5;
     }
     return NULL;
-}
-
-const rb_st_tensor *sd_sd3_lookup(const sd_weights *w, const char *name) {
-    return sd_name_map_find((const sd_name_map *)w->lookup_ctx, name);
-}
-
-rb_status sd_sd3_gguf_weights(sd_sd3_gguf *f, sd_sd3_part part, rb_backend *be, const rb_sd_load_opts *opts,
-                              sd_weights *ws, rb_error *err) {
-    static const char *const what[] = {"transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"};
-    const sd_name_map *m = sd_sd3_part_map(&f->sd3, part);
-    int k = 0;
-    while (k < 4 && (1u << k) != (unsigned)part) k++;
-    if (!m) {
-        memset(ws, 0, sizeof *ws);
-        return rb_error_set(err, RB_E_NOT_FOUND, "%s: the file has no %s", f->label, what[k]);
-    }
-    char label[sizeof f->label + 32];
-    snprintf(label, sizeof label, "%s [%s]", f->label, what[k]);
-    rb_status s = sd_weights_init_source(ws, &f->src, sd_sd3_lookup, (void *)m, label, be, opts, err);
-    if (s != RB_OK) sd_weights_close(ws);
-    return s;
 }

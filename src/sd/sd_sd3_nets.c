@@ -3,11 +3,12 @@
  * sd_ldm_text_shape) and the values they cannot show (sd_sd3_meta), the
  * rest the published models' (CLIP-L's quick_gelu, CLIP-G's gelu), and the
  * networks built over the diffusers-name maps with the engine's
- * constructors. */
+ * constructors; and the weights of an SD3 GGUF file's parts. */
 #include "sd/sd_sd3_gguf.h"
 #include "sd/sd_pipeline_internal.h"
 #include "sd/sd_sd3_nets.h"
 
+#include <stdio.h>
 #include <string.h>
 
 rb_status sd_sd3_mmdit_config(const sd_sd3 *s, const sd_sd3_meta *m, rb_mmdit_config *c, rb_error *err) {
@@ -113,4 +114,25 @@ rb_status sd_sd3_clip_create(const sd_sd3 *s, const sd_sd3_meta *m, sd_sd3_part 
         return st;
     }
     return sd_clip_text_create(&c, ws, out, err);
+}
+
+const rb_st_tensor *sd_sd3_lookup(const sd_weights *w, const char *name) {
+    return sd_name_map_find((const sd_name_map *)w->lookup_ctx, name);
+}
+
+rb_status sd_sd3_gguf_weights(sd_sd3_gguf *f, sd_sd3_part part, rb_backend *be, const rb_sd_load_opts *opts,
+                              sd_weights *ws, rb_error *err) {
+    static const char *const what[] = {"transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"};
+    const sd_name_map *m = sd_sd3_part_map(&f->sd3, part);
+    int k = 0;
+    while (k < 4 && (1u << k) != (unsigned)part) k++;
+    if (!m) {
+        memset(ws, 0, sizeof *ws);
+        return rb_error_set(err, RB_E_NOT_FOUND, "%s: the file has no %s", f->label, what[k]);
+    }
+    char label[sizeof f->label + 32];
+    snprintf(label, sizeof label, "%s [%s]", f->label, what[k]);
+    rb_status s = sd_weights_init_source(ws, &f->src, sd_sd3_lookup, (void *)m, label, be, opts, err);
+    if (s != RB_OK) sd_weights_close(ws);
+    return s;
 }
