@@ -65,8 +65,6 @@ run fuzz_image image 65536
 run fuzz_sd_config sd_config 16384
 run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
-# SD3: the SD checkpoints' seeds (safetensors and GGUF images) mutated with SD3's names (sd3.dict)
-mkdir -p "$CORPUS/sd3" && cp "$CORPUS"/sd_ldm/* "$CORPUS"/sd_gguf/* "$CORPUS/sd3/" 2>/dev/null
 run fuzz_sd3 sd3 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
