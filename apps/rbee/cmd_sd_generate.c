@@ -36,8 +36,9 @@ static void usage(FILE *f, sd_mode mode) {
             "                            init image's; input images are not resized and must have this size)\n"
             "  --steps N                 denoising steps before strength (default 20)\n"
             "  --cfg S                   guidance scale (default 7.5; <= 1 disables classifier-free guidance)\n"
-            "  --sampler NAME            euler, euler_a, heun, dpmpp_2m, dpmpp_sde, ddim, lcm, optionally with a\n"
-            "                            schedule suffix (dpmpp_2m_karras); default: the model's scheduler\n"
+            "  --sampler NAME            euler, euler_a, heun, dpmpp_2m, dpmpp_sde, ddim, lcm, flow_euler (SD3),\n"
+            "                            optionally with a schedule suffix (dpmpp_2m_karras); default: the\n"
+            "                            model's scheduler\n"
             "  --scheduler NAME          schedule: default, karras, exponential, sgm_uniform, simple\n"
             "  --eta E                   ddim / ancestral noise scale (default: the sampler's)\n"
             "  --seed N                  generator seed, -1 = random (printed; default -1)\n"
@@ -54,6 +55,8 @@ static void usage(FILE *f, sd_mode mode) {
             "  --config-dir DIR          single files: configs from this diffusers folder\n"
             "  --vocab FILE              single files: the CLIP vocabulary (bpe_simple_vocab_16e6.txt.gz)\n"
             "  --vae-tiling auto|on|off  tiled VAE decode (auto: images over 4x the model's default size)\n"
+            "  --no-t5                   SD3: leave the T5 text encoder out (its part of the context is zeros)\n"
+            "  --max-sequence-length N   SD3: T5 tokens of the prompt (default 256)\n"
             "  -q, --quiet               no progress bar\n");
     if (mode != MODE_TXT2IMG)
         fprintf(f, "  --init-image FILE         PNG or JPEG\n"
@@ -153,7 +156,7 @@ static void output_name(const char *base, int i, int count, char *out, size_t ca
 
 enum { OPT_STEPS = 1000, OPT_CFG, OPT_SAMPLER, OPT_SCHED, OPT_SEED, OPT_RNG, OPT_CLIP, OPT_STRENGTH, OPT_BATCH,
        OPT_BACKEND, OPT_THREADS, OPT_DTYPE, OPT_INIT, OPT_MASK, OPT_PRED, OPT_CONFIG, OPT_VOCAB, OPT_TILING, OPT_ETA,
-       OPT_PMODE, OPT_PROMPT2, OPT_NEG2, OPT_ACT };
+       OPT_PMODE, OPT_PROMPT2, OPT_NEG2, OPT_ACT, OPT_NO_T5, OPT_T5_LEN };
 
 static int run(int argc, char **argv, sd_mode mode) {
     const char *model = NULL, *backend = "cpu", *output = "out.png", *init_path = NULL, *mask_path = NULL;
@@ -183,6 +186,7 @@ static int run(int argc, char **argv, sd_mode mode) {
         {"vae-tiling", required_argument, 0, OPT_TILING}, {"eta", required_argument, 0, OPT_ETA},
         {"prompt-mode", required_argument, 0, OPT_PMODE}, {"prompt-2", required_argument, 0, OPT_PROMPT2},
         {"negative-2", required_argument, 0, OPT_NEG2}, {"act-dtype", required_argument, 0, OPT_ACT},
+        {"no-t5", no_argument, 0, OPT_NO_T5},     {"max-sequence-length", required_argument, 0, OPT_T5_LEN},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
@@ -213,6 +217,11 @@ static int run(int argc, char **argv, sd_mode mode) {
             }
             break;
         case OPT_CLIP: if (!cli_parse_int("--clip-skip", optarg, 0, 64, &iv)) return 2; p.clip_skip = (int)iv; break;
+        case OPT_NO_T5: mo.no_t5 = true; break;
+        case OPT_T5_LEN:
+            if (!cli_parse_int("--max-sequence-length", optarg, 1, 512, &iv)) return 2;
+            p.max_sequence_length = (int)iv;
+            break;
         case OPT_STRENGTH: if (!cli_parse_float("--strength", optarg, 1e-6, 1, &p.strength)) return 2; break;
         case OPT_BATCH: if (!cli_parse_int("--batch", optarg, 1, RB_SD_MAX_BATCH, &iv)) return 2; p.batch = (int)iv; break;
         case OPT_BACKEND: backend = optarg; break;

@@ -83,6 +83,7 @@
 
 #include "rbee/backend.h"
 #include "rbee/image.h"
+#include "rbee/sd_mmdit.h"
 #include "rbee/sd_model.h"
 #include "rbee/sd_rng.h"
 #include "rbee/sd_sampler.h"
@@ -103,10 +104,11 @@ typedef enum rb_sd_arch {
     RB_SD_ARCH_SD2,         /* OpenCLIP ViT-H, last hidden state (of 23 layers) */
     RB_SD_ARCH_SDXL,        /* CLIP ViT-L + OpenCLIP bigG penultimate layers, pooled bigG, 6 time ids */
     RB_SD_ARCH_SDXL_REFINER, /* OpenCLIP bigG only, 5 time ids (with the aesthetic score) */
+    RB_SD_ARCH_SD3,          /* Stable Diffusion 3 / 3.5: CLIP-L + CLIP-G (+ T5), MMDiT, 16-channel VAE */
     RB_SD_ARCH_COUNT_
 } rb_sd_arch;
 
-/* "sd1", "sd2", "sdxl", "sdxl-refiner". */
+/* "sd1", "sd2", "sdxl", "sdxl-refiner", "sd3". */
 const char *rb_sd_arch_name(rb_sd_arch a);
 
 /* Components to load (rb_sd_model_opts.components). A generation needs the
@@ -139,6 +141,8 @@ typedef struct rb_sd_model_opts {
     const char *vocab_path; /* single files without config_dir: OpenAI's bpe_simple_vocab_16e6.txt.gz;
                                NULL = the copy shipped in models/clip (rbee/data_path.h) */
     rb_dtype act_dtype;     /* activations between ops: RB_F32 (0), RB_F16 or RB_BF16 (rb_unet_set_act_dtype) */
+    bool no_t5;             /* SD3: leave the T5 text encoder out; its part of the context is zeros, as
+                               diffusers' text_encoder_3=None gives (less memory, weaker prompt following) */
 } rb_sd_model_opts;
 
 /* Zeroes o: f32, every component, automatic prediction. */
@@ -198,6 +202,8 @@ const rb_sd_sched_config *rb_sd_model_sched_config(const rb_sd_model *m);
  * encoder i in concatenation order: SD 1.x / 2.x / refiner have one, SDXL
  * two (CLIP ViT-L, then bigG). */
 rb_unet *rb_sd_model_unet(rb_sd_model *m);
+/* SD3's denoiser (NULL for the UNet families). */
+rb_mmdit *rb_sd_model_mmdit(rb_sd_model *m);
 rb_vae *rb_sd_model_vae(rb_sd_model *m);
 rb_clip_text *rb_sd_model_text_encoder(rb_sd_model *m, int i);
 rb_backend *rb_sd_model_backend(rb_sd_model *m);
@@ -229,7 +235,8 @@ typedef enum rb_sd_prompt_mode {
      * per chunk, as A1111's "Original" emphasis: z = the chunk's embedding
      * (77 x dim); m = mean(z); z = z x weight[token]; z = z x (m / mean(z))
      * (means over all 77 x dim values, in double here). SDXL's pooled
-     * embedding is the first chunk's, unweighted. */
+     * embedding is the first chunk's, unweighted. SD3 models truncate in
+     * this mode too (no chunks, no emphasis). */
     RB_SD_PROMPT_A1111,
 } rb_sd_prompt_mode;
 
@@ -282,6 +289,15 @@ typedef struct rb_sd_params {
     rb_sd_tiling vae_tiling;
     int vae_tile;                /* tile side in latent pixels, >= 8; 0 = the model's default size / 8 */
     bool skip_decode;            /* latents only (rb_sd_output.latents), no VAE decode */
+    int max_sequence_length;     /* SD3: tokens of the T5 part of the context (diffusers' max_sequence_length;
+                                    zeros without T5); 0 = 256 */
+    /* NULL, or conditioning computed beforehand (diffusers' prompt_embeds= and
+     * pooled_prompt_embeds= with their negative_ forms): used instead of
+     * encoding the prompts. Its rows are [uncond, cond] with guidance,
+     * [cond] without; dim and pooled_dim must be what the denoiser takes
+     * (rb_sd_encode_prompt gives such a cond); time ids come from the
+     * parameters. */
+    const struct rb_sd_cond *cond;
 } rb_sd_params;
 
 /* Defaults: prompt "", negative NULL, size 0, 20 steps, guidance 7.5,

@@ -51,6 +51,17 @@
  *              boundary scalings c_skip, c_out with timestep_scaling, a noise
  *              draw after every step but the last. Meant for LCM models
  *              (guidance 1, no negative batch).
+ *   flow_euler FlowMatchEulerDiscreteScheduler (Stable Diffusion 3): the
+ *              model predicts the velocity v of the flow x_sigma =
+ *              (1 - sigma) x0 + sigma noise; x += (sigma_next - sigma) v.
+ *              Sigmas: the training sigmas i/T shifted by the config's shift
+ *              s (sigma' = s sigma / (1 + (s - 1) sigma)), n steps spaced
+ *              linearly from the largest to the smallest, shifted once more,
+ *              then 0; timesteps = sigma x T. The model input is the latents
+ *              unscaled, the starting latents the noise itself (img2img: sigma
+ *              noise + (1 - sigma) image, and the run starts at step
+ *              int(n - min(n strength, n)), StableDiffusion3Img2ImgPipeline's
+ *              rule). Only the default schedule; no noise during the run.
  *
  * Sigma schedules (for the sigma-space samplers euler, euler_a, heun,
  * dpmpp_2m, dpmpp_sde; ddim and lcm take only "default"):
@@ -169,6 +180,7 @@ enum {
     RB_SD_CFG_EULER_AT_FINAL = 1u << 19,
     RB_SD_CFG_ORIGINAL_STEPS = 1u << 20,
     RB_SD_CFG_TIMESTEP_SCALING = 1u << 21,
+    RB_SD_CFG_SHIFT = 1u << 22,
 };
 
 #define RB_SD_CLASS_NAME_MAX 64
@@ -194,6 +206,7 @@ typedef struct rb_sd_sched_config {
     bool lower_order_final, euler_at_final;
     int original_inference_steps; /* lcm */
     double timestep_scaling;      /* lcm */
+    double shift;                 /* flow_euler: the sigma shift (SD3: 3.0) */
 } rb_sd_sched_config;
 
 /* An empty configuration: nothing set, every field the sampler class's default. */
@@ -243,6 +256,7 @@ typedef enum rb_sd_sampler_kind {
     RB_SD_SAMPLER_DPMPP_SDE,
     RB_SD_SAMPLER_DDIM,
     RB_SD_SAMPLER_LCM,
+    RB_SD_SAMPLER_FLOW_EULER,
     RB_SD_SAMPLER_COUNT_
 } rb_sd_sampler_kind;
 
@@ -288,6 +302,10 @@ typedef struct rb_sd_sampler_opts {
     rb_sd_noise_fn noise;
     void *noise_user;
     size_t n;        /* floats in the latents (whole batch) */
+    /* StableDiffusion3Pipeline's use of any scheduler: the model input is
+     * the latents unscaled (no scale_model_input) and txt2img starts from
+     * the noise itself (no init_noise_sigma). flow_euler does both anyway. */
+    bool raw_model_input;
 } rb_sd_sampler_opts;
 
 /* euler, default schedule, 20 steps, strength 1, eta default, no noise callback, n 0. */

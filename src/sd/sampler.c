@@ -30,6 +30,7 @@ static const rb_sd_sampler_ops *ops_for(rb_sd_sampler_kind k) {
     case RB_SD_SAMPLER_DPMPP_2M: return &rb_sd_ops_dpmpp_2m;
     case RB_SD_SAMPLER_DPMPP_SDE: return &rb_sd_ops_dpmpp_sde;
     case RB_SD_SAMPLER_DDIM: return &rb_sd_ops_ddim;
+    case RB_SD_SAMPLER_FLOW_EULER: return &rb_sd_ops_flow_euler;
     default: return &rb_sd_ops_lcm;
     }
 }
@@ -61,7 +62,8 @@ static rb_status check_opts(const rb_sd_sampler_opts *o, rb_error *err) {
     if (!(o->strength > 0.0 && o->strength <= 1.0))
         return rb_error_set(err, RB_E_INVALID, "sampler: strength %g is outside (0, 1]", o->strength);
     if (isnan(o->eta) || isinf(o->eta)) return rb_error_set(err, RB_E_INVALID, "sampler: eta must be finite");
-    if ((o->kind == RB_SD_SAMPLER_DDIM || o->kind == RB_SD_SAMPLER_LCM) && o->schedule != RB_SD_SCHEDULE_DEFAULT)
+    if ((o->kind == RB_SD_SAMPLER_DDIM || o->kind == RB_SD_SAMPLER_LCM || o->kind == RB_SD_SAMPLER_FLOW_EULER) &&
+        o->schedule != RB_SD_SCHEDULE_DEFAULT)
         return rb_error_set(err, RB_E_UNSUPPORTED, "sampler %s takes only the default schedule, not %s",
                             rb_sd_sampler_kind_name(o->kind), rb_sd_schedule_name(o->schedule));
     return RB_OK;
@@ -92,6 +94,7 @@ rb_status rb_sd_sampler_create(const rb_sd_sched_config *cfg, const rb_sd_sample
     s->eta = (float)(o->eta >= 0.0 ? o->eta : (o->kind == RB_SD_SAMPLER_DDIM ? 0.0 : 1.0));
     s->noise = o->noise;
     s->noise_user = o->noise_user;
+    s->raw_in = o->raw_model_input;
     st = rb_sd_sampler_schedule(s, err);
     if (st != RB_OK) goto fail;
     /* diffusers' get_timesteps: the run starts t_start steps in */
@@ -99,6 +102,11 @@ rb_status rb_sd_sampler_create(const rb_sd_sched_config *cfg, const rb_sd_sample
     if (init > s->steps) init = s->steps;
     int t_start = s->steps - init;
     if (t_start < 0) t_start = 0;
+    if (s->kind == RB_SD_SAMPLER_FLOW_EULER) { /* StableDiffusion3Img2ImgPipeline: no int() before the subtraction */
+        const double fi = fmin((double)s->steps * o->strength, (double)s->steps);
+        t_start = (int)fmax((double)s->steps - fi, 0.0);
+        init = s->steps - t_start;
+    }
     s->begin = t_start * s->order;
     if (init < 1 || s->begin >= s->E) {
         st = rb_error_set(err, RB_E_RANGE, "sampler: strength %g with %d steps leaves no denoising step", o->strength,
@@ -146,7 +154,7 @@ rb_status rb_sd_sampler_begin(rb_sd_sampler *s, const float *image_latents, cons
     }
     if (image_latents) s->ops->add_noise(s, s->begin, image_latents, s->noise0, s->x);
     else
-        for (size_t i = 0; i < s->n; i++) s->x[i] = s->noise0[i] * s->init_noise_sigma;
+        for (size_t i = 0; i < s->n; i++) s->x[i] = s->raw_in ? s->noise0[i] : s->noise0[i] * s->init_noise_sigma;
     s->k = s->begin;
     s->has_history = 0;
     s->lower_order_nums = 0;
@@ -180,7 +188,8 @@ rb_status rb_sd_sampler_set_inpaint(rb_sd_sampler *s, const float *image_latents
 bool rb_sd_sampler_next(rb_sd_sampler *s, float *model_in, float *timestep) {
     if (!s || !model_in || !timestep) return false;
     if (s->phase != RB_SD_PHASE_READY && s->phase != RB_SD_PHASE_WAIT_FEED) return false;
-    s->ops->scale_in(s, s->k, s->x, model_in);
+    if (s->raw_in) memcpy(model_in, s->x, s->n * sizeof(float));
+    else s->ops->scale_in(s, s->k, s->x, model_in);
     *timestep = s->timesteps[s->k];
     s->phase = RB_SD_PHASE_WAIT_FEED;
     return true;
@@ -220,6 +229,10 @@ rb_status rb_sd_sampler_x0(const rb_sd_sampler *s, const float *model_out, float
     if (s->phase != RB_SD_PHASE_WAIT_FEED)
         return rb_error_set(err, RB_E_INVALID, "sampler: no model evaluation is pending (call rb_sd_sampler_next)");
     const int k = s->k;
+    if (s->kind == RB_SD_SAMPLER_FLOW_EULER) { /* x0 = x - sigma v */
+        for (size_t i = 0; i < s->n; i++) x0[i] = s->x[i] - s->sigmas[k] * model_out[i];
+        return RB_OK;
+    }
     double abar;
     if (s->sigmas) { /* the sigma the evaluation's input was scaled with (dpmpp_sde: its midpoint) */
         const double sg = s->kind == RB_SD_SAMPLER_DPMPP_SDE && s->has_history ? s->mid_sigma : s->sigmas[k];

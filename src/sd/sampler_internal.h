@@ -38,6 +38,7 @@ struct rb_sd_sampler {
     float final_acp;      /* alphabar before timestep 0 */
     float init_noise_sigma;
     float eta;
+    bool raw_in;          /* rb_sd_sampler_opts.raw_model_input */
     rb_sd_noise_fn noise;
     void *noise_user;
     /* run state */
@@ -58,7 +59,7 @@ struct rb_sd_sampler {
 rb_status rb_sd_sampler_draw(rb_sd_sampler *s, float *out, rb_error *err);
 
 extern const rb_sd_sampler_ops rb_sd_ops_euler, rb_sd_ops_euler_a, rb_sd_ops_heun, rb_sd_ops_dpmpp_2m,
-    rb_sd_ops_dpmpp_sde, rb_sd_ops_ddim, rb_sd_ops_lcm;
+    rb_sd_ops_dpmpp_sde, rb_sd_ops_ddim, rb_sd_ops_lcm, rb_sd_ops_flow_euler;
 
 /* Shared pieces: sample / sqrt(sigma^2 + 1); image + noise * sigma; the
  * variance-preserving noising sqrt(acp) img + sqrt(1 - acp) noise. */
@@ -70,5 +71,7 @@ void rb_sd_x0_sigma(rb_sd_prediction p, float sigma, const float *x, const float
 
 /* Builds the schedule tables of s (kind, schedule, steps, cfg set). */
 rb_status rb_sd_sampler_schedule(rb_sd_sampler *s, rb_error *err);
+/* The flow_euler tables (sampler_flow.c). */
+rb_status rb_sd_flow_schedule(rb_sd_sampler *s, rb_error *err);
 
 #endif

@@ -162,6 +162,7 @@ static rb_status build_alpha_sampler(rb_sd_sampler *s, const rb_sd_train *t, rb_
 }
 
 rb_status rb_sd_sampler_schedule(rb_sd_sampler *s, rb_error *err) {
+    if (s->kind == RB_SD_SAMPLER_FLOW_EULER) return rb_sd_flow_schedule(s, err);
     rb_sd_train t;
     memset(&t, 0, sizeof t);
     rb_status st = rb_sd_train_build(&s->cfg, &t, err);

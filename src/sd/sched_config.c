@@ -21,6 +21,7 @@ void rb_sd_sched_config_init(rb_sd_sched_config *c) {
     c->lower_order_final = true;
     c->original_inference_steps = 50;
     c->timestep_scaling = 10.0;
+    c->shift = 1.0;
 }
 
 /* ---------------------------------------------------------------- key readers */
@@ -178,6 +179,14 @@ static rb_status parse_keys(parse_ctx *p) {
     TRY(get_bool(p, "euler_at_final", &c->euler_at_final, RB_SD_CFG_EULER_AT_FINAL));
     TRY(get_int(p, "original_inference_steps", 1, 100000, &c->original_inference_steps, RB_SD_CFG_ORIGINAL_STEPS));
     TRY(get_num(p, "timestep_scaling", &c->timestep_scaling, RB_SD_CFG_TIMESTEP_SCALING));
+    TRY(get_num(p, "shift", &c->shift, RB_SD_CFG_SHIFT));
+    /* FlowMatchEulerDiscreteScheduler options beyond the plain shifted schedule */
+    TRY(reject_true(p, "invert_sigmas", "inverted flow sigmas"));
+    TRY(reject_true(p, "stochastic_sampling", "stochastic flow sampling"));
+    if (given(p, "shift_terminal"))
+        return rb_error_set(p->err, RB_E_UNSUPPORTED, "scheduler config: shift_terminal is not supported");
+    static const char *const ts_ok[] = {"exponential", "linear"}; /* read only with dynamic shifting */
+    TRY(check_string(p, "time_shift_type", ts_ok, 2, NULL, 0));
 
     /* options of the diffusers classes that this engine does not implement */
     TRY(reject_true(p, "thresholding", "dynamic thresholding"));
@@ -229,6 +238,8 @@ static rb_status check_fields(const rb_sd_sched_config *c, uint32_t s, rb_error 
                             c->original_inference_steps, T);
     if ((s & RB_SD_CFG_TIMESTEP_SCALING) && !(c->timestep_scaling > 0 && isfinite(c->timestep_scaling)))
         return rb_error_set(err, RB_E_FORMAT, "scheduler config: timestep_scaling must be positive");
+    if ((s & RB_SD_CFG_SHIFT) && !(c->shift > 0 && isfinite(c->shift)))
+        return rb_error_set(err, RB_E_FORMAT, "scheduler config: shift must be positive");
     return RB_OK;
 }
 
@@ -352,6 +363,7 @@ void rb_sd_config_resolve(const rb_sd_sched_config *in, rb_sd_sampler_kind kind,
     if (!(s & RB_SD_CFG_EULER_AT_FINAL)) out->euler_at_final = false;
     if (!(s & RB_SD_CFG_ORIGINAL_STEPS)) out->original_inference_steps = 50;
     if (!(s & RB_SD_CFG_TIMESTEP_SCALING)) out->timestep_scaling = 10.0;
+    if (!(s & RB_SD_CFG_SHIFT) || kind != RB_SD_SAMPLER_FLOW_EULER) out->shift = 1.0;
     /* options a class does not have are not read by it */
     int has_zero_snr = kind == RB_SD_SAMPLER_EULER || kind == RB_SD_SAMPLER_EULER_A || kind == RB_SD_SAMPLER_DPMPP_2M ||
                        kind == RB_SD_SAMPLER_DDIM || kind == RB_SD_SAMPLER_LCM;

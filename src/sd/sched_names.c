@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const char *const SAMPLER_NAMES[RB_SD_SAMPLER_COUNT_] = {"euler", "euler_a", "heun", "dpmpp_2m",
-                                                               "dpmpp_sde", "ddim", "lcm"};
+                                                               "dpmpp_sde", "ddim", "lcm", "flow_euler"};
 static const char *const SCHEDULE_NAMES[RB_SD_SCHEDULE_COUNT_] = {"default", "karras", "exponential", "sgm_uniform",
                                                                  "simple"};
 
@@ -115,6 +115,7 @@ rb_status rb_sd_sampler_for_config(const rb_sd_sched_config *c, rb_sd_sampler_ki
         {"DPMSolverSDEScheduler", RB_SD_SAMPLER_DPMPP_SDE},
         {"DDIMScheduler", RB_SD_SAMPLER_DDIM},
         {"LCMScheduler", RB_SD_SAMPLER_LCM},
+        {"FlowMatchEulerDiscreteScheduler", RB_SD_SAMPLER_FLOW_EULER},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         if (strcmp(c->class_name, map[i].cls) != 0) continue;

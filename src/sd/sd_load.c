@@ -18,6 +18,7 @@ const char *rb_sd_arch_name(rb_sd_arch a) {
     case RB_SD_ARCH_SD2: return "sd2";
     case RB_SD_ARCH_SDXL: return "sdxl";
     case RB_SD_ARCH_SDXL_REFINER: return "sdxl-refiner";
+    case RB_SD_ARCH_SD3: return "sd3";
     default: return "unknown";
     }
 }
@@ -110,6 +111,8 @@ void rb_sd_model_free(rb_sd_model *m) {
         rb_clip_tokenizer_free(m->enc[i].tok);
     }
     rb_unet_free(m->unet);
+    rb_mmdit_free(m->mmdit);
+    rb_t5_text_free(&m->t5);
     rb_vae_free(m->vae);
     /* after the networks, which may point into these */
     if (m->ldm) {
@@ -174,6 +177,7 @@ rb_status sd_model_finish(rb_sd_model *m, const rb_sd_model_opts *o, rb_error *e
             return rb_error_set(err, RB_E_FORMAT, "%s: text encoder %d has %lld positions (77 needed)", nm, i + 1,
                                 (long long)t->cfg.max_positions);
     }
+    if (m->arch == RB_SD_ARCH_SD3) SDP_TRY(sd_sd3_finish(m, err));
     if (xl && !m->enc[m->n_enc - 1].cfg.with_projection)
         return rb_error_set(err, RB_E_FORMAT, "%s: SDXL's last text encoder must have a text projection "
                             "(CLIPTextModelWithProjection)", nm);
@@ -209,6 +213,8 @@ rb_status sd_model_finish(rb_sd_model *m, const rb_sd_model_opts *o, rb_error *e
         for (int i = 0; i < m->n_enc && s == RB_OK; i++)
             if (m->enc[i].enc) s = rb_clip_text_set_act_dtype(m->enc[i].enc, o->act_dtype, err);
         if (s == RB_OK && m->unet) s = rb_unet_set_act_dtype(m->unet, o->act_dtype, err);
+        if (s == RB_OK && m->mmdit) s = rb_mmdit_set_act_dtype(m->mmdit, o->act_dtype, err);
+        if (s == RB_OK && m->t5.enc) s = rb_t5_set_act_dtype(m->t5.enc, o->act_dtype, err);
         /* diffusers' SDXL pipelines decode (and encode) a force_upcast VAE in
          * f32 when it would run in f16; its SD 1.x / 2.x pipelines do not */
         const bool upcast = xl && o->act_dtype == RB_F16 && m->has_vae_cfg && m->vae_cfg.force_upcast;
@@ -315,8 +321,10 @@ void rb_sd_model_get_info(const rb_sd_model *m, rb_sd_model_info *info) {
     info->prediction = m->sched.prediction_type;
     info->default_width = m->default_w;
     info->default_height = m->default_h;
-    info->unet_in_channels = m->has_unet_cfg ? m->unet_cfg.in_channels : 0;
-    info->cross_attention_dim = m->has_unet_cfg ? m->unet_cfg.cross_attention_dim : context_width(m);
+    info->unet_in_channels = m->has_unet_cfg ? m->unet_cfg.in_channels : m->has_mmdit_cfg ? m->mmdit_cfg.in_channels : 0;
+    info->cross_attention_dim = m->has_unet_cfg    ? m->unet_cfg.cross_attention_dim
+                                : m->has_mmdit_cfg ? m->mmdit_cfg.joint_attention_dim
+                                                   : context_width(m);
     info->n_text_encoders = m->n_enc;
     info->latent_channels = m->has_vae_cfg ? (int)m->vae_cfg.latent_channels : 4;
     info->vae_scale = m->has_vae_cfg ? 1 << (m->vae_cfg.n_levels - 1) : 8;
@@ -326,7 +334,8 @@ void rb_sd_model_get_info(const rb_sd_model *m, rb_sd_model_info *info) {
     info->components = m->components;
     info->default_sampler = m->default_sampler;
     info->default_schedule = m->default_schedule;
-    size_t b = rb_unet_weight_bytes(m->unet) + rb_vae_weight_bytes(m->vae);
+    size_t b = rb_unet_weight_bytes(m->unet) + rb_mmdit_weight_bytes(m->mmdit) + rb_t5_weight_bytes(m->t5.enc) +
+               rb_vae_weight_bytes(m->vae);
     for (int i = 0; i < m->n_enc; i++) b += rb_clip_text_weight_bytes(m->enc[i].enc);
     info->weight_bytes = b;
 }
@@ -364,6 +373,9 @@ rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model
         rb_error_prefix(err, "VAE %s: ", dir);
         return s;
     }
+    if (m->has_mmdit_cfg && cfg.latent_channels != m->mmdit_cfg.out_channels)
+        return rb_error_set(err, RB_E_FORMAT, "VAE %s has %lld latent channels but the transformer makes %lld", dir,
+                            (long long)cfg.latent_channels, (long long)m->mmdit_cfg.out_channels);
     if (m->has_unet_cfg && cfg.latent_channels != m->unet_cfg.out_channels)
         return rb_error_set(err, RB_E_FORMAT, "VAE %s has %lld latent channels but the UNet makes %lld", dir,
                             (long long)cfg.latent_channels, (long long)m->unet_cfg.out_channels);
@@ -392,6 +404,7 @@ rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model
     return RB_OK;
 }
 rb_unet *rb_sd_model_unet(rb_sd_model *m) { return m ? m->unet : NULL; }
+rb_mmdit *rb_sd_model_mmdit(rb_sd_model *m) { return m ? m->mmdit : NULL; }
 rb_vae *rb_sd_model_vae(rb_sd_model *m) { return m ? m->vae : NULL; }
 rb_backend *rb_sd_model_backend(rb_sd_model *m) { return m ? m->be : NULL; }
 

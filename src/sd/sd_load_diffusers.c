@@ -141,6 +141,11 @@ rb_status sd_read_folder(rb_sd_model *m, const char *dir, rb_error *err) {
         return rb_error_set(err, RB_E_NOT_FOUND, "%s: not a diffusers pipeline folder (no model_index.json)", dir);
     sd_cfg j;
     SD_TRY_J(sd_cfg_open(&j, p, err));
+    if (sd_folder_is_sd3(p)) {
+        rb_status s3 = sd_read_sd3_folder(m, &j, dir, err);
+        sd_cfg_close(&j);
+        return s3;
+    }
     rb_status s = read_index(m, &j, dir);
     sd_cfg_close(&j);
     SD_TRY_J(s);
@@ -179,6 +184,7 @@ rb_status sd_load_diffusers(const char *dir, rb_backend *be, const rb_sd_model_o
     rb_status s = sd_model_new(be, "diffusers", dir, &m, err);
     if (s != RB_OK) return s;
     if ((s = sd_read_folder(m, dir, err)) != RB_OK) goto fail;
+
     const unsigned comp = sd_opts_components(o);
     rb_sd_load_opts lo;
     sd_net_opts(o, &lo);
@@ -192,7 +198,12 @@ rb_status sd_load_diffusers(const char *dir, rb_backend *be, const rb_sd_model_o
                 goto fail;
         }
     }
-    if (comp & RB_SD_LOAD_UNET) {
+    if ((comp & RB_SD_LOAD_TEXT) && m->arch == RB_SD_ARCH_SD3 && m->sd3_has_t5 && !(o && o->no_t5)) {
+        if ((s = sd_load_sd3_t5(m, dir, &lo, err)) != RB_OK) goto fail;
+    }
+    if ((comp & RB_SD_LOAD_UNET) && m->arch == RB_SD_ARCH_SD3) {
+        if ((s = sd_load_sd3_transformer(m, dir, &lo, err)) != RB_OK) goto fail;
+    } else if (comp & RB_SD_LOAD_UNET) {
         if ((s = path_join(p, sizeof p, dir, "unet", NULL, err)) != RB_OK ||
             (s = sd_weights_open(&ws, p, "diffusion_pytorch_model", be, &lo, err)) != RB_OK ||
             (s = sd_unet_create(&m->unet_cfg, &ws, &m->unet, err)) != RB_OK)

@@ -208,10 +208,15 @@ static rb_status evaluate(run *r, float t, rb_error *err) {
     }
     rb_status s = rb_tensor_set(&r->t_in, r->unet_in, sizeof(float) * (size_t)r->R * Cin * P);
     if (s != RB_OK) return rb_error_set(err, s, "cannot upload the UNet input");
-    rb_unet_inputs in = {.sample = &r->t_in, .timesteps = r->timesteps, .context = &r->t_ctx,
-                         .text_embeds = r->cond.pooled_dim ? &r->t_emb : NULL, .time_ids = r->time_ids,
-                         .n_time_ids = r->cond.n_time_ids};
-    SDP_TRY(rb_unet_forward(r->m->unet, &in, &r->t_out, err));
+    if (r->m->mmdit) { /* SD3 */
+        rb_mmdit_inputs in = {.sample = &r->t_in, .context = &r->t_ctx, .pooled = &r->t_emb, .timesteps = r->timesteps};
+        SDP_TRY(rb_mmdit_forward(r->m->mmdit, &in, &r->t_out, err));
+    } else {
+        rb_unet_inputs in = {.sample = &r->t_in, .timesteps = r->timesteps, .context = &r->t_ctx,
+                             .text_embeds = r->cond.pooled_dim ? &r->t_emb : NULL, .time_ids = r->time_ids,
+                             .n_time_ids = r->cond.n_time_ids};
+        SDP_TRY(rb_unet_forward(r->m->unet, &in, &r->t_out, err));
+    }
     if ((s = rb_tensor_get(&r->t_out, r->unet_out, sizeof(float) * (size_t)r->R * C * P)) != RB_OK)
         return rb_error_set(err, s, "cannot read the UNet output");
     if (pl->cfg)
@@ -310,6 +315,7 @@ rb_status rb_sd_check_params(const rb_sd_model *m, const rb_sd_params *p, rb_err
     so.eta = p->eta;
     so.noise = no_noise;
     so.n = (size_t)plan.batch * (size_t)plan.latent_ch * (size_t)plan.lh * (size_t)plan.lw;
+    so.raw_model_input = m->arch == RB_SD_ARCH_SD3;
     rb_sd_sampler *smp = NULL;
     s = rb_sd_sampler_create(&m->sched, &so, &smp, err);
     rb_sd_sampler_free(smp);
@@ -373,6 +379,7 @@ rb_status rb_sd_generate(rb_sd_model *m, const rb_sd_params *p, const rb_sd_call
     so.noise = rb_torch_rng_noise;
     so.noise_user = r.gen;
     so.n = r.n;
+    so.raw_model_input = m->arch == RB_SD_ARCH_SD3;
     if ((s = rb_sd_sampler_create(&m->sched, &so, &r.smp, err)) != RB_OK) goto fail;
     if ((s = prepare_start(&r, err)) != RB_OK || (s = prepare_unet(&r, err)) != RB_OK || (s = denoise(&r, err)) != RB_OK)
         goto fail;

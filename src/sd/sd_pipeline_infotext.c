@@ -25,6 +25,7 @@ const char *rb_sd_sampler_a1111_name(rb_sd_sampler_kind k) {
     case RB_SD_SAMPLER_DPMPP_SDE: return "DPM++ SDE";
     case RB_SD_SAMPLER_DDIM: return "DDIM";
     case RB_SD_SAMPLER_LCM: return "LCM";
+    case RB_SD_SAMPLER_FLOW_EULER: return "Euler"; /* A1111 / Forge name SD3's flow-matching Euler so */
     default: return "unknown";
     }
 }

@@ -8,7 +8,9 @@
 
 #include "rbee/clip_tokenizer.h"
 #include "rbee/safetensors.h"
+#include "rbee/sd_mmdit.h"
 #include "rbee/sd_pipeline.h"
+#include "rbee/sd_t5.h"
 #include "sd/sd_ldm.h"
 
 #define SD_MAX_ENC 2
@@ -40,6 +42,11 @@ struct rb_sd_model {
     rb_vae_config vae_cfg;
     rb_unet *unet;
     rb_vae *vae;
+    bool has_mmdit_cfg;            /* SD3: the MMDiT instead of the UNet */
+    rb_mmdit_config mmdit_cfg;
+    rb_mmdit *mmdit;
+    bool sd3_has_t5;               /* the folder has text_encoder_3 */
+    rb_t5_text t5;                 /* SD3's T5 encoder and tokenizer (enc NULL: not loaded, zeros instead) */
     rb_sd_sched_config sched;
     rb_sd_sampler_kind default_sampler;
     rb_sd_schedule default_schedule;
@@ -144,6 +151,30 @@ typedef struct sd_run_plan {
 } sd_run_plan;
 
 rb_status sd_plan(const rb_sd_model *m, const rb_sd_params *p, bool for_generation, sd_run_plan *plan, rb_error *err);
+
+/* ---- SD3 (sd_load_sd3.c, sd_pipeline_sd3.c) ---- */
+
+/* model_index.json of a StableDiffusion3Pipeline (j) in dir: the CLIP
+ * encoders and tokenizers, the transformer, VAE and scheduler configs. */
+struct sd_cfg;
+rb_status sd_read_sd3_folder(rb_sd_model *m, const struct sd_cfg *j, const char *dir, rb_error *err);
+/* true when model_index.json at path names a StableDiffusion3 pipeline. */
+bool sd_folder_is_sd3(const char *index_path);
+/* The transformer of an SD3 folder. */
+rb_status sd_load_sd3_transformer(rb_sd_model *m, const char *dir, const rb_sd_load_opts *lo, rb_error *err);
+/* Its T5 encoder and tokenizer (text_encoder_3, tokenizer_3). */
+rb_status sd_load_sd3_t5(rb_sd_model *m, const char *dir, const rb_sd_load_opts *lo, rb_error *err);
+/* SD3's consistency checks (sd_model_finish). */
+rb_status sd_sd3_finish(rb_sd_model *m, rb_error *err);
+/* SD3's prompt conditioning: [CLIP-L | CLIP-G] penultimate states zero-padded
+ * to the joint width, then the T5 part (zeros without T5) on the token
+ * axis; pooled = [CLIP-L | CLIP-G] text embeddings. */
+rb_status sd_encode_cond_sd3(rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
+                             rb_error *err);
+/* Encodes B rows of 77 ids with text encoder slot (sd_pipeline_text.c):
+ * hidden (B x 77 x D) and, when pooled is non-NULL, the text embeds (B x P). */
+rb_status sd_run_text_encoder(rb_sd_model *m, int slot, const int32_t *ids, int64_t B, int clip_skip, float *hidden,
+                              float *pooled, rb_error *err);
 
 /* Prompt conditioning (sd_pipeline_text.c): host arrays as in rb_sd_cond. */
 rb_status sd_encode_cond(rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,

@@ -115,6 +115,7 @@ rb_status sd_plan(const rb_sd_model *m, const rb_sd_params *p, bool gen, sd_run_
     const int scale = m->has_vae_cfg ? 1 << (m->vae_cfg.n_levels - 1) : 8;
     plan->latent_ch = m->has_vae_cfg ? (int)m->vae_cfg.latent_channels : 4;
     plan->unet_in = m->has_unet_cfg ? (int)m->unet_cfg.in_channels : plan->latent_ch;
+    if (m->has_mmdit_cfg) plan->unet_in = (int)m->mmdit_cfg.in_channels;
     plan->nine_channel = plan->unet_in == 2 * plan->latent_ch + 1;
     plan->batch = p->batch;
     plan->cfg = p->guidance_scale > 1.0f;
@@ -164,7 +165,13 @@ rb_status sd_plan(const rb_sd_model *m, const rb_sd_params *p, bool gen, sd_run_
             return rb_error_set(err, RB_E_INVALID, "the model was loaded without %s %d",
                                 m->enc[i].enc ? "a tokenizer for text encoder" : "text encoder", i + 1);
     if (!gen) return RB_OK;
-    if (!m->unet) return rb_error_set(err, RB_E_INVALID, "the model was loaded without its UNet");
+    if (!m->unet && !m->mmdit)
+        return rb_error_set(err, RB_E_INVALID, "the model was loaded without its %s",
+                            m->arch == RB_SD_ARCH_SD3 ? "transformer" : "UNet");
+    if (m->arch == RB_SD_ARCH_SD3 && plan->inpaint)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "SD3 inpainting is not supported (txt2img and img2img are)");
+    if (m->arch == RB_SD_ARCH_SD3 && (p->max_sequence_length < 0 || p->max_sequence_length > 512))
+        return rb_error_set(err, RB_E_RANGE, "max_sequence_length %d is outside 0..512", p->max_sequence_length);
     if (!p->skip_decode && !m->vae) return rb_error_set(err, RB_E_INVALID, "the model was loaded without its VAE");
     if (p->init_image && (!m->vae || m->vae_cfg.decoder_only))
         return rb_error_set(err, RB_E_INVALID, "img2img and inpainting need the VAE encoder, which was not loaded");

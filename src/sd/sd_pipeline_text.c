@@ -26,8 +26,8 @@ static const char *slot_text(const rb_sd_params *p, int slot, bool negative) {
 
 /* Encodes B rows of 77 ids with text encoder slot: hidden (B x 77 x D) and,
  * when pooled is non-NULL, the projected pooled output (B x P). */
-static rb_status run_encoder(rb_sd_model *m, int slot, const int32_t *ids, int64_t B, int clip_skip, float *hidden,
-                             float *pooled, rb_error *err) {
+rb_status sd_run_text_encoder(rb_sd_model *m, int slot, const int32_t *ids, int64_t B, int clip_skip, float *hidden,
+                              float *pooled, rb_error *err) {
     const sd_text_slot *t = &m->enc[slot];
     const int64_t D = t->cfg.hidden_size, P = t->cfg.projection_dim;
     rb_tensor h, pt;
@@ -41,7 +41,7 @@ static rb_status run_encoder(rb_sd_model *m, int slot, const int32_t *ids, int64
     }
     rb_clip_text_outputs o;
     memset(&o, 0, sizeof o);
-    if (is_xl(m)) {
+    if (is_xl(m) || m->arch == RB_SD_ARCH_SD3) { /* the penultimate layer (clip skip counted past it) */
         o.hidden = &h;
         o.hidden_index = -(clip_skip + 2);
     } else if (clip_skip == 0) {
@@ -115,7 +115,7 @@ static rb_status encode_truncated(rb_sd_model *m, const rb_sd_params *p, int row
         float *h = malloc(sizeof(float) * (size_t)(rows * T77 * D));
         if (!h) return rb_error_set(err, RB_E_NOMEM, "out of memory for the prompt");
         const bool pool = out->pooled && e == m->n_enc - 1;
-        s = run_encoder(m, e, &ids[0][0], rows, p->clip_skip, h, pool ? out->pooled : NULL, err);
+        s = sd_run_text_encoder(m, e, &ids[0][0], rows, p->clip_skip, h, pool ? out->pooled : NULL, err);
         if (s == RB_OK)
             for (int r = 0; r < rows; r++) place(out->context, T77, out->dim, h + (size_t)r * T77 * (size_t)D, D, r, 0, c0);
         free(h);
@@ -178,7 +178,7 @@ static rb_status encode_chunked(rb_sd_model *m, const rb_sd_params *p, int rows,
             s = rb_error_set(err, RB_E_NOMEM, "out of memory for the prompt");
             break;
         }
-        s = run_encoder(m, e, ids, B, p->clip_skip, h, pl, err);
+        s = sd_run_text_encoder(m, e, ids, B, p->clip_skip, h, pl, err);
         for (int r = 0; r < rows && s == RB_OK; r++) {
             for (size_t c = 0; c < cs.n; c++) {
                 float *z = h + ((size_t)r * cs.n + c) * T77 * (size_t)D;
@@ -198,9 +198,14 @@ static rb_status encode_chunked(rb_sd_model *m, const rb_sd_params *p, int rows,
     return s;
 }
 
+static rb_status copy_cond(const rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
+                           rb_error *err);
+
 rb_status sd_encode_cond(rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
                          rb_error *err) {
     memset(out, 0, sizeof *out);
+    if (p->cond) return copy_cond(m, p, plan, out, err);
+    if (m->arch == RB_SD_ARCH_SD3) return sd_encode_cond_sd3(m, p, plan, out, err);
     const int rows = plan->cfg ? 2 : 1;
     int64_t dim = 0;
     for (int e = 0; e < m->n_enc; e++) dim += m->enc[e].cfg.hidden_size;
@@ -222,6 +227,43 @@ rb_status sd_encode_cond(rb_sd_model *m, const rb_sd_params *p, const sd_run_pla
         memset(out->context, 0, sizeof(float) * (size_t)(out->tokens * out->dim));
         if (out->pooled) memset(out->pooled, 0, sizeof(float) * (size_t)out->pooled_dim);
     }
+    out->n_time_ids = plan->n_time_ids;
+    for (int r = 0; r < rows; r++)
+        memcpy(out->time_ids[r], plan->time_ids[rows == 2 ? r : 1], sizeof out->time_ids[r]);
+    return RB_OK;
+}
+
+/* The caller's conditioning (p->cond), checked against the model and copied. */
+static rb_status copy_cond(const rb_sd_model *m, const rb_sd_params *p, const sd_run_plan *plan, rb_sd_cond *out,
+                           rb_error *err) {
+    const rb_sd_cond *c = p->cond;
+    const int rows = plan->cfg ? 2 : 1;
+    int64_t dim = 0, pdim = 0;
+    if (m->arch == RB_SD_ARCH_SD3) {
+        dim = m->mmdit_cfg.joint_attention_dim;
+        pdim = m->mmdit_cfg.pooled_projection_dim;
+    } else {
+        for (int e = 0; e < m->n_enc; e++) dim += m->enc[e].cfg.hidden_size;
+        pdim = is_xl(m) ? m->enc[m->n_enc - 1].cfg.projection_dim : 0;
+    }
+    if (c->rows != rows || c->dim != dim || c->pooled_dim != pdim || c->tokens < 1 || c->tokens > 4096 || !c->context ||
+        (pdim && !c->pooled))
+        return rb_error_set(err, RB_E_INVALID, "the given conditioning is %d rows x %lld tokens x %lld (pooled %lld); "
+                            "the model takes %d rows x tokens x %lld (pooled %lld)", c->rows, (long long)c->tokens,
+                            (long long)c->dim, (long long)c->pooled_dim, rows, (long long)dim, (long long)pdim);
+    const size_t n = (size_t)rows * (size_t)c->tokens * (size_t)dim;
+    out->rows = rows;
+    out->tokens = c->tokens;
+    out->dim = dim;
+    out->pooled_dim = pdim;
+    out->context = malloc(sizeof(float) * n);
+    out->pooled = pdim ? malloc(sizeof(float) * (size_t)(rows * pdim)) : NULL;
+    if (!out->context || (pdim && !out->pooled)) {
+        rb_sd_cond_free(out);
+        return rb_error_set(err, RB_E_NOMEM, "out of memory for the prompt");
+    }
+    memcpy(out->context, c->context, sizeof(float) * n);
+    if (pdim) memcpy(out->pooled, c->pooled, sizeof(float) * (size_t)(rows * pdim));
     out->n_time_ids = plan->n_time_ids;
     for (int r = 0; r < rows; r++)
         memcpy(out->time_ids[r], plan->time_ids[rows == 2 ? r : 1], sizeof out->time_ids[r]);

@@ -49,6 +49,9 @@ bool sd_version_parse(const char *v, rb_sd_arch *arch, bool *arch_set, rb_sd_pre
         *turbo = true;
     } else if (!strcasecmp(v, "xl-refiner") || !strcasecmp(v, "refiner") || !strcasecmp(v, "sdxl-refiner")) {
         *arch = RB_SD_ARCH_SDXL_REFINER;
+    } else if (!strcasecmp(v, "3-medium") || !strcasecmp(v, "3.5-medium") || !strcasecmp(v, "3.5-large") ||
+               !strcasecmp(v, "sd3") || !strcasecmp(v, "3")) {
+        *arch = RB_SD_ARCH_SD3; /* Stable Diffusion 3 / 3.5 (MMDiT, flow matching) */
     } else {
         return false;
     }
@@ -166,6 +169,7 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     rb_sd_model_opts_init(&mo);
     mo.prediction = pred;
     mo.config_dir = sw->config_dir;
+    mo.no_t5 = sw->no_t5;
     if (sw->use_f16) {
         mo.weight_dtype = RB_F16;
         mo.act_dtype = RB_F16;
@@ -194,8 +198,9 @@ static rb_status load(wk_worker *w, void *user, rb_error *err) {
     sw->limits = (sd_model_limits){.max_size = (int)sw->max_size,
                                    .default_width = sw->info.default_width,
                                    .default_height = sw->info.default_height,
-                                   .default_steps = turbo ? 4 : 20,
-                                   .default_cfg = turbo ? 0.0f : 7.5f,
+                                   /* SD3: StableDiffusion3Pipeline's defaults (28 steps, guidance 7) */
+                                   .default_steps = turbo ? 4 : sw->info.arch == RB_SD_ARCH_SD3 ? 28 : 20,
+                                   .default_cfg = turbo ? 0.0f : sw->info.arch == RB_SD_ARCH_SD3 ? 7.0f : 7.5f,
                                    .vae_scale = sw->info.vae_scale > 0 ? sw->info.vae_scale : 8};
     if (sw->limits.default_width > sw->max_size) sw->limits.default_width = (int)sw->max_size / 8 * 8;
     if (sw->limits.default_height > sw->max_size) sw->limits.default_height = (int)sw->max_size / 8 * 8;
@@ -290,7 +295,9 @@ int sd_worker_options(sd_worker *sw, wk_opt *out, int max) {
     const wk_opt opts[] = {
         {"sd-version", WK_OPT_STRING, &sw->sd_version, 0, 0, "V",
          "auto (detected, default), v1-5, v2-1 (768-v), v2-1-base, xl, turbo (SDXL-Turbo: 4 steps, no CFG by "
-         "default) or xl-refiner; a model of another family is refused"},
+         "default), xl-refiner or 3-medium (SD3 / SD3.5); a model of another family is refused"},
+        {"no-t5", WK_OPT_FLAG, &sw->no_t5, 0, 0, NULL,
+         "SD3: leave the T5 text encoder out (its part of the context is zeros; less memory)"},
         {"use-f16", WK_OPT_FLAG, &sw->use_f16, 0, 0, NULL, "half-precision weights and activations (default f32)"},
         {"vae", WK_OPT_STRING, &sw->vae_path, 0, 0, "DIR", "a diffusers vae/ folder used instead of the model's VAE"},
         {"config-dir", WK_OPT_STRING, &sw->config_dir, 0, 0, "DIR",

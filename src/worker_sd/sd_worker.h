@@ -23,6 +23,7 @@ typedef struct sd_worker {
     /* flags */
     const char *sd_version, *vae_path, *taesd_path, *config_dir;
     bool use_f16;
+    bool no_t5; /* --no-t5: SD3 without its T5 encoder */
     int64_t max_size;
     sd_metrics metrics;
     bool metrics_ok;

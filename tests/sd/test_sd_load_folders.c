@@ -287,7 +287,7 @@ static void test_folder_errors(void **state) {
     /* pipeline and component classes this engine does not run */
     snprintf(p, sizeof p, "%s/model_index.json", dir);
     edit_file(p, "\"StableDiffusionPipeline\"", "\"StableDiffusion3Pipeline\"");
-    expect_load_error(be, dir, RB_E_UNSUPPORTED, "StableDiffusion3Pipeline");
+    expect_load_error(be, dir, RB_E_FORMAT, "no 'transformer' component"); /* an SD 1.x folder called SD3 */
     edit_file(p, "\"StableDiffusion3Pipeline\"", "\"StableDiffusionPipeline\"");
     edit_file(p, "\"UNet2DConditionModel\"", "\"SD3Transformer2DModel\"");
     expect_load_error(be, dir, RB_E_UNSUPPORTED, "SD3Transformer2DModel");

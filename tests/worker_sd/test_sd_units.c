@@ -169,7 +169,7 @@ static void test_sampler_names(void **state) {
     sd_sampler_names(true, buf, sizeof buf);
     assert_string_equal(buf, "DPM++ 2M, DPM++ SDE, Euler a, Euler, Heun, LCM, DDIM");
     sd_sampler_names(false, buf, sizeof buf);
-    assert_string_equal(buf, "euler, euler_a, heun, dpmpp_2m, dpmpp_sde, ddim, lcm");
+    assert_string_equal(buf, "euler, euler_a, heun, dpmpp_2m, dpmpp_sde, ddim, lcm, flow_euler");
     sd_sampler_a1111_full_name(RB_SD_SAMPLER_DPMPP_2M, RB_SD_SCHEDULE_KARRAS, buf, sizeof buf);
     assert_string_equal(buf, "DPM++ 2M Karras");
     sd_sampler_a1111_full_name(RB_SD_SAMPLER_EULER_A, RB_SD_SCHEDULE_DEFAULT, buf, sizeof buf);
