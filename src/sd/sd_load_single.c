@@ -10,6 +10,7 @@
 #include "sd/sd_pipeline_internal.h"
 
 #include "sd/sd_nets.h"
+#include "sd/sd_sd3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +229,12 @@ rb_status sd_load_single_file(const char *path, rb_backend *be, const rb_sd_mode
     const bool v_pred = rb_st_find(m->ckpt, "v_pred") != NULL;
     sd_tensor_list tl;
     if ((s = sd_tensor_list_st(m->ckpt, &tl, err)) != RB_OK) goto fail;
+    if (sd_sd3_detect(&tl)) { /* the weight-name layer reads it (sd_sd3.h); the pipeline does not take it yet */
+        sd_tensor_list_free(&tl);
+        s = rb_error_set(err, RB_E_UNSUPPORTED, "%s is an SD3 / SD3.5 single file, which the pipeline does not load "
+                         "yet: load the diffusers folder, or convert the file with rbee convert", path);
+        goto fail;
+    }
     s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
     sd_tensor_list_free(&tl); /* the name tables hold copies of the entries; the data stays in m->ckpt */
     if (s != RB_OK) goto fail;

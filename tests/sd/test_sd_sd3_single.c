@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include "rbee/safetensors.h"
+#include "rbee/sd_pipeline.h"
 #include "sd/sd_sd3.h"
 #include "sd3_single_ref.h"
 
@@ -194,6 +195,16 @@ static void test_sd3_single_file(void **state) {
     json_decref(vc);
     sd_sd3_free(&s);
     rb_st_close(ck);
+    /* the pipeline loader names what it is, not a missing SD 1.x encoder */
+    rb_backend *be = NULL;
+    OK(rb_backend_create("cpu", NULL, &be, &err), err);
+    rb_sd_model *m = NULL;
+    char path[512];
+    assert_int_equal(rb_sd_model_load(tu_data(path, sizeof path, "sd3/single_file/sd3.safetensors"), be, NULL, &m, &err),
+                     RB_E_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "is an SD3 / SD3.5 single file"));
+    rb_backend_destroy(be);
 }
 
 /* An edit of a copied file: drop `drop`, rename `from` to `to`, keep only
