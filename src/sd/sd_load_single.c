@@ -232,7 +232,7 @@ rb_status sd_load_single_file(const char *path, rb_backend *be, const rb_sd_mode
     if (sd_sd3_detect(&tl)) { /* the weight-name layer reads it (sd_sd3.h); the pipeline does not take it yet */
         sd_tensor_list_free(&tl);
         s = rb_error_set(err, RB_E_UNSUPPORTED, "%s is an SD3 / SD3.5 single file, which the pipeline does not load "
-                         "yet: load the diffusers folder, or convert the file with rbee convert", path);
+                         "yet: load its diffusers folder", path);
         goto fail;
     }
     s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
