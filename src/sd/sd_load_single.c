@@ -229,13 +229,10 @@ rb_status sd_load_single_file(const char *path, rb_backend *be, const rb_sd_mode
     const bool v_pred = rb_st_find(m->ckpt, "v_pred") != NULL;
     sd_tensor_list tl;
     if ((s = sd_tensor_list_st(m->ckpt, &tl, err)) != RB_OK) goto fail;
-    if (sd_sd3_detect(&tl)) { /* the weight-name layer reads it (sd_sd3.h); the pipeline does not take it yet */
-        sd_tensor_list_free(&tl);
-        s = rb_error_set(err, RB_E_UNSUPPORTED, "%s is an SD3 / SD3.5 single file, which the pipeline does not load "
-                         "yet: load its diffusers folder", path);
-        goto fail;
-    }
-    s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
+    if (sd_sd3_detect(&tl)) /* SD3 / SD3.5: the MMDiT's joint_blocks */
+        s = sd_load_sd3_single(m, &tl, path, o, err);
+    else
+        s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
     sd_tensor_list_free(&tl); /* the name tables hold copies of the entries; the data stays in m->ckpt */
     if (s != RB_OK) goto fail;
     if ((s = sd_model_finish(m, o, err)) != RB_OK) goto fail;

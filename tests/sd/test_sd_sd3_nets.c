@@ -13,10 +13,14 @@
  * of three prompts in refs/sd3/text.safetensors, 5.8e-7 from the single
  * file, 2.1e-2 from q8_0 (bound 5e-2). CLIP-L / CLIP-G with projection: the
  * penultimate and last hidden states and text_embeds of those prompts from
- * the single file, within 1e-5 (measured 1.6e-6). Runs on the backend in
+ * the single file, within 1e-5 (measured 1.6e-6). And the pipeline
+ * (rb_sd_model_load with a configs folder): the sd3 single file and the
+ * sd35 MMDiT alone (encoders and VAE from its folder) generate bit for bit
+ * what their folders generate. Runs on the backend in
  * RBEE_TEST_BACKEND (default cpu). */
 #include "sd_nets_ref.h"
 
+#include "rbee/sd_pipeline.h"
 #include "sd/sd_convert.h"
 #include "sd/sd_sd3_nets.h"
 #include "sd3_single_ref.h"
@@ -360,6 +364,96 @@ static void test_sd35(void **state) {
     rb_backend_destroy(be);
 }
 
+/* rb_sd_model_load on single files with a configs folder: the sd3 file
+ * (every component in it) and the sd35 MMDiT alone (text encoders and VAE
+ * from the sd35 folder) generate exactly what their folders generate */
+static void generate(rb_sd_model *m, rb_sd_output *out) {
+    rb_sd_params p;
+    rb_sd_params_init(&p);
+    p.prompt = "a red apple on a wooden table, studio light";
+    p.negative_prompt = "blurry";
+    p.steps = 2;
+    p.guidance_scale = 6.0f;
+    p.width = p.height = 64;
+    p.max_sequence_length = 24;
+    p.seed = 7;
+    rb_error err = {0};
+    OK(rb_sd_generate(m, &p, NULL, out, &err), err);
+}
+
+/* equal: the outputs must be the same bytes; else they must differ */
+static void compare_with_folder(const char *file, const char *pipe_rel, bool equal) {
+    rb_backend *be = backend();
+    char dir[1024];
+    tu_data(dir, sizeof dir, pipe_rel);
+    rb_sd_model_opts o;
+    rb_sd_model_opts_init(&o);
+    rb_sd_model *mf = NULL, *ms = NULL;
+    rb_error err = {0};
+    OK(rb_sd_model_load(dir, be, NULL, &mf, &err), err);
+    o.config_dir = dir;
+    OK(rb_sd_model_load(file, be, &o, &ms, &err), err);
+    rb_sd_output a, b;
+    generate(mf, &a);
+    generate(ms, &b);
+    assert_int_equal(a.count, b.count);
+    assert_int_equal(a.width, b.width);
+    const size_t nl = (size_t)a.count * (size_t)a.latent_channels * (size_t)a.latent_h * (size_t)a.latent_w;
+    assert_int_equal(memcmp(a.latents, b.latents, nl * sizeof(float)) == 0, equal);
+    if (equal)
+        assert_memory_equal(a.pixels, b.pixels, (size_t)a.count * (size_t)a.width * (size_t)a.height * 3 * sizeof(float));
+    rb_sd_output_free(&a);
+    rb_sd_output_free(&b);
+    rb_sd_model_free(mf);
+    rb_sd_model_free(ms);
+    rb_backend_destroy(be);
+}
+
+static void test_pipeline_single_file(void **state) {
+    (void)state;
+    char file[1024], in[512];
+    compare_with_folder(tu_data(file, sizeof file, "sd3/single_file/sd3.safetensors"), "sd3/pipelines/sd3", true);
+    snprintf(in, sizeof in, "%s/sd35-mmdit.safetensors", g_tmp);
+    size_t n = 0;
+    uint8_t *im = sd35_original("model.diffusion_model.", &n);
+    FILE *fp = fopen(in, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(im, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+    free(im);
+    compare_with_folder(in, "sd3/pipelines/sd35", true);
+    /* the file's weights are the ones used: one changed bias changes the result */
+    char changed[512];
+    snprintf(changed, sizeof changed, "%s/sd35-changed.safetensors", g_tmp);
+    im = sd35_original("model.diffusion_model.", &n);
+    rb_st_set *st = NULL;
+    rb_error e0 = {0};
+    OK(rb_st_open_memory(im, n, &st, &e0), e0);
+    const rb_st_tensor *bias = rb_st_find(st, "model.diffusion_model.final_layer.linear.bias");
+    assert_non_null(bias);
+    uint8_t *w = im + ((const uint8_t *)bias->data - im);
+    w[1] ^= 0x10; /* the first f16's exponent */
+    rb_st_close(st);
+    fp = fopen(changed, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(im, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+    free(im);
+    compare_with_folder(changed, "sd3/pipelines/sd35", false);
+    /* a file whose MMDiT the configs folder does not describe */
+    rb_backend *be = backend();
+    rb_sd_model_opts o;
+    rb_sd_model_opts_init(&o);
+    char dir[1024];
+    o.config_dir = tu_data(dir, sizeof dir, "sd3/pipelines/sd3");
+    rb_sd_model *m = NULL;
+    rb_error err = {0};
+    assert_int_equal(rb_sd_model_load(in, be, &o, &m, &err), RB_E_FORMAT);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "is not the one the configs folder describes"));
+    rb_backend_destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file),
@@ -368,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_sd35),
         cmocka_unit_test(test_t5),
         cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_pipeline_single_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
