@@ -6,7 +6,8 @@
  * folder's. The networks bind their weights through the name tables, so
  * the file's bytes are used in place where the backend can (CPU, same
  * dtype). sd_load_ldm_tensors takes a list of tensors from any container,
- * so other file formats (GGUF) reuse everything after reading. */
+ * so other file formats (GGUF) reuse everything after reading. SD3 / SD3.5
+ * single files (joint_blocks) go to sd_load_sd3_single. */
 #include "sd/sd_pipeline_internal.h"
 
 #include "sd/sd_nets.h"
