@@ -160,6 +160,8 @@ rb_status sd_plan(const rb_sd_model *m, const rb_sd_params *p, bool for_generati
  * components the file lacks (text encoders, VAE) come from that folder. */
 rb_status sd_load_sd3_single(rb_sd_model *m, const sd_tensor_list *tl, const char *path, const rb_sd_model_opts *o,
                              rb_error *err);
+/* The same for an SD3 GGUF file (general.architecture "sd3"). */
+rb_status sd_load_sd3_gguf(rb_sd_model *m, const char *path, const rb_sd_model_opts *o, rb_error *err);
 
 /* model_index.json of a StableDiffusion3Pipeline (j) in dir: the CLIP
  * encoders and tokenizers, the transformer, VAE and scheduler configs. */

@@ -16,9 +16,13 @@
  * the single file, within 1e-5 (measured 1.6e-6). And the pipeline
  * (rb_sd_model_load with a configs folder): the sd3 single file and the
  * sd35 MMDiT alone (encoders and VAE from its folder) generate bit for bit
- * what their folders generate. Runs on the backend in
+ * what their folders generate, as does the sd3 file's f16 GGUF; the sd35
+ * MMDiT's q8_0 GGUF draws within 0.2 of the folder's pixels (measured
+ * 0.072). Runs on the backend in
  * RBEE_TEST_BACKEND (default cpu). */
 #include "sd_nets_ref.h"
+
+#include <math.h>
 
 #include "rbee/sd_pipeline.h"
 #include "sd/sd_convert.h"
@@ -27,6 +31,7 @@
 
 #define REL_TOL 1e-5
 #define REL_TOL_Q8 2e-2 /* measured 8.7e-3 on the CPU backend */
+#define Q8_PIXEL_TOL 0.2 /* max |pixel| difference in [0, 1]; measured 0.072 on the CPU backend */
 #define REL_TOL_Q8_T5 5e-2 /* measured 2.1e-2: T5's unscaled attention and wide activations */
 
 static rb_backend *backend(void) {
@@ -413,6 +418,13 @@ static void test_pipeline_single_file(void **state) {
     (void)state;
     char file[1024], in[512];
     compare_with_folder(tu_data(file, sizeof file, "sd3/single_file/sd3.safetensors"), "sd3/pipelines/sd3", true);
+    /* its f16 GGUF conversion: the same values, the same image */
+    char gg[512], cfgd[1024];
+    snprintf(gg, sizeof gg, "%s/sd3-pipe-f16.gguf", g_tmp);
+    rb_convert_opts co = {.type = RB_F16};
+    rb_error ce = {0};
+    OK(sd_convert_to_gguf(file, gg, &co, tu_data(cfgd, sizeof cfgd, "sd3/pipelines/sd3"), NULL, &ce), ce);
+    compare_with_folder(gg, "sd3/pipelines/sd3", true);
     snprintf(in, sizeof in, "%s/sd35-mmdit.safetensors", g_tmp);
     size_t n = 0;
     uint8_t *im = sd35_original("model.diffusion_model.", &n);
@@ -440,6 +452,39 @@ static void test_pipeline_single_file(void **state) {
     assert_int_equal(fclose(fp), 0);
     free(im);
     compare_with_folder(changed, "sd3/pipelines/sd35", false);
+    /* q8_0 GGUF of the sd35 MMDiT: loads and draws close to the folder's
+     * image (quantized weights: not the same bytes) */
+    char q8[512];
+    snprintf(q8, sizeof q8, "%s/sd35-pipe-q8_0.gguf", g_tmp);
+    co.type = RB_Q8_0;
+    OK(sd_convert_to_gguf(in, q8, &co, NULL, NULL, &ce), ce);
+    {
+        rb_backend *bq = backend();
+        char d35[1024];
+        rb_sd_model_opts oq;
+        rb_sd_model_opts_init(&oq);
+        rb_sd_model *mf = NULL, *mq = NULL;
+        OK(rb_sd_model_load(tu_data(d35, sizeof d35, "sd3/pipelines/sd35"), bq, NULL, &mf, &ce), ce);
+        oq.config_dir = d35;
+        OK(rb_sd_model_load(q8, bq, &oq, &mq, &ce), ce);
+        rb_sd_output a, b;
+        generate(mf, &a);
+        generate(mq, &b);
+        const size_t np = (size_t)a.count * (size_t)a.width * (size_t)a.height * 3;
+        double worst = 0;
+        for (size_t i = 0; i < np; i++) worst = fmax(worst, fabs((double)a.pixels[i] - (double)b.pixels[i]));
+        print_message("sd35 q8_0 GGUF pipeline: max |pixel diff| = %.3g\n", worst);
+        assert_true(worst > 0);
+        assert_true(worst < Q8_PIXEL_TOL);
+        rb_sd_output_free(&a);
+        rb_sd_output_free(&b);
+        rb_sd_model_free(mf);
+        rb_sd_model_free(mq);
+        /* without the configs folder: what it needs, said */
+        assert_int_equal(rb_sd_model_load(q8, bq, NULL, &mq, &ce), RB_E_UNSUPPORTED);
+        assert_non_null(strstr(ce.msg, "give a diffusers SD3 folder"));
+        rb_backend_destroy(bq);
+    }
     /* a file whose MMDiT the configs folder does not describe */
     rb_backend *be = backend();
     rb_sd_model_opts o;

@@ -195,7 +195,8 @@ static void test_sd3_single_file(void **state) {
     json_decref(vc);
     sd_sd3_free(&s);
     rb_st_close(ck);
-    /* the pipeline loader names what it is, not a missing SD 1.x encoder */
+    /* the pipeline loader says what it is and what it needs (its configs
+     * folder), not that an SD 1.x encoder is missing */
     rb_backend *be = NULL;
     OK(rb_backend_create("cpu", NULL, &be, &err), err);
     rb_sd_model *m = NULL;
@@ -203,7 +204,7 @@ static void test_sd3_single_file(void **state) {
     assert_int_equal(rb_sd_model_load(tu_data(path, sizeof path, "sd3/single_file/sd3.safetensors"), be, NULL, &m, &err),
                      RB_E_UNSUPPORTED);
     assert_null(m);
-    assert_non_null(strstr(err.msg, "is an SD3 / SD3.5 single file"));
+    assert_non_null(strstr(err.msg, "is an SD3 / SD3.5 model file: give a diffusers SD3 folder"));
     rb_backend_destroy(be);
 }
 
