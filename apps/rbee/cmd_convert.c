@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "convert/convert.h"
 #include "sd/sd_convert.h"
+#include "sd/sd_sd3_gguf.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -22,7 +23,10 @@ static void usage(FILE *f) {
                "       rbee convert SD_PIPELINE_DIR|CHECKPOINT.safetensors -o OUT.gguf [--type TYPE] [--config DIR]\n\n"
                "Converts a Stable Diffusion diffusers pipeline folder or single-file checkpoint to GGUF in the\n"
                "original LDM names with its configs (TYPE applies to linear weights; convolution kernels f16).\n"
-               "--config DIR: a pipeline folder whose configs describe the single-file checkpoint.\n",
+               "--config DIR: a pipeline folder whose configs describe the single-file checkpoint.\n"
+               "SD3 / SD3.5 single files and diffusers folders are written in the single-file layout\n"
+               "(general.architecture sd3); --config is then an SD3 diffusers folder, needed for a single\n"
+               "file whose MMDiT's or encoders' heads cannot be read from the tensors.\n",
             rb_convert_type_list());
 }
 
@@ -64,7 +68,8 @@ int rb_cmd_convert(int argc, char **argv) {
     rb_error_clear(&err);
     const char *in = argv[optind];
     const size_t len = strlen(in);
-    const bool sd = sd_convert_is_pipeline(in) || (len > 12 && strcmp(in + len - 12, ".safetensors") == 0);
+    const bool sd = sd_convert_is_pipeline(in) || sd_sd3_is_folder(in) ||
+                    (len > 12 && strcmp(in + len - 12, ".safetensors") == 0);
     if (config_dir && !sd) {
         fprintf(stderr, "error: --config is for Stable Diffusion single-file checkpoints\n");
         return 2;

@@ -5,6 +5,7 @@
  * tensors make it and how (copied, OpenCLIP's q/k/v stacked, its projection
  * transposed, zeros). sdc_write then streams the plan to the file. */
 #include "sd/sd_convert.h"
+#include "sd/sd_sd3_gguf.h"
 
 #include "rbee/json_config.h"
 #include "rbee/sd_sampler.h"
@@ -473,6 +474,23 @@ static rb_status convert_single(const char *path, const char *out_path, const rb
     return s;
 }
 
+/* An SD3 / SD3.5 single file (MMDiT joint_blocks), which the SD3 converter
+ * writes (sd_sd3_gguf.h). */
+static bool is_sd3_file(const char *path) {
+    rb_st_set *st = NULL;
+    rb_error e;
+    rb_error_clear(&e);
+    if (rb_st_open(path, &st, &e) != RB_OK) return false;
+    sd_tensor_list l;
+    bool r = false;
+    if (sd_tensor_list_st(st, &l, &e) == RB_OK) {
+        r = sd_sd3_detect(&l);
+        sd_tensor_list_free(&l);
+    }
+    rb_st_close(st);
+    return r;
+}
+
 rb_status sd_convert_to_gguf(const char *input, const char *out_path, const rb_convert_opts *opts,
                              const char *config_dir, rb_convert_stats *stats, rb_error *err) {
     rb_convert_stats local;
@@ -483,7 +501,9 @@ rb_status sd_convert_to_gguf(const char *input, const char *out_path, const rb_c
         return rb_error_set(err, RB_E_INVALID, "convert: cannot write weights as %s (supported: %s)",
                             rb_dtype_name(opts->type), rb_convert_type_list());
     rb_status s;
-    if (is_dir(input)) {
+    if (is_dir(input) && sd_sd3_is_folder(input)) {
+        return sd_sd3_convert_to_gguf(input, out_path, opts, config_dir, stats, err); /* its messages name input */
+    } else if (is_dir(input)) {
         if (config_dir)
             return rb_error_set(err, RB_E_INVALID, "convert: --config is for single-file checkpoints (%s is a folder)",
                                 input);
@@ -491,6 +511,8 @@ rb_status sd_convert_to_gguf(const char *input, const char *out_path, const rb_c
             return rb_error_set(err, RB_E_NOT_FOUND, "%s: not a diffusers pipeline folder (no unet/config.json)",
                                 input);
         s = convert_folder(input, out_path, opts, stats, err);
+    } else if (is_sd3_file(input)) {
+        return sd_sd3_convert_to_gguf(input, out_path, opts, config_dir, stats, err); /* its messages name input */
     } else {
         if (config_dir && !sd_convert_is_pipeline(config_dir))
             return rb_error_set(err, RB_E_NOT_FOUND, "%s: not a diffusers pipeline folder (no unet/config.json)",

@@ -7,6 +7,8 @@
  * with general.architecture "sd1" / "sdxl" and rbee.sd.* keys holding every
  * config value the loader needs to rebuild the networks exactly
  * (sd_gguf_meta.c). Tensors stream one at a time (memory ~ one tensor).
+ * An SD3 / SD3.5 single file goes to the SD3 converter (sd_sd3_gguf.h),
+ * which keeps its original names; config_dir is then an SD3 folder.
  *
  * dtypes, for a target type T:
  *   linear weights (2-D: attention q/k/v/out, feed-forward, projections,

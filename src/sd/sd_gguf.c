@@ -93,7 +93,7 @@ static int64_t elements(const rb_st_tensor *t) {
 
 /* ComfyUI-GGUF's reshaped tensors: comfy.gguf.orig_shape.<name> = the torch
  * shape (an integer array) of a tensor stored as rows of 256. */
-static rb_status orig_shape(const rb_gguf *g, const char *name, rb_st_tensor *t, rb_error *err) {
+rb_status sd_gguf_orig_shape(const rb_gguf *g, const char *name, rb_st_tensor *t, rb_error *err) {
     static const char pfx[] = "comfy.gguf.orig_shape.";
     const size_t n = strlen(name);
     char *key = malloc(sizeof pfx + n);
@@ -174,7 +174,7 @@ static rb_status build_list(sd_gguf *f, rb_error *err) {
         memcpy(t->ne, ti->ne, sizeof t->ne);
         t->nbytes = ti->nbytes;
         t->data = ti->data;
-        rb_status s = orig_shape(f->g, name, t, err);
+        rb_status s = sd_gguf_orig_shape(f->g, name, t, err);
         if (s != RB_OK) return s;
     }
     rb_status s = sd_gguf_sdcpp_rename(&f->list, f->names, err);

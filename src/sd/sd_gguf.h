@@ -105,6 +105,12 @@ enum {
  * but in SD 2.x, where it is the OpenCLIP l->text2); NULL when empty. */
 const sd_name_map *sd_gguf_component_map(const sd_ldm *l, sd_family f, unsigned component);
 
+/* ComfyUI-GGUF's comfy.gguf.orig_shape.<name> (the torch shape of a tensor
+ * stored flattened) applied to t, the file's entry for name; nothing when
+ * the key is absent; RB_E_FORMAT when it is malformed or its element count
+ * differs. */
+rb_status sd_gguf_orig_shape(const rb_gguf *g, const char *name, rb_st_tensor *t, rb_error *err);
+
 /* ---- metadata (sd_gguf_meta.c) ---- */
 
 /* general.architecture for a family: "sd1" (SD 1.x and 2.x, as ComfyUI-GGUF

@@ -85,7 +85,7 @@ rb_status sd_name_map_add_owned(sd_name_map *m, const char *name, const rb_st_te
     return sd_name_map_add(m, name, &d, err);
 }
 
-static void map_free(sd_name_map *m) {
+void sd_name_map_free(sd_name_map *m) {
     rb_name_index_free(&m->index); /* references the names: before they go */
     for (size_t i = 0; i < m->n; i++) free(m->names[i]);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -96,10 +96,10 @@ static void map_free(sd_name_map *m) {
 }
 
 void sd_ldm_free(sd_ldm *l) {
-    map_free(&l->unet);
-    map_free(&l->vae);
-    map_free(&l->text1);
-    map_free(&l->text2);
+    sd_name_map_free(&l->unet);
+    sd_name_map_free(&l->vae);
+    sd_name_map_free(&l->text1);
+    sd_name_map_free(&l->text2);
 }
 
 static bool has_prefix(const sd_tensor_list *ckpt, const char *prefix) {

@@ -46,6 +46,8 @@ typedef struct sd_name_map {
 } sd_name_map;
 
 const rb_st_tensor *sd_name_map_find(const sd_name_map *m, const char *name);
+/* Frees the names, derived copies and index (m is zeroed). */
+void sd_name_map_free(sd_name_map *m);
 
 typedef struct sd_ldm_unet_shape {
     int n_levels;

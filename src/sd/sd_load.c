@@ -5,6 +5,7 @@
  * other: text widths = the UNet's cross-attention width, SDXL's pooled
  * width + time ids = the UNet's added-embedding input, latent channels). */
 #include "sd/sd_pipeline_internal.h"
+#include "sd/sd_sd3.h"
 #include "rbee/data_path.h"
 
 #include <stdio.h>
@@ -118,6 +119,10 @@ void rb_sd_model_free(rb_sd_model *m) {
     if (m->ldm) {
         sd_ldm_free(m->ldm);
         free(m->ldm);
+    }
+    if (m->sd3) {
+        sd_sd3_free(m->sd3);
+        free(m->sd3);
     }
     rb_st_close(m->ckpt);
     for (size_t i = 0; i < m->n_blobs; i++) free(m->blobs[i]);

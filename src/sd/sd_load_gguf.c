@@ -9,6 +9,7 @@
  * pipeline by itself and is refused with a message saying so. */
 #include "sd/sd_convert.h"
 #include "sd/sd_gguf.h"
+#include "sd/sd_sd3_gguf.h"
 #include "sd/sd_pipeline_internal.h"
 
 #include <stdio.h>
@@ -111,6 +112,20 @@ rb_status sd_load_gguf(const char *path, rb_backend *be, const rb_sd_model_opts 
     memset(&gm, 0, sizeof gm);
     rb_status s = sd_model_new(be, "gguf", path, &m, err);
     if (s != RB_OK) return s;
+    rb_gguf *g = NULL;
+    bool sd3 = false;
+    if (rb_gguf_open(path, &g, NULL) == RB_OK) { /* SD3 files (general.architecture sd3) have their own reader */
+        sd3 = sd_sd3_gguf_is(g);
+        rb_gguf_close(g);
+    }
+    if (sd3) {
+        if ((s = sd_load_sd3_gguf(m, path, o, err)) == RB_OK && (s = sd_model_finish(m, o, err)) == RB_OK) {
+            *out = m;
+            return RB_OK;
+        }
+        rb_sd_model_free(m);
+        return s;
+    }
     if ((s = sd_gguf_open(path, &f, err)) != RB_OK) goto done;
     if (o && o->config_dir) {
         sd_gguf_configs c;

@@ -6,10 +6,12 @@
  * folder's. The networks bind their weights through the name tables, so
  * the file's bytes are used in place where the backend can (CPU, same
  * dtype). sd_load_ldm_tensors takes a list of tensors from any container,
- * so other file formats (GGUF) reuse everything after reading. */
+ * so other file formats (GGUF) reuse everything after reading. SD3 / SD3.5
+ * single files (joint_blocks) go to sd_load_sd3_single. */
 #include "sd/sd_pipeline_internal.h"
 
 #include "sd/sd_nets.h"
+#include "sd/sd_sd3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,7 +230,10 @@ rb_status sd_load_single_file(const char *path, rb_backend *be, const rb_sd_mode
     const bool v_pred = rb_st_find(m->ckpt, "v_pred") != NULL;
     sd_tensor_list tl;
     if ((s = sd_tensor_list_st(m->ckpt, &tl, err)) != RB_OK) goto fail;
-    s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
+    if (sd_sd3_detect(&tl)) /* SD3 / SD3.5: the MMDiT's joint_blocks */
+        s = sd_load_sd3_single(m, &tl, path, o, err);
+    else
+        s = sd_load_ldm_tensors(m, &tl, path, v_pred, o, err);
     sd_tensor_list_free(&tl); /* the name tables hold copies of the entries; the data stays in m->ckpt */
     if (s != RB_OK) goto fail;
     if ((s = sd_model_finish(m, o, err)) != RB_OK) goto fail;

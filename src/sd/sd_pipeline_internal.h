@@ -57,6 +57,7 @@ struct rb_sd_model {
      * derived tensors of its name tables; random weights */
     rb_st_set *ckpt;
     sd_ldm *ldm;
+    struct sd_sd3 *sd3;            /* an SD3 single file's name tables (sd_sd3.h) */
     void **blobs;
     size_t n_blobs;
 };
@@ -152,7 +153,15 @@ typedef struct sd_run_plan {
 
 rb_status sd_plan(const rb_sd_model *m, const rb_sd_params *p, bool for_generation, sd_run_plan *plan, rb_error *err);
 
-/* ---- SD3 (sd_load_sd3.c, sd_pipeline_sd3.c) ---- */
+/* ---- SD3 (sd_load_sd3.c, sd_load_sd3_single.c, sd_pipeline_sd3.c) ---- */
+
+/* An SD3 / SD3.5 single file's networks (its tensors in tl, kept in
+ * m->ckpt) with o->config_dir's configs, tokenizers and scheduler; the
+ * components the file lacks (text encoders, VAE) come from that folder. */
+rb_status sd_load_sd3_single(rb_sd_model *m, const sd_tensor_list *tl, const char *path, const rb_sd_model_opts *o,
+                             rb_error *err);
+/* The same for an SD3 GGUF file (general.architecture "sd3"). */
+rb_status sd_load_sd3_gguf(rb_sd_model *m, const char *path, const rb_sd_model_opts *o, rb_error *err);
 
 /* model_index.json of a StableDiffusion3Pipeline (j) in dir: the CLIP
  * encoders and tokenizers, the transformer, VAE and scheduler configs. */

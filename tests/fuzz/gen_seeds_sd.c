@@ -5,7 +5,9 @@
  * into OUTDIR/sd_gguf the same as GGUF files: with rbee.sd.* configs, as a
  * ComfyUI-GGUF UNet (no prefix, a flattened tensor with its
  * comfy.gguf.orig_shape, a q8_0 weight), with stable-diffusion.cpp's
- * internal text-encoder names. */
+ * internal text-encoder names; into OUTDIR/sd3 a small SD3.5-like single file
+ * and GGUF files of it (rbee's, with rbee.sd3.* keys; ComfyUI-GGUF's,
+ * without keys or prefix). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,7 +144,7 @@ static void st_add(img *b, const char *prefix, const tdesc *t) {
     b->dn += 4 * n;
 }
 
-static int st_write(const char *dir, const char *name, img *b) {
+static int st_write_to(const char *dir, const char *sub, const char *name, img *b) {
     b->json[b->jn++] = '}';
     const size_t hl = (b->jn + 7) / 8 * 8, total = 8 + hl + b->dn;
     uint8_t *p = calloc(1, total);
@@ -151,10 +153,12 @@ static int st_write(const char *dir, const char *name, img *b) {
     memset(p + 8, ' ', hl);
     memcpy(p + 8, b->json, b->jn);
     memcpy(p + 8 + hl, b->data, b->dn);
-    int r = put(dir, "sd_ldm", name, p, total);
+    int r = put(dir, sub, name, p, total);
     free(p);
     return r;
 }
+
+static int st_write(const char *dir, const char *name, img *b) { return st_write_to(dir, "sd_ldm", name, b); }
 
 #define N(a) (sizeof a / sizeof a[0])
 
@@ -273,10 +277,141 @@ static int gguf_seeds(const char *dir) {
     return bad;
 }
 
+/* ---- SD3 seeds: a two-block MMDiT 8 wide (one head of 8 with qk-norm, a
+ * dual-attention first block) and a one-block T5, as a single file and as
+ * GGUF files with and without rbee.sd3.* keys ---- */
+
+static const tdesc k_sd3[] = {
+    {"pos_embed", 3, {1, 4, 8}},
+    {"x_embedder.proj.weight", 4, {8, 4, 2, 2}},
+    {"x_embedder.proj.bias", 1, {8}},
+    {"t_embedder.mlp.0.weight", 2, {8, 256}},
+    {"t_embedder.mlp.0.bias", 1, {8}},
+    {"t_embedder.mlp.2.weight", 2, {8, 8}},
+    {"t_embedder.mlp.2.bias", 1, {8}},
+    {"y_embedder.mlp.0.weight", 2, {8, 6}},
+    {"y_embedder.mlp.0.bias", 1, {8}},
+    {"y_embedder.mlp.2.weight", 2, {8, 8}},
+    {"y_embedder.mlp.2.bias", 1, {8}},
+    {"context_embedder.weight", 2, {8, 8}},
+    {"context_embedder.bias", 1, {8}},
+    {"final_layer.linear.weight", 2, {16, 8}},
+    {"final_layer.linear.bias", 1, {16}},
+    {"final_layer.adaLN_modulation.1.weight", 2, {16, 8}},
+    {"final_layer.adaLN_modulation.1.bias", 1, {16}},
+};
+
+/* block b's tensors (last: the context stream's reduced form; dual: attn2) */
+static size_t sd3_block(tdesc *out, char names[][96], int b, bool last, bool dual) {
+    static const struct { const char *part; int nd; int64_t s0, s1; } x[] = {
+        {"x_block.attn.qkv.weight", 2, 24, 8}, {"x_block.attn.qkv.bias", 1, 24, 0},
+        {"x_block.attn.ln_q.weight", 1, 8, 0}, {"x_block.attn.ln_k.weight", 1, 8, 0},
+        {"x_block.attn.proj.weight", 2, 8, 8}, {"x_block.attn.proj.bias", 1, 8, 0},
+        {"x_block.mlp.fc1.weight", 2, 32, 8},  {"x_block.mlp.fc1.bias", 1, 32, 0},
+        {"x_block.mlp.fc2.weight", 2, 8, 32},  {"x_block.mlp.fc2.bias", 1, 8, 0},
+        {"context_block.attn.qkv.weight", 2, 24, 8}, {"context_block.attn.qkv.bias", 1, 24, 0},
+        {"context_block.attn.ln_q.weight", 1, 8, 0}, {"context_block.attn.ln_k.weight", 1, 8, 0},
+    };
+    static const struct { const char *part; int nd; int64_t s0, s1; } ctx[] = {
+        {"context_block.attn.proj.weight", 2, 8, 8}, {"context_block.attn.proj.bias", 1, 8, 0},
+        {"context_block.mlp.fc1.weight", 2, 32, 8},  {"context_block.mlp.fc1.bias", 1, 32, 0},
+        {"context_block.mlp.fc2.weight", 2, 8, 32},  {"context_block.mlp.fc2.bias", 1, 8, 0},
+    };
+    static const struct { const char *part; int nd; int64_t s0, s1; } a2[] = {
+        {"x_block.attn2.qkv.weight", 2, 24, 8}, {"x_block.attn2.qkv.bias", 1, 24, 0},
+        {"x_block.attn2.ln_q.weight", 1, 8, 0}, {"x_block.attn2.ln_k.weight", 1, 8, 0},
+        {"x_block.attn2.proj.weight", 2, 8, 8}, {"x_block.attn2.proj.bias", 1, 8, 0},
+    };
+    size_t n = 0;
+#define SD3_ADD(p, nd_, a, b_)                                                                                        \
+    do {                                                                                                              \
+        snprintf(names[n], 96, "joint_blocks.%d.%s", b, p);                                                           \
+        out[n] = (tdesc){names[n], nd_, {a, b_, 0, 0}};                                                               \
+        n++;                                                                                                          \
+    } while (0)
+    for (size_t i = 0; i < N(x); i++) SD3_ADD(x[i].part, x[i].nd, x[i].s0, x[i].s1);
+    for (size_t i = 0; !last && i < N(ctx); i++) SD3_ADD(ctx[i].part, ctx[i].nd, ctx[i].s0, ctx[i].s1);
+    for (size_t i = 0; dual && i < N(a2); i++) SD3_ADD(a2[i].part, a2[i].nd, a2[i].s0, a2[i].s1);
+    SD3_ADD("x_block.adaLN_modulation.1.weight", 2, dual ? 72 : 48, 8);
+    SD3_ADD("x_block.adaLN_modulation.1.bias", 1, dual ? 72 : 48, 0);
+    SD3_ADD("context_block.adaLN_modulation.1.weight", 2, last ? 16 : 48, 8);
+    SD3_ADD("context_block.adaLN_modulation.1.bias", 1, last ? 16 : 48, 0);
+#undef SD3_ADD
+    return n;
+}
+
+static const tdesc k_t5[] = {
+    {"shared.weight", 2, {10, 8}},
+    {"encoder.block.0.layer.0.SelfAttention.q.weight", 2, {8, 8}},
+    {"encoder.block.0.layer.0.SelfAttention.k.weight", 2, {8, 8}},
+    {"encoder.block.0.layer.0.SelfAttention.v.weight", 2, {8, 8}},
+    {"encoder.block.0.layer.0.SelfAttention.o.weight", 2, {8, 8}},
+    {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, {4, 1}},
+    {"encoder.block.0.layer.0.layer_norm.weight", 1, {8}},
+    {"encoder.block.0.layer.1.DenseReluDense.wi_0.weight", 2, {16, 8}},
+    {"encoder.block.0.layer.1.DenseReluDense.wi_1.weight", 2, {16, 8}},
+    {"encoder.block.0.layer.1.DenseReluDense.wo.weight", 2, {8, 16}},
+    {"encoder.block.0.layer.1.layer_norm.weight", 1, {8}},
+    {"encoder.final_layer_norm.weight", 1, {8}},
+};
+
+static int sd3_seeds(const char *dir) {
+    img *b = calloc(1, sizeof *b);
+    tdesc blk[2][40];
+    static char names[2][40][96];
+    size_t nb[2];
+    if (!b) return -1;
+    for (int k = 0; k < 2; k++) nb[k] = sd3_block(blk[k], names[k], k, k == 1, k == 0);
+    b->json[b->jn++] = '{';
+    for (size_t i = 0; i < N(k_sd3); i++) st_add(b, "model.diffusion_model.", &k_sd3[i]);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < nb[k]; i++) st_add(b, "model.diffusion_model.", &blk[k][i]);
+    for (size_t i = 0; i < N(k_t5); i++) st_add(b, "text_encoders.t5xxl.transformer.", &k_t5[i]);
+    int bad = st_write_to(dir, "sd3", "sd35.safetensors", b);
+    free(b);
+    for (int keys = 0; keys < 2; keys++) {
+        rb_gguf_writer *w = NULL;
+        if (rb_gguf_writer_create(&w, NULL) != RB_OK) return -1;
+        (void)rb_gguf_writer_set_str(w, "general.architecture", "sd3");
+        if (keys) { /* the values rbee convert writes for this model */
+            static const struct { const char *k; int64_t v; } kv[] = {
+                {"rbee.sd3.transformer.num_layers", 2}, {"rbee.sd3.transformer.num_attention_heads", 1},
+                {"rbee.sd3.transformer.attention_head_dim", 8}, {"rbee.sd3.transformer.caption_projection_dim", 8},
+                {"rbee.sd3.transformer.joint_attention_dim", 8}, {"rbee.sd3.transformer.pooled_projection_dim", 6},
+                {"rbee.sd3.transformer.pos_embed_max_size", 2}, {"rbee.sd3.transformer.patch_size", 2},
+                {"rbee.sd3.transformer.in_channels", 4}, {"rbee.sd3.transformer.out_channels", 4},
+                {"rbee.sd3.transformer.sample_size", 128}, {"rbee.sd3.text_encoder_3.num_layers", 1},
+                {"rbee.sd3.text_encoder_3.d_model", 8}, {"rbee.sd3.text_encoder_3.d_ff", 16},
+                {"rbee.sd3.text_encoder_3.d_kv", 8}, {"rbee.sd3.text_encoder_3.num_heads", 1},
+                {"rbee.sd3.text_encoder_3.vocab_size", 10},
+                {"rbee.sd3.text_encoder_3.relative_attention_num_buckets", 4},
+                {"rbee.sd3.text_encoder_3.relative_attention_max_distance", 128},
+            };
+            for (size_t i = 0; i < N(kv); i++) (void)rb_gguf_writer_set_i64(w, kv[i].k, kv[i].v);
+            (void)rb_gguf_writer_set_str(w, "rbee.sd3.transformer.qk_norm", "rms_norm");
+            const int32_t dual[1] = {0};
+            (void)rb_gguf_writer_set_arr(w, "rbee.sd3.transformer.dual_attention_layers", RB_GGUF_INT32, dual, 1);
+            (void)rb_gguf_writer_set_str(w, "rbee.sd3.text_encoder_3.feed_forward_proj", "gated-gelu");
+        }
+        const char *pre = keys ? "model.diffusion_model." : ""; /* ComfyUI-GGUF: no prefix */
+        for (size_t i = 0; i < N(k_sd3); i++) gg_add(w, pre, &k_sd3[i], RB_F32);
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < nb[k]; i++)
+                gg_add(w, pre, &blk[k][i], blk[k][i].nd == 2 && blk[k][i].s[1] % 32 == 0 ? RB_Q8_0 : RB_F32);
+        for (size_t i = 0; i < N(k_t5); i++) gg_add(w, "text_encoders.t5xxl.transformer.", &k_t5[i], RB_F32);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/sd3/%s", dir, keys ? "sd35-rbee.gguf" : "sd35-comfy.gguf");
+        rb_error err;
+        if (rb_gguf_writer_write(w, path, 0, &err) != RB_OK) bad = -1;
+        rb_gguf_writer_free(w);
+    }
+    return bad;
+}
+
 int sd_seeds(const char *dir) {
-    static const char *const sub[] = {"sd_config", "sd_ldm", "sd_gguf"};
+    static const char *const sub[] = {"sd_config", "sd_ldm", "sd_gguf", "sd3"};
     int bad = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
         mkdir(p, 0755);
@@ -284,5 +419,6 @@ int sd_seeds(const char *dir) {
     bad |= config_seeds(dir);
     bad |= ldm_seeds(dir);
     bad |= gguf_seeds(dir);
+    bad |= sd3_seeds(dir);
     return bad ? -1 : 0;
 }

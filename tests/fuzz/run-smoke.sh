@@ -65,6 +65,7 @@ run fuzz_image image 65536
 run fuzz_sd_config sd_config 16384
 run fuzz_sd_ldm sd_ldm 65536
 run fuzz_sd_gguf sd_gguf 65536
+run fuzz_sd3 sd3 65536
 run fuzz_tokenizer_json tokenizer_json 16384
 run fuzz_chat_template chat_template 16384
 run fuzz_tool_calls tool_calls 8192
