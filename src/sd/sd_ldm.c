@@ -100,6 +100,7 @@ void sd_ldm_free(sd_ldm *l) {
     map_free(&l->vae);
     map_free(&l->text1);
     map_free(&l->text2);
+    map_free(&l->t5);
 }
 
 static bool has_prefix(const sd_tensor_list *ckpt, const char *prefix) {

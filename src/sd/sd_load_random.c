@@ -3,9 +3,15 @@
  * (sd_enum_*, sd_load_enum.c) filled with deterministic values scaled by
  * 1/sqrt(fan_in) (norm weights 1, biases 0), stored in the load dtype and
  * bound through the same sd_weights lookup hook a single-file checkpoint
- * uses. */
+ * uses, by the networks' own create functions (the names and shapes they
+ * ask for are the enumeration's). Each tensor is allocated once, in its
+ * final dtype, and filled in 4096-value chunks. SD3 presets (sd3m, sd35m)
+ * add the MMDiT and the T5-XXL encoder (sd_random_sd3); with no tokenizer
+ * folder their T5 has no tokenizer and encodes every prompt as the empty
+ * one (same cost: the encoder always runs max_sequence_length tokens). */
 #include "sd/sd_pipeline_internal.h"
 
+#include "sd/sd_blocks.h"
 #include "sd/sd_nets.h"
 
 #include <math.h>
@@ -104,6 +110,102 @@ static rb_status bind_random(rb_sd_model *m, sd_name_map *map, const char *label
     return sd_weights_init(ws, NULL, false, map_lookup, map, label, m->be, lo, err);
 }
 
+static rb_status new_random(rb_backend *be, const char *preset, rb_sd_arch arch, rb_sd_model **out, rb_error *err) {
+    rb_status s = sd_model_new(be, "random", preset, out, err);
+    if (s != RB_OK) return s;
+    (*out)->arch = arch;
+    (*out)->ldm = calloc(1, sizeof *(*out)->ldm);
+    if (!(*out)->ldm) {
+        rb_sd_model_free(*out);
+        *out = NULL;
+        return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    }
+    return RB_OK;
+}
+
+static rb_status sd3_tokenizers(rb_sd_model *m, const char *tok_dir, const rb_sd_model_opts *opts, rb_error *err) {
+    if (!tok_dir) return sd_model_default_tokenizers(m, opts ? opts->vocab_path : NULL, NULL, false, err);
+    static const char *const sub[2] = {"tokenizer", "tokenizer_2"};
+    char p[1024];
+    for (int i = 0; i < 2; i++) {
+        if (!sd_name(p, sizeof p, "%s/%s", tok_dir, sub[i])) return rb_error_set(err, RB_E_INVALID, "path too long");
+        SDP_TRY(rb_clip_tokenizer_load_dir(p, &m->enc[i].tok, err));
+        m->enc[i].open_clip = rb_clip_pad_id(m->enc[i].tok) != rb_clip_eos_id(m->enc[i].tok);
+    }
+    if (!m->t5.enc) return RB_OK;
+    if (!sd_name(p, sizeof p, "%s/tokenizer_3", tok_dir)) return rb_error_set(err, RB_E_INVALID, "path too long");
+    return rb_unigram_load_dir(p, &m->t5.tok, err);
+}
+
+rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *be, const rb_sd_model_opts *opts,
+                        const char *tok_dir, uint64_t seed, rb_sd_model **out, rb_error *err) {
+    rb_sd_model *m = NULL;
+    rb_status s = new_random(be, label, RB_SD_ARCH_SD3, &m, err);
+    if (s != RB_OK) return s;
+    if ((s = sd_default_sched_sd3(&m->sched, err)) != RB_OK) goto fail;
+    m->mmdit_cfg = c->mmdit;
+    m->vae_cfg = c->vae;
+    m->has_mmdit_cfg = m->has_vae_cfg = true;
+    m->n_enc = 2;
+    m->enc[0].cfg = c->clip[0];
+    m->enc[1].cfg = c->clip[1];
+    m->enc[1].open_clip = true;
+    snprintf(m->enc[0].comp, sizeof m->enc[0].comp, "text_encoder");
+    snprintf(m->enc[1].comp, sizeof m->enc[1].comp, "text_encoder_2");
+    m->force_zeros = false;
+    m->default_w = m->default_h = (int)(c->mmdit.sample_size << (c->vae.n_levels - 1));
+    const unsigned comp = sd_opts_components(opts);
+    rb_sd_load_opts lo;
+    sd_net_opts(opts, &lo);
+    fill_ctx f = {.dtype = lo.weight_dtype, .seed = seed};
+    sd_weights ws;
+    char name[96];
+    m->sd3_has_t5 = true;
+    if (comp & RB_SD_LOAD_TEXT) {
+        for (int i = 0; i < 2; i++) {
+            f.map = i == 0 ? &m->ldm->text1 : &m->ldm->text2;
+            if ((s = sd_enum_clip(&m->enc[i].cfg, fill_one, &f, err)) != RB_OK) goto fail;
+            snprintf(name, sizeof name, "random %s text encoder %d", label, i + 1);
+            if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
+                (s = sd_clip_text_create(&m->enc[i].cfg, &ws, &m->enc[i].enc, err)) != RB_OK)
+                goto fail;
+        }
+        if (!(opts && opts->no_t5)) {
+            f.map = &m->ldm->t5;
+            if ((s = sd_enum_t5(&c->t5, fill_one, &f, err)) != RB_OK) goto fail;
+            snprintf(name, sizeof name, "random %s t5", label);
+            if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
+                (s = sd_t5_create(&c->t5, &ws, &m->t5.enc, err)) != RB_OK)
+                goto fail;
+        }
+    }
+    if ((s = sd3_tokenizers(m, tok_dir, opts, err)) != RB_OK) goto fail;
+    if (comp & RB_SD_LOAD_UNET) {
+        f.map = &m->ldm->unet;
+        if ((s = sd_enum_mmdit(&c->mmdit, fill_one, &f, err)) != RB_OK) goto fail;
+        snprintf(name, sizeof name, "random %s transformer", label);
+        if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
+            (s = sd_mmdit_create(&c->mmdit, &ws, &m->mmdit, err)) != RB_OK)
+            goto fail;
+    }
+    if (comp & (RB_SD_LOAD_VAE_DECODER | RB_SD_LOAD_VAE_ENCODER)) {
+        m->vae_cfg.decoder_only = !(comp & RB_SD_LOAD_VAE_ENCODER);
+        f.map = &m->ldm->vae;
+        if ((s = sd_enum_vae(&m->vae_cfg, fill_one, &f, err)) != RB_OK) goto fail;
+        snprintf(name, sizeof name, "random %s vae", label);
+        if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
+            (s = sd_vae_create(&m->vae_cfg, &ws, &m->vae, err)) != RB_OK)
+            goto fail;
+    }
+    m->components = comp;
+    if ((s = sd_model_finish(m, opts, err)) != RB_OK) goto fail;
+    *out = m;
+    return RB_OK;
+fail:
+    rb_sd_model_free(m);
+    return s;
+}
+
 rb_status rb_sd_model_create_random(const char *preset, rb_backend *be, const rb_sd_model_opts *opts, uint64_t seed,
                                     rb_sd_model **out, rb_error *err) {
     if (!out) return rb_error_set(err, RB_E_INVALID, "sd random model: out is NULL");
@@ -120,18 +222,19 @@ rb_status rb_sd_model_create_random(const char *preset, rb_backend *be, const rb
     } else if (strcmp(preset, "sdxl") == 0) {
         arch = RB_SD_ARCH_SDXL;
         fam = RB_SD_FAMILY_SDXL;
+    } else if (strcmp(preset, "sd3m") == 0 || strcmp(preset, "sd35m") == 0) {
+        sd3_random_cfg c;
+        sd_default_mmdit(preset[3] == '5', &c.mmdit);
+        sd_default_t5_xxl(&c.t5);
+        sd_default_vae_sd3(&c.vae);
+        sd_default_clip_sd3(&c.clip[0], &c.clip[1]);
+        return sd_random_sd3(&c, preset, be, opts, NULL, seed, out, err);
     } else {
-        return rb_error_set(err, RB_E_INVALID, "unknown random model '%s' (sd15, sd21 or sdxl)", preset);
+        return rb_error_set(err, RB_E_INVALID, "unknown random model '%s' (sd15, sd21, sdxl, sd3m or sd35m)", preset);
     }
     rb_sd_model *m = NULL;
-    rb_status s = sd_model_new(be, "random", preset, &m, err);
+    rb_status s = new_random(be, preset, arch, &m, err);
     if (s != RB_OK) return s;
-    m->arch = arch;
-    m->ldm = calloc(1, sizeof *m->ldm);
-    if (!m->ldm) {
-        rb_sd_model_free(m);
-        return rb_error_set(err, RB_E_NOMEM, "out of memory");
-    }
     m->ldm->family = arch == RB_SD_ARCH_SD1 ? SD_FAMILY_SD1 : arch == RB_SD_ARCH_SD2 ? SD_FAMILY_SD2 : SD_FAMILY_SDXL;
     if ((s = rb_sd_sched_config_family(&m->sched, fam, err)) != RB_OK) goto fail;
     sd_default_unet(arch, &m->unet_cfg);
@@ -193,4 +296,29 @@ rb_status rb_sd_model_create_random(const char *preset, rb_backend *be, const rb
 fail:
     rb_sd_model_free(m);
     return s;
+}
+
+rb_status rb_sd_model_create_random_dir(const char *dir, rb_backend *be, const rb_sd_model_opts *opts, uint64_t seed,
+                                        rb_sd_model **out, rb_error *err) {
+    if (!out) return rb_error_set(err, RB_E_INVALID, "sd random model: out is NULL");
+    *out = NULL;
+    if (!dir || !be) return rb_error_set(err, RB_E_INVALID, "sd random model: NULL argument");
+    char p[1024];
+    if (!sd_name(p, sizeof p, "%s/model_index.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long: %s", dir);
+    if (!sd_folder_is_sd3(p))
+        return rb_error_set(err, RB_E_UNSUPPORTED, "%s: random weights from a folder's configs need a "
+                            "StableDiffusion3Pipeline folder", dir);
+    sd3_random_cfg c;
+    static const char *const clip[2] = {"text_encoder", "text_encoder_2"};
+    for (int i = 0; i < 2; i++) {
+        if (!sd_name(p, sizeof p, "%s/%s/config.json", dir, clip[i])) return rb_error_set(err, RB_E_INVALID, "path too long");
+        SDP_TRY(rb_clip_text_config_load(p, &c.clip[i], err));
+    }
+    if (!sd_name(p, sizeof p, "%s/text_encoder_3/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long");
+    SDP_TRY(rb_t5_config_load(p, &c.t5, err));
+    if (!sd_name(p, sizeof p, "%s/transformer/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long");
+    SDP_TRY(rb_mmdit_config_load(p, &c.mmdit, err));
+    if (!sd_name(p, sizeof p, "%s/vae/config.json", dir)) return rb_error_set(err, RB_E_INVALID, "path too long");
+    SDP_TRY(rb_vae_config_load(p, &c.vae, err));
+    return sd_random_sd3(&c, dir, be, opts, dir, seed, out, err);
 }
