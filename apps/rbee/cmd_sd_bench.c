@@ -310,8 +310,9 @@ int rb_cmd_bench_sd(int argc, char **argv) {
     rb_sd_model_get_info(m, &mi);
     const int W = width ? (int)width : mi.default_width, H = height ? (int)height : mi.default_height;
     if (!json)
-        fprintf(stderr, "random %s (%s weights, %.2f GiB) on %s, %dx%d\n", preset, rb_dtype_name(mo.weight_dtype),
-                (double)mi.weight_bytes / (1 << 30), rb_backend_name(be), W, H);
+        fprintf(stderr, "random %s (%s weights, %.2f GiB, built in %.1f s) on %s, %dx%d\n", preset,
+                rb_dtype_name(mo.weight_dtype), (double)mi.weight_bytes / (1 << 30), load_ms / 1e3, rb_backend_name(be), W,
+                H);
     const bool sd3 = rb_sd_model_mmdit(m) != NULL;
     const char *den = sd3 ? "MMDiT" : "UNet";
     if (steps < 0) steps = sd3 ? 28 : 20;
