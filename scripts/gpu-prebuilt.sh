@@ -24,7 +24,8 @@
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
 #              breakdown, the same with rbee's own convolution kernels instead of
 #              cuDNN (--own-conv), and the SDXL step (128x128, f16);
-#              SD_BENCH="ARGS;ARGS..." replaces the list
+#              SD_BENCH="ARGS;ARGS..." replaces the list (SD3-medium's MMDiT step:
+#              SD_BENCH="--preset sd3m --dtype f16"; sd35m for SD3.5-medium)
 #   sd3        rbee bench-sd --random sd3m on cuda:0 (SD3-medium random weights,
 #              f16, 1024x1024): MMDiT step at batch 2 with 77 + 256 tokens, T5-XXL
 #              encode of 256 tokens, VAE decode, the 28-step CFG-7 image, as
