@@ -95,6 +95,8 @@ static void map_free(sd_name_map *m) {
     memset(m, 0, sizeof *m);
 }
 
+void sd_name_map_free(sd_name_map *m) { map_free(m); }
+
 void sd_ldm_free(sd_ldm *l) {
     map_free(&l->unet);
     map_free(&l->vae);

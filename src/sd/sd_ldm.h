@@ -91,6 +91,8 @@ void sd_ldm_free(sd_ldm *l);
  * name is replaced by the diffusers one). RB_E_FORMAT on a duplicate. */
 rb_status sd_name_map_add(sd_name_map *m, const char *name, const rb_st_tensor *t, rb_error *err);
 /* Adds a tensor whose data m now owns (a transposed copy). */
+/* Frees the names, the index and the owned data; the map is left empty (freeing it again is a no-op). */
+void sd_name_map_free(sd_name_map *m);
 rb_status sd_name_map_add_owned(sd_name_map *m, const char *name, const rb_st_tensor *t, void *data, rb_error *err);
 rb_status sd_ldm_map_unet(const sd_tensor_list *ckpt, const char *prefix, sd_ldm *l, rb_error *err);
 rb_status sd_ldm_map_vae(const sd_tensor_list *ckpt, const char *prefix, sd_ldm *l, rb_error *err);

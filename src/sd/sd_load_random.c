@@ -5,7 +5,9 @@
  * bound through the same sd_weights lookup hook a single-file checkpoint
  * uses, by the networks' own create functions (the names and shapes they
  * ask for are the enumeration's). Each tensor is allocated once, in its
- * final dtype, and filled in 4096-value chunks. SD3 presets (sd3m, sd35m)
+ * final dtype, and filled in 4096-value chunks; on a backend that copies
+ * them (GPUs) the SD3 builder frees each network's host weights once it is
+ * built. SD3 presets (sd3m, sd35m)
  * add the MMDiT and the T5-XXL encoder (sd_random_sd3); with no tokenizer
  * folder their T5 has no tokenizer and encodes every prompt as the empty
  * one (same cost: the encoder always runs max_sequence_length tokens). */
@@ -110,6 +112,21 @@ static rb_status bind_random(rb_sd_model *m, sd_name_map *map, const char *label
     return sd_weights_init(ws, NULL, false, map_lookup, map, label, m->be, lo, err);
 }
 
+/* Whether the backend's tensors made from host memory point into it (the
+ * CPU) or are copies (GPUs): with copies the host weights are freed as soon
+ * as a network is built, so the model is not held twice. */
+static bool wraps_host(rb_backend *be) {
+    void *probe = malloc(4096);
+    rb_buffer *b = NULL;
+    bool wraps = true; /* unknown: keep the host copies */
+    if (probe && rb_buffer_from_host(be, probe, 4096, &b) == RB_OK) {
+        wraps = rb_buffer_host_ptr(b) == probe;
+        rb_buffer_free(b);
+    }
+    free(probe);
+    return wraps;
+}
+
 static rb_status new_random(rb_backend *be, const char *preset, rb_sd_arch arch, rb_sd_model **out, rb_error *err) {
     rb_status s = sd_model_new(be, "random", preset, out, err);
     if (s != RB_OK) return s;
@@ -160,6 +177,7 @@ rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *
     fill_ctx f = {.dtype = lo.weight_dtype, .seed = seed};
     sd_weights ws;
     char name[96];
+    const bool keep = wraps_host(be);
     m->sd3_has_t5 = true;
     if (comp & RB_SD_LOAD_TEXT) {
         for (int i = 0; i < 2; i++) {
@@ -169,6 +187,7 @@ rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *
             if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
                 (s = sd_clip_text_create(&m->enc[i].cfg, &ws, &m->enc[i].enc, err)) != RB_OK)
                 goto fail;
+            if (!keep) sd_name_map_free(f.map);
         }
         if (!(opts && opts->no_t5)) {
             f.map = &m->ldm->t5;
@@ -177,6 +196,7 @@ rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *
             if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
                 (s = sd_t5_create(&c->t5, &ws, &m->t5.enc, err)) != RB_OK)
                 goto fail;
+            if (!keep) sd_name_map_free(f.map);
         }
     }
     if ((s = sd3_tokenizers(m, tok_dir, opts, err)) != RB_OK) goto fail;
@@ -187,6 +207,7 @@ rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *
         if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
             (s = sd_mmdit_create(&c->mmdit, &ws, &m->mmdit, err)) != RB_OK)
             goto fail;
+        if (!keep) sd_name_map_free(f.map);
     }
     if (comp & (RB_SD_LOAD_VAE_DECODER | RB_SD_LOAD_VAE_ENCODER)) {
         m->vae_cfg.decoder_only = !(comp & RB_SD_LOAD_VAE_ENCODER);
@@ -196,6 +217,7 @@ rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *
         if ((s = bind_random(m, f.map, name, &lo, &ws, err)) != RB_OK ||
             (s = sd_vae_create(&m->vae_cfg, &ws, &m->vae, err)) != RB_OK)
             goto fail;
+        if (!keep) sd_name_map_free(f.map);
     }
     m->components = comp;
     if ((s = sd_model_finish(m, opts, err)) != RB_OK) goto fail;
