@@ -5,7 +5,8 @@
  * bound through the same sd_weights lookup hook a single-file checkpoint
  * uses, by the networks' own create functions (the names and shapes they
  * ask for are the enumeration's). Each tensor is allocated once, in its
- * final dtype, and filled in 4096-value chunks; on a backend that copies
+ * final dtype, and filled in 4096-value chunks by up to one thread per CPU
+ * (fill_parallel); on a backend that copies
  * them (GPUs) the SD3 builder frees each network's host weights once it is
  * built. SD3 presets (sd3m, sd35m)
  * add the MMDiT and the T5-XXL encoder (sd_random_sd3); with no tokenizer
@@ -17,9 +18,11 @@
 #include "sd/sd_nets.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct fill_ctx {
     sd_name_map *map;
@@ -49,6 +52,90 @@ static void uniform(uint64_t *st, float *out, size_t n, float scale) {
     *st = x;
 }
 
+/* One tensor's values: blocks of FILL_BLOCK values, each from its own
+ * xorshift stream seeded by (tensor seed, block index), so the values do not
+ * depend on how many threads fill them. */
+#define FILL_BLOCK ((int64_t)1 << 20)
+#define FILL_MAX_THREADS 32
+
+typedef struct fill_job {
+    void *data;
+    rb_dtype dt;
+    int64_t numel;
+    uint64_t seed;
+    float scale, base; /* scale 0: every value is base */
+    int stride, first; /* this thread's blocks: first, first + stride, ... */
+} fill_job;
+
+/* f32 -> f16 / bf16 by truncation, f16 values below its normal range to 0:
+ * any rounding serves random weights, and this loop vectorizes (the exact
+ * conversions of dtype.c are several times slower on 7.5 B values). The
+ * values here are within +-1, so the f16 exponent cannot overflow. */
+static void to_half(const float *src, uint16_t *dst, size_t n, bool f16) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        if (!f16) {
+            dst[i] = (uint16_t)(u >> 16);
+            continue;
+        }
+        const uint32_t e = (u >> 23) & 0xffu, sign = (u >> 16) & 0x8000u;
+        dst[i] = (uint16_t)(e < 113u ? sign : sign | ((e - 112u) << 10) | ((u >> 13) & 0x3ffu));
+    }
+}
+
+static void fill_block(const fill_job *j, int64_t b) {
+    uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(b + 1));
+    (void)splitmix(&s);
+    s = splitmix(&s) | 1u; /* xorshift state: never 0 */
+    const int64_t end = (b + 1) * FILL_BLOCK < j->numel ? (b + 1) * FILL_BLOCK : j->numel;
+    float chunk[4096];
+    for (int64_t i0 = b * FILL_BLOCK; i0 < end; i0 += 4096) {
+        const size_t m = (size_t)(end - i0 < 4096 ? end - i0 : 4096);
+        if (j->scale != 0.0f)
+            uniform(&s, chunk, m, j->scale);
+        else
+            for (size_t i = 0; i < m; i++) chunk[i] = j->base;
+        if (j->dt == RB_F32)
+            memcpy((float *)j->data + i0, chunk, m * sizeof(float));
+        else
+            to_half(chunk, (uint16_t *)j->data + i0, m, j->dt == RB_F16);
+    }
+}
+
+static void *fill_thread(void *arg) {
+    const fill_job *j = arg;
+    const int64_t nb = (j->numel + FILL_BLOCK - 1) / FILL_BLOCK;
+    for (int64_t b = j->first; b < nb; b += j->stride) fill_block(j, b);
+    return NULL;
+}
+
+/* Large tensors on up to one thread per online CPU (SD3-medium's 7.5 B
+ * values would take a minute on one); a thread that cannot start has its
+ * blocks filled by the caller. */
+static void fill_parallel(fill_job *job) {
+    const int64_t nb = (job->numel + FILL_BLOCK - 1) / FILL_BLOCK;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(ncpu < 1 ? 1 : ncpu > FILL_MAX_THREADS ? FILL_MAX_THREADS : ncpu);
+    if (n > nb) n = (int)nb;
+    fill_job jobs[FILL_MAX_THREADS];
+    pthread_t th[FILL_MAX_THREADS];
+    bool started[FILL_MAX_THREADS] = {false};
+    for (int t = 0; t < n; t++) {
+        jobs[t] = *job;
+        jobs[t].stride = n;
+        jobs[t].first = t;
+        if (t > 0) started[t] = pthread_create(&th[t], NULL, fill_thread, &jobs[t]) == 0;
+    }
+    (void)fill_thread(&jobs[0]);
+    for (int t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            (void)fill_thread(&jobs[t]);
+    }
+}
+
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
@@ -67,9 +154,6 @@ static rb_status fill_one(void *vctx, const char *name, int nd, const int64_t *s
     if ((uint64_t)numel > ((uint64_t)1 << 40) / es) return rb_error_set(err, RB_E_RANGE, "random weights: %s too large", name);
     void *data = malloc((size_t)numel * es);
     if (!data) return rb_error_set(err, RB_E_NOMEM, "random weights: out of memory for %s", name);
-    uint64_t s = f->seed ^ (0x5851f42d4c957f2dull * ++f->index);
-    (void)splitmix(&s);
-    s = splitmix(&s) | 1u; /* xorshift state: never 0 */
     float scale = 0.0f, base = 0.0f;
     if (nd == 1) {
         base = ends_with(name, ".weight") ? 1.0f : 0.0f; /* norm weights 1, biases 0 */
@@ -78,20 +162,9 @@ static rb_status fill_one(void *vctx, const char *name, int nd, const int64_t *s
     } else {
         scale = sqrtf(3.0f / (float)fan_in); /* uniform with std 1/sqrt(fan_in) */
     }
-    float chunk[4096];
-    for (int64_t i0 = 0; i0 < numel; i0 += 4096) {
-        const size_t m = (size_t)(numel - i0 < 4096 ? numel - i0 : 4096);
-        if (scale != 0.0f)
-            uniform(&s, chunk, m, scale);
-        else
-            for (size_t i = 0; i < m; i++) chunk[i] = base;
-        if (dt == RB_F32)
-            memcpy((float *)data + i0, chunk, m * sizeof(float));
-        else if (dt == RB_F16)
-            rb_f32_to_f16_row(chunk, (rb_f16 *)data + i0, (int64_t)m);
-        else
-            rb_f32_to_bf16_row(chunk, (rb_bf16 *)data + i0, (int64_t)m);
-    }
+    fill_job job = {.data = data, .dt = dt, .numel = numel, .seed = f->seed ^ (0x5851f42d4c957f2dull * ++f->index),
+                    .scale = scale, .base = base};
+    fill_parallel(&job);
     rb_st_tensor t;
     memset(&t, 0, sizeof t);
     t.dtype = dt;
