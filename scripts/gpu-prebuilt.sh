@@ -24,7 +24,13 @@
 #   sd         bench_sd: SD1.5 UNet step (batch 2, 64x64, f16) with its per-op
 #              breakdown, the same with rbee's own convolution kernels instead of
 #              cuDNN (--own-conv), and the SDXL step (128x128, f16);
-#              SD_BENCH="ARGS;ARGS..." replaces the list
+#              SD_BENCH="ARGS;ARGS..." replaces the list (SD3-medium's MMDiT step:
+#              SD_BENCH="--preset sd3m --dtype f16"; sd35m for SD3.5-medium)
+#   sd3        rbee bench-sd --random sd3m on cuda:0 (SD3-medium random weights,
+#              f16, 1024x1024): MMDiT step at batch 2 with 77 + 256 tokens, T5-XXL
+#              encode of 256 tokens, VAE decode, the 28-step CFG-7 image, as
+#              tools/sd3_fixtures/gen_sd3_fixtures.py --speed times diffusers;
+#              SD3_BENCH="ARGS" adds to its flags (e.g. --random sd35m)
 #   sdworker   sd-worker-rbee's images per minute at 512x512, 20 steps, f16 on cuda:0
 #              through its HTTP API (rbee jobs one by one and queued, A1111 txt2img)
 #              beside the engine alone (rbee bench-sd --random sd15, same settings):
@@ -246,6 +252,12 @@ for s in "$@"; do
         timeout 280 $BIN/cuda/bench_sd cuda:0 $a --reps 10 2>&1 | tee -a "$OUT/bench_sd.log" | grep -v '^{'
         [[ ${PIPESTATUS[0]} -eq 0 ]] && result "bench_sd $a" ok || result "bench_sd $a" FAIL
       done ;;
+  sd3)
+    step "rbee bench-sd --random sd3m, 1024x1024, f16"
+    # shellcheck disable=SC2086
+    timeout 590 $BIN/cuda/rbee bench-sd --random sd3m --backend cuda:0 --act-dtype f16 --reps 5 ${SD3_BENCH:-} --json \
+      2>"$OUT/bench_sd3.log" | tee "$OUT/bench_sd3.json"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] && result "bench-sd sd3m" ok || { tail -3 "$OUT/bench_sd3.log"; result "bench-sd sd3m" FAIL; } ;;
   sdworker)
     step "sd-worker-rbee: images per minute, 512x512, 20 steps, f16"
     # shellcheck disable=SC2086

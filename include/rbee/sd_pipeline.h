@@ -87,6 +87,7 @@
 #include "rbee/sd_model.h"
 #include "rbee/sd_rng.h"
 #include "rbee/sd_sampler.h"
+#include "rbee/sd_t5.h"
 #include "rbee/status.h"
 
 #include <stdbool.h>
@@ -168,13 +169,23 @@ rb_status rb_sd_model_load(const char *path, rb_backend *be, const rb_sd_model_o
 rb_status rb_sd_default_model(char *buf, size_t len, rb_error *err);
 
 /* Random weights (deterministic in seed, scaled so activations stay finite)
- * at the published shapes of "sd15" (SD 1.5), "sd21" (SD 2.1 768-v) or
- * "sdxl" (SDXL base 1.0), for benchmarks without a download. opts as for
+ * at the published shapes of "sd15" (SD 1.5), "sd21" (SD 2.1 768-v), "sdxl"
+ * (SDXL base 1.0), "sd3m" (SD3-medium: MMDiT, CLIP-L/G, T5-XXL, 16-channel
+ * VAE, FlowMatchEuler shift 3) or "sd35m" (SD3.5-medium), for benchmarks
+ * without a download; the SD3 models' T5 has no tokenizer and encodes every
+ * prompt as the empty prompt (opts->no_t5 leaves it out). opts as for
  * rb_sd_model_load (config_dir, variant, prediction and vocab_path: the
  * shipped vocabulary is used when vocab_path is NULL and it exists, else
  * the model has no tokenizer and rb_sd_generate refuses prompts). */
 rb_status rb_sd_model_create_random(const char *preset, rb_backend *be, const rb_sd_model_opts *opts, uint64_t seed,
                                     rb_sd_model **out, rb_error *err);
+/* Random weights (as above) at the configs of a diffusers SD3 pipeline
+ * folder (model_index.json with the transformer, vae, text_encoder,
+ * text_encoder_2 and text_encoder_3 config.json files and the three
+ * tokenizers; no weights are read): benchmarks of other SD3 shapes, and the
+ * random-model path at a tiny size. Other pipelines: RB_E_UNSUPPORTED. */
+rb_status rb_sd_model_create_random_dir(const char *dir, rb_backend *be, const rb_sd_model_opts *opts, uint64_t seed,
+                                        rb_sd_model **out, rb_error *err);
 
 void rb_sd_model_free(rb_sd_model *m);
 
@@ -204,6 +215,8 @@ const rb_sd_sched_config *rb_sd_model_sched_config(const rb_sd_model *m);
 rb_unet *rb_sd_model_unet(rb_sd_model *m);
 /* SD3's denoiser (NULL for the UNet families). */
 rb_mmdit *rb_sd_model_mmdit(rb_sd_model *m);
+/* SD3's T5 encoder (NULL when left out or for the UNet families). */
+rb_t5 *rb_sd_model_t5(rb_sd_model *m);
 rb_vae *rb_sd_model_vae(rb_sd_model *m);
 rb_clip_text *rb_sd_model_text_encoder(rb_sd_model *m, int i);
 rb_backend *rb_sd_model_backend(rb_sd_model *m);

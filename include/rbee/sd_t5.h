@@ -68,6 +68,7 @@ rb_status rb_t5_text_load(const char *enc_dir, const char *tok_dir, rb_backend *
 void rb_t5_text_free(rb_t5_text *t);
 /* B prompts -> out f32 [d_model, max_len, B] (diffusers' _get_t5_prompt_embeds
  * with max_sequence_length max_len: ids padded/truncated, then the encoder).
+ * With tok NULL (random-weight models) every prompt is the empty prompt.
  * ids_out (nullable, host, max_len * B) receives the ids. */
 rb_status rb_t5_text_encode(rb_t5_text *t, const char *const *prompts, int64_t B, int64_t max_len, rb_tensor *out,
                             int32_t *ids_out, rb_error *err);

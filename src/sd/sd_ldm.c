@@ -100,6 +100,7 @@ void sd_ldm_free(sd_ldm *l) {
     sd_name_map_free(&l->vae);
     sd_name_map_free(&l->text1);
     sd_name_map_free(&l->text2);
+    sd_name_map_free(&l->t5);
 }
 
 static bool has_prefix(const sd_tensor_list *ckpt, const char *prefix) {

@@ -77,6 +77,7 @@ typedef struct sd_ldm_text_shape {
 typedef struct sd_ldm {
     sd_family family;
     sd_name_map unet, vae, text1, text2; /* text1: CLIP-L (SD1, SDXL); text2: OpenCLIP (SD2, SDXL, refiner) */
+    sd_name_map t5;                      /* random SD3 models only (their MMDiT is in unet) */
     sd_ldm_unet_shape unet_shape;
     sd_ldm_vae_shape vae_shape;
     sd_ldm_text_shape text1_shape, text2_shape;

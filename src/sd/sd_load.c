@@ -410,6 +410,7 @@ rb_status rb_sd_model_set_vae(rb_sd_model *m, const char *dir, const rb_sd_model
 }
 rb_unet *rb_sd_model_unet(rb_sd_model *m) { return m ? m->unet : NULL; }
 rb_mmdit *rb_sd_model_mmdit(rb_sd_model *m) { return m ? m->mmdit : NULL; }
+rb_t5 *rb_sd_model_t5(rb_sd_model *m) { return m ? m->t5.enc : NULL; }
 rb_vae *rb_sd_model_vae(rb_sd_model *m) { return m ? m->vae : NULL; }
 rb_backend *rb_sd_model_backend(rb_sd_model *m) { return m ? m->be : NULL; }
 

@@ -1,5 +1,6 @@
-/* Every tensor a diffusers UNet2DConditionModel, AutoencoderKL or
- * CLIPTextModel(WithProjection) of a given config holds, by its diffusers
+/* Every tensor a diffusers UNet2DConditionModel, SD3Transformer2DModel,
+ * AutoencoderKL, CLIPTextModel(WithProjection) or transformers
+ * T5EncoderModel of a given config holds, by its diffusers / transformers
  * name and torch shape, in the order the networks bind them: what random
  * weights are made for (sd_load_random.c). The tests check the lists
  * against the fixtures' files, name for name and shape for shape, and the
@@ -255,4 +256,90 @@ rb_status sd_enum_clip(const rb_clip_text_config *c, sd_tensor_fn fn, void *ctx,
     EM_TRY(put_norm(&e, "text_model.final_layer_norm", D));
     if (c->with_projection) EM_TRY(put_linear(&e, "text_projection", D, c->projection_dim, false));
     return RB_OK;
+}
+
+/* SD3Transformer2DModel: every linear has a bias; the last block is
+ * context_pre_only (2-chunk norm1_context, no to_add_out, no ff_context);
+ * dual-attention blocks have 9 norm1 chunks and attn2; qk_norm adds the
+ * RMSNorm weights (no bias) of every attention. */
+rb_status sd_enum_mmdit(const rb_mmdit_config *c, sd_tensor_fn fn, void *ctx, rb_error *err) {
+    emit e = {.fn = fn, .ctx = ctx, .err = err};
+    const int64_t D = (int64_t)c->heads * c->head_dim, P = c->patch_size, M = c->pos_embed_max_size, hd = c->head_dim;
+    char p[256];
+    EM_TRY(put(&e, "pos_embed.proj", "weight", 4, D, c->in_channels, P, P));
+    EM_TRY(put(&e, "pos_embed.proj", "bias", 1, D, 0, 0, 0));
+    EM_TRY(put(&e, "pos_embed", "pos_embed", 3, 1, M * M, D, 0));
+    EM_TRY(put_linear(&e, "time_text_embed.timestep_embedder.linear_1", 256, D, true));
+    EM_TRY(put_linear(&e, "time_text_embed.timestep_embedder.linear_2", D, D, true));
+    EM_TRY(put_linear(&e, "time_text_embed.text_embedder.linear_1", c->pooled_projection_dim, D, true));
+    EM_TRY(put_linear(&e, "time_text_embed.text_embedder.linear_2", D, D, true));
+    EM_TRY(put_linear(&e, "context_embedder", c->joint_attention_dim, D, true));
+    for (int i = 0; i < c->num_layers; i++) {
+        const bool last = i == c->num_layers - 1, dual = c->dual_attention[i];
+        static const char *const sq[] = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj",
+                                         "to_add_out"};
+        static const char *const norms[] = {"norm_q", "norm_k", "norm_added_q", "norm_added_k"};
+        snprintf(p, sizeof p, "transformer_blocks.%d.norm1.linear", i);
+        EM_TRY(put_linear(&e, p, D, (dual ? 9 : 6) * D, true));
+        snprintf(p, sizeof p, "transformer_blocks.%d.norm1_context.linear", i);
+        EM_TRY(put_linear(&e, p, D, (last ? 2 : 6) * D, true));
+        for (int k = 0; k < (last ? 7 : 8); k++) {
+            snprintf(p, sizeof p, "transformer_blocks.%d.attn.%s", i, sq[k]);
+            EM_TRY(put_linear(&e, p, D, D, true));
+        }
+        for (int k = 0; c->qk_norm && k < 4; k++) {
+            snprintf(p, sizeof p, "transformer_blocks.%d.attn.%s", i, norms[k]);
+            EM_TRY(put(&e, p, "weight", 1, hd, 0, 0, 0));
+        }
+        for (int k = 0; dual && k < 4; k++) {
+            snprintf(p, sizeof p, "transformer_blocks.%d.attn2.%s", i, sq[k]);
+            EM_TRY(put_linear(&e, p, D, D, true));
+        }
+        for (int k = 0; dual && c->qk_norm && k < 2; k++) {
+            snprintf(p, sizeof p, "transformer_blocks.%d.attn2.%s", i, norms[k]);
+            EM_TRY(put(&e, p, "weight", 1, hd, 0, 0, 0));
+        }
+        static const char *const ffs[2] = {"ff", "ff_context"};
+        for (int k = 0; k < (last ? 1 : 2); k++) {
+            snprintf(p, sizeof p, "transformer_blocks.%d.%s.net.0.proj", i, ffs[k]);
+            EM_TRY(put_linear(&e, p, D, 4 * D, true));
+            snprintf(p, sizeof p, "transformer_blocks.%d.%s.net.2", i, ffs[k]);
+            EM_TRY(put_linear(&e, p, 4 * D, D, true));
+        }
+    }
+    EM_TRY(put_linear(&e, "norm_out.linear", D, 2 * D, true));
+    return put_linear(&e, "proj_out", D, P * P * c->out_channels, true);
+}
+
+/* T5EncoderModel as saved: the tied embedding once (shared.weight), layer
+ * 0's relative position table, no biases anywhere. */
+rb_status sd_enum_t5(const rb_t5_config *c, sd_tensor_fn fn, void *ctx, rb_error *err) {
+    emit e = {.fn = fn, .ctx = ctx, .err = err};
+    const int64_t D = c->d_model, I = c->d_kv * c->n_heads, F = c->d_ff;
+    char p[256];
+    EM_TRY(put(&e, "", "shared.weight", 2, c->vocab_size, D, 0, 0));
+    EM_TRY(put(&e, "", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, c->rel_buckets,
+               c->n_heads, 0, 0));
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        const long long li = (long long)i;
+        static const char *const qkv[3] = {"q", "k", "v"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "encoder.block.%lld.layer.%d.layer_norm", li, k);
+            EM_TRY(put(&e, p, "weight", 1, D, 0, 0, 0));
+        }
+        for (int k = 0; k < 3; k++) {
+            snprintf(p, sizeof p, "encoder.block.%lld.layer.0.SelfAttention.%s", li, qkv[k]);
+            EM_TRY(put_linear(&e, p, D, I, false));
+        }
+        snprintf(p, sizeof p, "encoder.block.%lld.layer.0.SelfAttention.o", li);
+        EM_TRY(put_linear(&e, p, I, D, false));
+        for (int k = 0; k < (c->gated ? 2 : 1); k++) {
+            snprintf(p, sizeof p, "encoder.block.%lld.layer.1.DenseReluDense.%s", li,
+                     c->gated ? (k ? "wi_1" : "wi_0") : "wi");
+            EM_TRY(put_linear(&e, p, D, F, false));
+        }
+        snprintf(p, sizeof p, "encoder.block.%lld.layer.1.DenseReluDense.wo", li);
+        EM_TRY(put_linear(&e, p, F, D, false));
+    }
+    return put(&e, "", "encoder.final_layer_norm.weight", 1, D, 0, 0, 0);
 }

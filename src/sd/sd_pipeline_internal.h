@@ -128,6 +128,14 @@ void sd_default_vae(rb_sd_arch a, rb_vae_config *c);
 /* Heads of a level for a family: SD 1.x 8, else channels / 64. */
 int sd_default_heads(rb_sd_arch a, int64_t channels);
 int sd_default_size(rb_sd_arch a, rb_sd_prediction p);
+/* sd_load_defaults_sd3.c: SD3-medium (sd35 false) or SD3.5-medium (true)
+ * MMDiT; T5-XXL v1.1 encoder; SD3's 16-channel VAE; CLIP-L / bigG with
+ * projections; the FlowMatchEuler scheduler (shift 3). */
+void sd_default_mmdit(bool sd35, rb_mmdit_config *c);
+void sd_default_t5_xxl(rb_t5_config *c);
+void sd_default_vae_sd3(rb_vae_config *c);
+void sd_default_clip_sd3(rb_clip_text_config *l, rb_clip_text_config *g);
+rb_status sd_default_sched_sd3(rb_sd_sched_config *c, rb_error *err);
 
 /* ---- sd_load_random.c: every diffusers tensor of a network ---- */
 
@@ -136,6 +144,22 @@ typedef rb_status (*sd_tensor_fn)(void *ctx, const char *name, int nd, const int
 rb_status sd_enum_unet(const rb_unet_config *c, sd_tensor_fn fn, void *ctx, rb_error *err);
 rb_status sd_enum_vae(const rb_vae_config *c, sd_tensor_fn fn, void *ctx, rb_error *err);
 rb_status sd_enum_clip(const rb_clip_text_config *c, sd_tensor_fn fn, void *ctx, rb_error *err);
+rb_status sd_enum_mmdit(const rb_mmdit_config *c, sd_tensor_fn fn, void *ctx, rb_error *err);
+rb_status sd_enum_t5(const rb_t5_config *c, sd_tensor_fn fn, void *ctx, rb_error *err);
+
+/* An SD3 model with random weights (sd_load_random.c) at these configs
+ * (clip: CLIP-L, CLIP-G, both with projections), named label. tok_dir: a
+ * pipeline folder whose tokenizer, tokenizer_2 and tokenizer_3 are used;
+ * NULL: the shipped CLIP vocabulary (opts->vocab_path) and no T5
+ * tokenizer (prompts encode as the empty prompt). */
+typedef struct sd3_random_cfg {
+    rb_mmdit_config mmdit;
+    rb_t5_config t5;
+    rb_vae_config vae;
+    rb_clip_text_config clip[2];
+} sd3_random_cfg;
+rb_status sd_random_sd3(const sd3_random_cfg *c, const char *label, rb_backend *be, const rb_sd_model_opts *opts,
+                        const char *tok_dir, uint64_t seed, rb_sd_model **out, rb_error *err);
 
 /* ---- the pipeline's stages ---- */
 

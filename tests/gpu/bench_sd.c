@@ -1,11 +1,14 @@
-/* UNet step benchmark (not a ctest; run on the device machine by
- * scripts/gpu-prebuilt.sh `sd`): `bench_sd [SPEC] [--preset sd15|sd21|sdxl]
- * [--dtype f16|bf16|f32] [--batch B] [--latent N] [--reps R] [--ops] [--own-conv]`
- * builds the preset's UNet at its published shapes with random weights
+/* Denoiser step benchmark (not a ctest; run on the device machine by
+ * scripts/gpu-prebuilt.sh `sd`): `bench_sd [SPEC] [--preset
+ * sd15|sd21|sdxl|sd3m|sd35m] [--dtype f16|bf16|f32] [--batch B] [--latent N]
+ * [--t5-tokens T] [--reps R] [--ops] [--own-conv]` builds the preset's UNet
+ * (SD3: MMDiT) at its published shapes with random weights
  * (rb_sd_model_create_random), weights and activations in dtype, and times
- * rb_unet_forward at batch B (the CFG pair: 2) on N x N latents (64 for
- * SD1.5, 128 for SDXL) against 77 context tokens: the median of R timed
- * steps after 2 warm-up steps, each step synchronised.
+ * rb_unet_forward / rb_mmdit_forward at batch B (the CFG pair: 2) on N x N
+ * latents (64 for SD1.5, 96 SD2.1, 128 for SDXL and SD3) against 77 context
+ * tokens (SD3: 77 CLIP + T T5 tokens, default 256, and the pooled text):
+ * the median of R timed steps after 2 warm-up steps, each step
+ * synchronised.
  *
  * --ops adds one instrumented step: every op the UNet calls is timed with
  * the backend synchronised before and after it, the empty round trip
@@ -196,9 +199,21 @@ static rb_tensor host_tensor(rb_backend *be, int64_t a, int64_t b, int64_t c, in
     return t;
 }
 
+/* The denoiser under test and its inputs. */
+typedef struct den {
+    rb_unet *u;
+    rb_mmdit *dit;
+    rb_unet_inputs uin;
+    rb_mmdit_inputs din;
+} den;
+
+static rb_status step(den *d, rb_tensor *out, rb_error *err) {
+    return d->dit ? rb_mmdit_forward(d->dit, &d->din, out, err) : rb_unet_forward(d->u, &d->uin, out, err);
+}
+
 int main(int argc, char **argv) {
     const char *spec = "cuda:0", *preset = "sd15", *dts = "f16";
-    int batch = 2, latent = 0, reps = 10;
+    int batch = 2, latent = 0, reps = 10, t5_tokens = 256;
     bool ops = false, own_conv = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
@@ -206,15 +221,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--latent") && i + 1 < argc) latent = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--t5-tokens") && i + 1 < argc) t5_tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) ops = true;
         else if (!strcmp(argv[i], "--own-conv")) own_conv = true;
         else if (argv[i][0] != '-') spec = argv[i];
-        else DIE("usage: bench_sd [SPEC] [--preset sd15|sd21|sdxl] [--dtype f16|bf16|f32] [--batch B] "
-                 "[--latent N] [--reps R] [--ops] [--own-conv]");
+        else DIE("usage: bench_sd [SPEC] [--preset sd15|sd21|sdxl|sd3m|sd35m] [--dtype f16|bf16|f32] [--batch B] "
+                 "[--latent N] [--t5-tokens T] [--reps R] [--ops] [--own-conv]");
     }
     const rb_dtype dt = !strcmp(dts, "f32") ? RB_F32 : !strcmp(dts, "bf16") ? RB_BF16 : RB_F16;
-    if (batch < 1 || batch > 16 || reps < 1 || reps > 1000) DIE("bad --batch or --reps");
-    if (latent <= 0) latent = !strcmp(preset, "sdxl") ? 128 : !strcmp(preset, "sd21") ? 96 : 64;
+    if (batch < 1 || batch > 16 || reps < 1 || reps > 1000 || t5_tokens < 1 || t5_tokens > 512)
+        DIE("bad --batch, --reps or --t5-tokens");
+    const bool sd3 = !strncmp(preset, "sd3", 3);
+    if (latent <= 0) latent = !strcmp(preset, "sdxl") || sd3 ? 128 : !strcmp(preset, "sd21") ? 96 : 64;
     rb_backend *be = NULL;
     rb_error err;
     rb_error_clear(&err);
@@ -231,26 +249,49 @@ int main(int argc, char **argv) {
     rb_sd_model *m = NULL;
     double t0 = now_ms();
     if (rb_sd_model_create_random(preset, be, &mo, 1234, &m, &err) != RB_OK) DIE("model %s: %s", preset, err.msg);
-    rb_unet *u = rb_sd_model_unet(m);
-    if (!u) DIE("no UNet");
-    if (rb_unet_set_act_dtype(u, dt, &err) != RB_OK) DIE("%s", err.msg);
-    const rb_unet_config *c = rb_unet_get_config(u);
-    fprintf(stderr, "%s UNet: %.1f M weights bytes %.0f MB, built in %.1f s\n", preset,
-            (double)rb_unet_weight_bytes(u) / (dt == RB_F32 ? 4e6 : 2e6), (double)rb_unet_weight_bytes(u) / 1e6,
-            (now_ms() - t0) / 1e3);
+    den d = {.u = rb_sd_model_unet(m), .dit = rb_sd_model_mmdit(m)};
+    if (!d.u && !d.dit) DIE("no denoiser");
+    size_t wbytes;
+    int64_t cin, cout, cdim, tokens = 77, pooled = 0;
+    bool text_time = false;
+    if (d.dit) {
+        if (rb_mmdit_set_act_dtype(d.dit, dt, &err) != RB_OK) DIE("%s", err.msg);
+        const rb_mmdit_config *c = rb_mmdit_get_config(d.dit);
+        wbytes = rb_mmdit_weight_bytes(d.dit);
+        cin = c->in_channels;
+        cout = c->out_channels;
+        cdim = c->joint_attention_dim;
+        tokens += t5_tokens;
+        pooled = c->pooled_projection_dim;
+    } else {
+        if (rb_unet_set_act_dtype(d.u, dt, &err) != RB_OK) DIE("%s", err.msg);
+        const rb_unet_config *c = rb_unet_get_config(d.u);
+        wbytes = rb_unet_weight_bytes(d.u);
+        cin = c->in_channels;
+        cout = c->out_channels;
+        cdim = c->cross_attention_dim;
+        text_time = c->add_text_time;
+        if (text_time) pooled = c->projection_class_embeddings_input_dim - 6 * c->addition_time_embed_dim;
+    }
+    const char *den_name = d.dit ? "MMDiT" : "UNet";
+    fprintf(stderr, "%s %s: %.1f M weights bytes %.0f MB, built in %.1f s\n", preset, den_name,
+            (double)wbytes / (dt == RB_F32 ? 4e6 : 2e6), (double)wbytes / 1e6, (now_ms() - t0) / 1e3);
 
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    rb_tensor x = host_tensor(be, latent, latent, c->in_channels, batch, &seed, 1.0f);
-    rb_tensor ctx = host_tensor(be, c->cross_attention_dim, 77, batch, 1, &seed, 1.0f);
+    rb_tensor x = host_tensor(be, latent, latent, cin, batch, &seed, 1.0f);
+    rb_tensor ctx = host_tensor(be, cdim, tokens, batch, 1, &seed, 1.0f);
     rb_tensor out;
-    const int64_t one[4] = {latent, latent, c->out_channels, batch};
+    const int64_t one[4] = {latent, latent, cout, batch};
     CHECK(be, rb_tensor_alloc(be, RB_F32, 4, one, &out));
     float ts[16], tid[16 * 6];
     for (int b = 0; b < batch; b++) ts[b] = 500.0f;
     rb_unet_inputs in = {.sample = &x, .timesteps = ts, .context = &ctx};
     rb_tensor te = {0};
-    if (c->add_text_time) {
-        const int64_t Dt = c->projection_class_embeddings_input_dim - 6 * c->addition_time_embed_dim;
+    if (d.dit) {
+        te = host_tensor(be, pooled, batch, 1, 1, &seed, 1.0f);
+        d.din = (rb_mmdit_inputs){.sample = &x, .context = &ctx, .pooled = &te, .timesteps = ts};
+    } else if (text_time) {
+        const int64_t Dt = pooled;
         te = host_tensor(be, Dt, batch, 1, 1, &seed, 1.0f);
         for (int b = 0; b < batch; b++) {
             const float v[6] = {(float)(8 * latent), (float)(8 * latent), 0, 0, (float)(8 * latent), (float)(8 * latent)};
@@ -260,16 +301,17 @@ int main(int argc, char **argv) {
         in.time_ids = tid;
         in.n_time_ids = 6;
     }
+    d.uin = in;
     size_t act = 0;
-    if (rb_unet_scratch_bytes(u, &in, &act, &err) != RB_OK) DIE("%s", err.msg);
+    if (d.u && rb_unet_scratch_bytes(d.u, &in, &act, &err) != RB_OK) DIE("%s", err.msg);
     for (int w = 0; w < 2; w++)
-        if (rb_unet_forward(u, &in, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
+        if (step(&d, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
     CHECK(be, rb_backend_sync(be));
     double *ms = malloc(sizeof(double) * (size_t)reps);
     if (!ms) DIE("out of memory");
     for (int r = 0; r < reps; r++) {
         t0 = now_ms();
-        if (rb_unet_forward(u, &in, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
+        if (step(&d, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
         CHECK(be, rb_backend_sync(be));
         ms[r] = now_ms() - t0;
     }
@@ -277,7 +319,7 @@ int main(int argc, char **argv) {
     for (int r = 1; r < reps; r++) mn = ms[r] < mn ? ms[r] : mn;
     const double med = median(ms, reps);
     /* a finite output (random weights scaled to keep activations bounded) */
-    const int64_t nout = (int64_t)latent * latent * c->out_channels * batch;
+    const int64_t nout = (int64_t)latent * latent * cout * batch;
     float *h = malloc(sizeof(float) * (size_t)nout);
     if (!h) DIE("out of memory");
     CHECK(be, rb_tensor_get(&out, h, sizeof(float) * (size_t)nout));
@@ -288,18 +330,19 @@ int main(int argc, char **argv) {
         else amax = fabs(h[i]) > amax ? fabs(h[i]) : amax;
     }
     free(h);
-    printf("%s UNet step, batch %d, %dx%d latents, %s on %s: median %.2f ms (min %.2f) over %d; activations %.0f MB; "
-           "output max|x| %.3g, %lld non-finite\n",
-           preset, batch, latent, latent, dts, rb_backend_name(be), med, mn, reps, (double)act / 1e6, amax,
+    printf("%s %s step, batch %d, %dx%d latents, %lld context tokens, %s on %s: median %.2f ms (min %.2f) over %d; "
+           "activations %.0f MB; output max|x| %.3g, %lld non-finite\n",
+           preset, den_name, batch, latent, latent, (long long)tokens, dts, rb_backend_name(be), med, mn, reps,
+           (double)act / 1e6, amax, (long long)nonfinite);
+    printf("{\"bench\":\"%s\",\"preset\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,\"latent\":%d,\"tokens\":%lld,"
+           "\"median_ms\":%.3f,\"min_ms\":%.3f,\"reps\":%d,\"nonfinite\":%lld}\n",
+           d.dit ? "mmdit_step" : "unet_step", preset, dts, batch, latent, (long long)tokens, med, mn, reps,
            (long long)nonfinite);
-    printf("{\"bench\":\"unet_step\",\"preset\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,\"latent\":%d,\"median_ms\":%.3f,"
-           "\"min_ms\":%.3f,\"reps\":%d,\"nonfinite\":%lld}\n",
-           preset, dts, batch, latent, med, mn, reps, (long long)nonfinite);
     if (ops) {
         op_timer t;
         timer_install(be, &t);
         t0 = now_ms();
-        if (rb_unet_forward(u, &in, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
+        if (step(&d, &out, &err) != RB_OK) DIE("forward: %s", err.msg);
         (void)t.orig->sync(be);
         const double total = now_ms() - t0;
         timer_remove(be, &t);

@@ -227,7 +227,7 @@ expect_status 1 "not a PNG" -- img2img -m "$TMP/sd15" -p x --init-image "$TMP/pn
 expect_status 1 "no such file" -- txt2img -m "$TMP/nothing" -p x -q
 expect_status 1 "inpainting model" -- txt2img -m "$TMP/sd15-inpaint" -p x -q
 expect_status 1 "cannot write" -- txt2img -m "$TMP/sd15" -p x --steps 1 -q -o "$TMP/no/such/dir.png"
-expect_status 2 "--random sd15|sd21|sdxl is required" -- bench-sd
+expect_status 2 "one of --random sd15|sd21|sdxl|sd3m|sd35m or --random-from DIR is required" -- bench-sd
 expect_status 1 "unknown random model" -- bench-sd --random sd3
 expect_status 2 "multiples of 64" -- bench-sd --random sd15 -W 100
 
