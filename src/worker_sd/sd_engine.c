@@ -171,6 +171,7 @@ static rb_status run_iter(sd_engine *e, wk_job *j, int iter, int *index) {
     const sd_gen_request *r = &t->req;
     rb_sd_params p;
     sd_request_params(r, iter, &p);
+    sd_request_params_arch(r, e->info.arch, &p);
     p.skip_decode = true;
     run_ctx c = {.e = e, .j = j, .t = t, .last_step = 0, .t0 = wk_now_ms()};
     rb_sd_callbacks cb = {.progress = NULL, .on_step = on_step, .cancel = NULL, .user = &c};

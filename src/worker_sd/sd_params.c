@@ -24,3 +24,8 @@ void sd_request_params(const sd_gen_request *r, int iter, rb_sd_params *p) {
     p->init_image = r->init.data ? &r->init : NULL;
     p->mask = r->mask.data ? &r->mask : NULL;
 }
+
+void sd_request_params_arch(const sd_gen_request *r, rb_sd_arch arch, rb_sd_params *p) {
+    if (arch == RB_SD_ARCH_SD3 && r->api == SD_API_A1111 && r->sampler_set && r->sampler == RB_SD_SAMPLER_EULER)
+        p->sampler = rb_sd_sampler_kind_name(RB_SD_SAMPLER_FLOW_EULER);
+}

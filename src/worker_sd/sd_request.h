@@ -102,5 +102,8 @@ void sd_request_from_rbee(json_t *o, const sd_model_limits *lim, sd_gen_request 
 /* The engine's parameters for run `iter` (seed + iter x batch). p points
  * into r, which must outlive it. */
 void sd_request_params(const sd_gen_request *r, int iter, rb_sd_params *p);
+/* What the model family changes in p: AUTOMATIC1111 calls SD3's flow-matching
+ * Euler "Euler", so its requests for Euler run flow_euler on an SD3 model. */
+void sd_request_params_arch(const sd_gen_request *r, rb_sd_arch arch, rb_sd_params *p);
 
 #endif

@@ -85,6 +85,7 @@ void sd_worker_check(sd_worker *sw, const sd_gen_request *r, const sd_field_name
     if (errs->n > 0 || !sw->model) return;
     rb_sd_params p;
     sd_request_params(r, 0, &p);
+    sd_request_params_arch(r, sw->info.arch, &p);
     rb_error err;
     rb_error_clear(&err);
     rb_status s = rb_sd_check_params(sw->model, &p, &err);
@@ -254,7 +255,9 @@ static void info(void *user, json_t *j, bool loaded) {
     sd_worker *sw = user;
     loaded = loaded && sw->model;
     json_object_set_new(j, "max_size", json_integer((json_int_t)sw->max_size));
-    json_object_set_new(j, "previews", json_string(sw->taesd ? "taesd" : "latent-rgb"));
+    /* the latent-to-RGB approximation knows the 4-channel latent spaces only (SD3's 16 need --taesd) */
+    const bool rgb = !sw->model || sw->info.latent_channels == 4;
+    json_object_set_new(j, "previews", json_string(sw->taesd ? "taesd" : rgb ? "latent-rgb" : "none"));
     if (sw->be) json_object_set_new(j, "backend", json_string(rb_backend_name(sw->be)));
     if (!loaded) {
         json_object_set_new(j, "memory", json_null());

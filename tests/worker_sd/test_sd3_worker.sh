@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sd-worker-rbee serving the tiny SD3 pipeline (tests/data/sd3/pipelines/sd3)
 # with --sd-version 3-medium: /v1/info reports architecture sd3, the SD3
-# defaults (28 steps, sampler flow_euler) and 16-channel latents' model; an
+# defaults (28 steps, sampler flow_euler) and no latent-RGB previews (16
+# channels: only a TAESD could draw them); an
 # rbee job streams its steps and a PNG; AUTOMATIC1111's txt2img answers with
 # an image; --no-t5 loads too; a wrong --sd-version (xl) is refused at load.
 # usage: test_sd3_worker.sh SD_WORKER_BINARY SOURCE_DIR
@@ -32,7 +33,8 @@ stop() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=; }
 start --sd-version 3-medium
 curl -s "$URL/v1/info" >"$TMP/info"
 grep -q '"architecture":"sd3"' "$TMP/info" && grep -q '"default_steps":28' "$TMP/info" &&
-    grep -q '"default_sampler":"flow_euler"' "$TMP/info" && ok "/v1/info: sd3, 28 steps, flow_euler" ||
+    grep -q '"default_sampler":"flow_euler"' "$TMP/info" && grep -q '"previews":"none"' "$TMP/info" &&
+    ok "/v1/info: sd3, 28 steps, flow_euler, no latent-rgb previews" ||
     fail "/v1/info: $(cat "$TMP/info")"
 
 curl -s "$URL/v1/jobs" -d '{"prompt":"a red apple","width":64,"height":64,"steps":3,"seed":5}' >"$TMP/job"
@@ -45,8 +47,9 @@ images=$(grep -c '^data: {"type":"image","index":0,"seed":5,"png":"iVBORw0KGgo' 
     fail "stream: $(cut -c1-160 "$TMP/stream")"
 
 curl -s "$URL/sdapi/v1/txt2img" -H 'Content-Type: application/json' \
-    -d '{"prompt":"a red apple","width":64,"height":64,"steps":2,"seed":3}' >"$TMP/a"
-grep -q '"images":\["iVBORw0KGgo' "$TMP/a" && ok "A1111 txt2img" || fail "A1111 txt2img: $(cut -c1-200 "$TMP/a")"
+    -d '{"prompt":"a red apple","width":64,"height":64,"steps":2,"seed":3,"sampler_name":"Euler"}' >"$TMP/a"
+grep -q '"images":\["iVBORw0KGgo' "$TMP/a" && grep -q '\\"sampler_name\\":\\"Euler\\"' "$TMP/a" &&
+    ok "A1111 txt2img with Euler" || fail "A1111 txt2img: $(cut -c1-300 "$TMP/a")"
 stop
 
 start --no-t5

@@ -787,9 +787,33 @@ static void test_sd_version(void **state) {
     assert_false(sd_version_parse("", &a, &set, &pred, &turbo));
 }
 
+/* AUTOMATIC1111's "Euler" on an SD3 model is its flow-matching Euler; other APIs and families keep euler. */
+static void test_sd3_euler(void **state) {
+    (void)state;
+    sd_gen_request r;
+    rb_sd_params p;
+    sd_request_init(&r, SD_API_A1111, &k_lim);
+    r.sampler = RB_SD_SAMPLER_EULER;
+    r.sampler_set = true;
+    sd_request_params(&r, 0, &p);
+    sd_request_params_arch(&r, RB_SD_ARCH_SDXL, &p);
+    assert_string_equal(p.sampler, "euler");
+    sd_request_params_arch(&r, RB_SD_ARCH_SD3, &p);
+    assert_string_equal(p.sampler, "flow_euler");
+    sd_request_free(&r);
+    sd_request_init(&r, SD_API_RBEE, &k_lim);
+    r.sampler = RB_SD_SAMPLER_EULER;
+    r.sampler_set = true;
+    sd_request_params(&r, 0, &p);
+    sd_request_params_arch(&r, RB_SD_ARCH_SD3, &p);
+    assert_string_equal(p.sampler, "euler"); /* rbee names are diffusers' classes: euler is EulerDiscreteScheduler */
+    sd_request_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base64),         cmocka_unit_test(test_sampler_names),
+        cmocka_unit_test(test_sd3_euler),
         cmocka_unit_test(test_rbee_request),   cmocka_unit_test(test_a1111_request),
         cmocka_unit_test(test_a1111_options),  cmocka_unit_test(test_openai_request),
         cmocka_unit_test(test_infotext),       cmocka_unit_test(test_preview), cmocka_unit_test(test_preview_taesd),
