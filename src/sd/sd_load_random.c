@@ -53,8 +53,9 @@ static void uniform(uint64_t *st, float *out, size_t n, float scale) {
 }
 
 /* One tensor's values: blocks of FILL_BLOCK values, each from its own
- * xorshift stream seeded by (tensor seed, block index), so the values do not
- * depend on how many threads fill them. */
+ * xorshift stream seeded by (tensor seed, block index), so the values do
+ * not depend on how many threads fill them. Generating is cheap; the first
+ * write's page faults are most of the time. */
 #define FILL_BLOCK ((int64_t)1 << 20)
 #define FILL_MAX_THREADS 32
 
