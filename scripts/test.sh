@@ -14,12 +14,12 @@
 # (CI=true, as .ci/run starts it) all of it is required, as are the
 # fixtures.
 # Environment: CI, RBEE_JOBS (parallel jobs, default nproc), RBEE_FUZZ_SECONDS
-# (per fuzz target, default 20), RBEE_SKIP_STAGES (space-separated names).
+# (per fuzz target, default 12: 17 targets; longer runs by hand), RBEE_SKIP_STAGES (space-separated names).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${RBEE_JOBS:-$(nproc)}
-FUZZ_SECONDS=${RBEE_FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${RBEE_FUZZ_SECONDS:-12}
 SKIP=" ${RBEE_SKIP_STAGES:-} "
 declare -a SUMMARY=()
 
