@@ -153,6 +153,28 @@ static rb_status dequantize_if_needed(sd_gguf *f, rb_st_tensor *t, rb_error *err
     return RB_OK;
 }
 
+rb_status sd_gguf_tensor_entry(const rb_gguf *g, int64_t i, char **name, rb_st_tensor *t, rb_error *err) {
+    *name = NULL;
+    const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(g, i);
+    if (!ti) return rb_error_set(err, RB_E_RANGE, "tensor %lld does not exist", (long long)i);
+    char *nm = malloc((size_t)ti->name.len + 1);
+    if (!nm) return rb_error_set(err, RB_E_NOMEM, "out of memory");
+    memcpy(nm, ti->name.ptr, (size_t)ti->name.len);
+    nm[ti->name.len] = '\0';
+    if (strlen(nm) != ti->name.len) {
+        free(nm);
+        return rb_error_set(err, RB_E_FORMAT, "tensor %lld's name holds a NUL byte", (long long)i);
+    }
+    *name = nm;
+    t->name = nm;
+    t->dtype = ti->dtype;
+    t->n_dims = ti->n_dims;
+    memcpy(t->ne, ti->ne, sizeof t->ne);
+    t->nbytes = ti->nbytes;
+    t->data = ti->data;
+    return sd_gguf_orig_shape(g, nm, t, err);
+}
+
 static rb_status build_list(sd_gguf *f, rb_error *err) {
     const int64_t n = rb_gguf_n_tensors(f->g);
     f->names = calloc(n > 0 ? (size_t)n : 1, sizeof *f->names);
@@ -160,21 +182,8 @@ static rb_status build_list(sd_gguf *f, rb_error *err) {
     if (!f->names || !f->list.owned) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     f->list.t = f->list.owned;
     for (int64_t i = 0; i < n; i++) {
-        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
-        char *name = malloc((size_t)ti->name.len + 1);
-        if (!name) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-        memcpy(name, ti->name.ptr, (size_t)ti->name.len);
-        name[ti->name.len] = '\0';
-        f->names[i] = name;
-        f->list.n = i + 1;
-        rb_st_tensor *t = &f->list.owned[i];
-        t->name = name;
-        t->dtype = ti->dtype;
-        t->n_dims = ti->n_dims;
-        memcpy(t->ne, ti->ne, sizeof t->ne);
-        t->nbytes = ti->nbytes;
-        t->data = ti->data;
-        rb_status s = sd_gguf_orig_shape(f->g, name, t, err);
+        rb_status s = sd_gguf_tensor_entry(f->g, i, &f->names[i], &f->list.owned[i], err);
+        f->list.n = f->names[i] ? i + 1 : i;
         if (s != RB_OK) return s;
     }
     rb_status s = sd_gguf_sdcpp_rename(&f->list, f->names, err);

@@ -111,6 +111,12 @@ const sd_name_map *sd_gguf_component_map(const sd_ldm *l, sd_family f, unsigned 
  * differs. */
 rb_status sd_gguf_orig_shape(const rb_gguf *g, const char *name, rb_st_tensor *t, rb_error *err);
 
+/* Tensor i of g as a safetensors-style entry t (its data in place in the
+ * file, ComfyUI-GGUF's orig_shape applied); *name is a new copy of its name
+ * (the caller frees it; t->name points to it). RB_E_FORMAT for a name that
+ * holds a NUL byte. */
+rb_status sd_gguf_tensor_entry(const rb_gguf *g, int64_t i, char **name, rb_st_tensor *t, rb_error *err);
+
 /* ---- metadata (sd_gguf_meta.c) ---- */
 
 /* general.architecture for a family: "sd1" (SD 1.x and 2.x, as ComfyUI-GGUF

@@ -73,25 +73,9 @@ static rb_status build_list(sd_sd3_gguf *f, rb_error *err) {
     if (!f->names || !f->list.owned) return rb_error_set(err, RB_E_NOMEM, "out of memory");
     f->list.t = f->list.owned;
     for (int64_t i = 0; i < n; i++) {
-        const rb_gguf_tensor_info *ti = rb_gguf_tensor_at(f->g, i);
-        char *name = malloc((size_t)ti->name.len + 1);
-        if (!name) return rb_error_set(err, RB_E_NOMEM, "out of memory");
-        memcpy(name, ti->name.ptr, (size_t)ti->name.len);
-        name[ti->name.len] = '\0';
-        if (strlen(name) != ti->name.len) {
-            free(name);
-            return rb_error_set(err, RB_E_FORMAT, "tensor %lld's name holds a NUL byte", (long long)i);
-        }
-        f->names[i] = name;
-        f->list.n = i + 1;
         rb_st_tensor *t = &f->list.owned[i];
-        t->name = name;
-        t->dtype = ti->dtype;
-        t->n_dims = ti->n_dims;
-        memcpy(t->ne, ti->ne, sizeof t->ne);
-        t->nbytes = ti->nbytes;
-        t->data = ti->data;
-        rb_status s = sd_gguf_orig_shape(f->g, name, t, err);
+        rb_status s = sd_gguf_tensor_entry(f->g, i, &f->names[i], t, err);
+        f->list.n = f->names[i] ? i + 1 : i;
         if (s == RB_OK) s = dequantize_flat(f, t, err);
         if (s != RB_OK) return s;
     }
