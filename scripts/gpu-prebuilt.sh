@@ -67,9 +67,12 @@
 #              ceilings of docs/PERFORMANCE.md), where torch is installed
 #   peer       rbee beside llama.cpp on the same GGUF files (scripts/peer-gpu.sh):
 #              builds llama.cpp's CUDA tools from $PEER_SRC (default
-#              .ref/llama.cpp-src-min.tar.xz, peers.md), writes a random F16 file of
-#              each shape in $PEER_SHAPES (default llama3.2-1b), quantizes it to
-#              $PEER_TYPES (default Q4_K_M Q5_K_M Q6_K Q4_0), pp512 tg128 of each
+#              .ref/llama.cpp-src-min.tar.xz, peers.md), writes a random file of
+#              each shape in $PEER_SHAPES (default llama3.2-1b; also the MoE
+#              shapes qwen3-30b-a3b, mixtral-8x7b, qwen3moe-tiny, mixtral-tiny) in
+#              each type of $PEER_TYPES (default Q4_K_M Q5_K_M Q6_K Q4_0; F16, Q8_0
+#              and Q4_K_M written directly, others by llama-quantize), pp512 tg128
+#              of each, and the seconds each stage took
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
 #              gpt-oss-20b shapes, decode to prefill)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
