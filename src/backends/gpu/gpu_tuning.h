@@ -23,6 +23,7 @@ typedef struct rb_gpu_tuning {
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
     bool no_gemm_q8;        /* q4_0 / q8_0 products of 9..64 rows as before gemm_q8.cuh (matrix-vector, GEMM) */
+    bool no_att_fa;         /* plain prefill attention (no mask, softcap, sinks) by att_tc.cuh, not att_fa.cuh */
     int mv_max_m;           /* > 0: the matrix-vector kernels take products of up to this many rows (<= 32) */
 } rb_gpu_tuning;
 

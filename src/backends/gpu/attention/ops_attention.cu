@@ -2,6 +2,10 @@
  *  - Tensor cores (att_tc.cuh) for prefill: 16-bit K/V with aligned rows,
  *    D = Dv in {40, 64, 80, 96, 128, 160, 256}, Tq >= 16 (the image tokens
  *    and text context of the diffusion UNets: heads of 40, 64, 80, 160).
+ *    On CUDA the plain case of these - no mask of any kind, no soft-capping,
+ *    sinks or device positions, D <= 160: the diffusion networks' self- and
+ *    cross-attention - goes to att_fa.cuh, 128 rows a block and Q in
+ *    registers (the tuning's no_att_fa keeps it on att_tc.cuh).
  *  - Decode (att_decode.cuh): the same K/V layouts with fewer queries,
  *    D in {64, 80, 96, 128, 256} and an f32 dst; for D = 64 and 128 in wide
  *    blocks (att_decode_wide.cuh).
@@ -20,10 +24,12 @@
  * count depends on Tk only, so one launch serves every decode step (graph
  * replay), and splits past a query's position return at once.
  * A test or benchmark may restrict the choice (rb_gpu_tuning: the generic
- * kernel for everything, att_decode.cuh for head dims 64 and 128 too). */
+ * kernel for everything, att_decode.cuh for head dims 64 and 128 too,
+ * att_tc.cuh for the plain prefill case). */
 #include "backends/gpu/attention/att_common.cuh"
 #include "backends/gpu/attention/att_decode.cuh"
 #include "backends/gpu/attention/att_decode_wide.cuh"
+#include "backends/gpu/attention/att_fa.cuh"
 #include "backends/gpu/attention/att_tc.cuh"
 
 namespace RB_GPU_NS {
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     }
 }
 
-enum att_kernel { ATT_GENERIC, ATT_DECODE, ATT_TC };
+enum att_kernel { ATT_GENERIC, ATT_DECODE, ATT_TC, ATT_FA };
 
 /* 16-bit rows the vector kernels can read: contiguous, 16-byte aligned */
 static bool att_rows16(const rb_tensor *t) {
@@ -208,6 +214,38 @@ static bool att_tc_device(gpu_backend *g) {
 #endif
 }
 
+/* The plain prefill case att_fa.cuh takes (CUDA only): no mask of any
+ * kind, no soft-capping, sinks, device positions or kv_index, D <= 160. */
+static bool att_fa_ok(const gpu_backend *g, const rb_tensor *q, const rb_attn_params *p) {
+#if defined(RBEE_GPU_HIP)
+    (void)g;
+    (void)q;
+    (void)p;
+    return false;
+#else
+    return !g->tune.no_att_fa && att_fa_dim(q->ne[0]) && !p->causal && p->window <= 0 && !p->mask &&
+           !(p->softcap > 0.0f) && !p->sinks && !p->q_pos && !p->kv_index;
+#endif
+}
+
+/* rows a block takes and keys a tile holds in the tensor-core kernels */
+static int64_t att_tile_rows(att_kernel kern, int64_t D) {
+#if !defined(RBEE_GPU_HIP)
+    if (kern == ATT_FA) return att_fa_bm((int)D);
+#endif
+    (void)kern;
+    (void)D;
+    return ATT_TC_BM;
+}
+
+static int64_t att_tile_keys(att_kernel kern, int64_t D) {
+#if !defined(RBEE_GPU_HIP)
+    if (kern == ATT_FA) return att_fa_bn((int)D);
+#endif
+    (void)kern;
+    return att_tc_bn((int)D);
+}
+
 static att_kernel att_choose(gpu_backend *g, const rb_tensor *dst, const rb_tensor *q, const rb_tensor *k,
                              const rb_tensor *v, const rb_attn_params *p) {
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], Dv = v->ne[0];
@@ -216,7 +254,7 @@ static att_kernel att_choose(gpu_backend *g, const rb_tensor *dst, const rb_tens
     if (Tk > INT_MAX / 2 || p->q_pos0 > INT_MAX / 2 - Tq) return ATT_GENERIC;
     if (D != Dv || !att_tc_dim(D) || k->dtype != v->dtype || !att_rows16(k) || !att_rows16(v))
         return ATT_GENERIC;
-    if (Tq >= 16 && att_tc_device(g)) return ATT_TC;
+    if (Tq >= 16 && att_tc_device(g)) return att_fa_ok(g, q, p) ? ATT_FA : ATT_TC;
     /* the decode kernels store f32 rows of their head dims */
     if (dst->dtype != RB_F32 || !att_dec_dim(D)) return ATT_GENERIC;
     /* the decode kernel's per-row-group counters must cover every group */
@@ -266,6 +304,36 @@ static rb_status att_tc_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt 
     default: return att_launch_tc<BF, 256>(be, grid, dst, q, k, v, mk, a);
     }
 }
+
+#if !defined(RBEE_GPU_HIP)
+template <bool BF, int D>
+static rb_status att_launch_fa(rb_backend *be, dim3 grid, const gt &dst, const gt &q, const gt &k, const gt &v,
+                               const att_args &a) {
+    gpu_backend *g = gb(be);
+    const size_t smem = att_fa_smem(D);
+    /* all of a multiprocessor's shared memory for att_fa_minb blocks of it */
+    cudaError_t e = cudaFuncSetAttribute(k_att_fa<BF, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_att_fa<BF, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return gpu_fail(be, e, "attention: shared memory for the tensor-core kernel (plain case)");
+    k_att_fa<BF, D><<<grid, ATT_FA_THREADS, smem, g->stream>>>(dst, q, k, v, a);
+    return gpu_check_launch(be, "attention (tensor cores, plain case)");
+}
+
+template <bool BF>
+static rb_status att_fa_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
+                                 const gt &v, const att_args &a) {
+    switch (D) {
+    case 40: return att_launch_fa<BF, 40>(be, grid, dst, q, k, v, a);
+    case 64: return att_launch_fa<BF, 64>(be, grid, dst, q, k, v, a);
+    case 80: return att_launch_fa<BF, 80>(be, grid, dst, q, k, v, a);
+    case 96: return att_launch_fa<BF, 96>(be, grid, dst, q, k, v, a);
+    case 128: return att_launch_fa<BF, 128>(be, grid, dst, q, k, v, a);
+    default: return att_launch_fa<BF, 160>(be, grid, dst, q, k, v, a);
+    }
+}
+#endif
 
 template <bool BF>
 static rb_status att_dec_dispatch(rb_backend *be, int64_t D, dim3 grid, const gt &dst, const gt &q, const gt &k,
@@ -442,20 +510,21 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     a.kvec = k->dtype == RB_F16 && k->nb[0] == 2 && D % 8 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
              k->nb[3] % 16 == 0 && ((uintptr_t)kp % 16) == 0;
 
-    /* keys one query row may see (all of Tk with q_pos: positions unknown here) */
+    /* keys one query row may see (all of Tk with q_pos: positions unknown here; and without masks) */
     const int64_t rows = Tq * Hq * B;
     int64_t span = Tk;
     if (!p->q_pos && p->window > 0 && p->window < span) span = p->window;
-    const int64_t reach = p->q_pos ? Tk : span + (Tq > 1 ? Tq - 1 : 0);
+    const int64_t reach = p->q_pos || kern == ATT_FA ? Tk : span + (Tq > 1 ? Tq - 1 : 0);
     int64_t items; /* work items without splitting */
     dim3 grid(1, 1, 1);
-    if (kern == ATT_TC) {
-        const int64_t ntile = (Tq * (Hq / Hkv) + ATT_TC_BM - 1) / ATT_TC_BM;
+    const bool tc = kern == ATT_TC || kern == ATT_FA;
+    if (tc) {
+        const int64_t bm = att_tile_rows(kern, D), ntile = (Tq * (Hq / Hkv) + bm - 1) / bm;
         items = ntile * Hkv * B;
         /* split only when the tiles cannot give every multiprocessor one: a
          * 512-token 7B prefill (256 tiles) split in two spent 29 us per layer
          * merging, more than the split saved */
-        a.nsplit = att_nsplit(items, (int64_t)g->n_sm, reach, 4 * att_tc_bn((int)D));
+        a.nsplit = att_nsplit(items, (int64_t)g->n_sm, reach, 4 * att_tile_keys(kern, D));
         if (ntile > 0x7fffffffLL || Hkv * B > 65535)
             return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_attention: %lld query rows x %lld kv heads are too many",
                                    (long long)(Tq * Hq), (long long)(Hkv * B));
@@ -465,10 +534,10 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
         a.nsplit = att_nsplit(items, 12 * (int64_t)g->n_sm, reach, 128);
     }
     if (a.nsplit > 1) { /* whole key tiles / warp chunks per split */
-        const int64_t al = kern == ATT_TC ? att_tc_bn((int)D) : 32;
+        const int64_t al = tc ? att_tile_keys(kern, D) : 32;
         a.kchunk = ((reach + a.nsplit - 1) / a.nsplit + al - 1) / al * al;
         a.nsplit = (int)((reach + a.kchunk - 1) / a.kchunk);
-        if (kern == ATT_TC) grid.z = (unsigned)a.nsplit;
+        if (tc) grid.z = (unsigned)a.nsplit;
     }
     if (a.nsplit <= 1) a.kchunk = Tk > 0 ? Tk : 1;
     if (a.nsplit > 1) {
@@ -482,7 +551,14 @@ rb_status gpu_attention(rb_backend *be, rb_tensor *dst, const rb_tensor *q, cons
     const gt gd = gview(dst), gq = gview(q), gk_ = gview(k), gv = gview(v);
     const bool bf = k->dtype == RB_BF16;
     rb_status s;
-    if (kern == ATT_TC) {
+    if (kern == ATT_FA) {
+#if !defined(RBEE_GPU_HIP)
+        s = bf ? att_fa_dispatch<true>(be, D, grid, gd, gq, gk_, gv, a)
+               : att_fa_dispatch<false>(be, D, grid, gd, gq, gk_, gv, a);
+#else
+        s = RB_E_UNSUPPORTED; /* never chosen (att_fa_ok) */
+#endif
+    } else if (kern == ATT_TC) {
         s = bf ? att_tc_dispatch<true>(be, D, grid, gd, gq, gk_, gv, mk, a)
                : att_tc_dispatch<false>(be, D, grid, gd, gq, gk_, gv, mk, a);
     } else {
