@@ -51,7 +51,8 @@
 #              beside q4_0, pp512 tg128
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
-#   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels)
+#   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels;
+#              then the diffusion shapes on att_fa.cuh and att_tc.cuh side by side)
 #   worker     llm-worker-rbee on cuda:0 at --parallel 1/4/8/16
 #              (tools/bench/worker_parallel.py; the bundled default model
 #              unless RBEE_BENCH_MODEL names another)
@@ -379,8 +380,12 @@ PY
   attn) step "bench_gpu attn${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu attn cuda:0 >"$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     python3 -c 'import json,sys
 for l in open(sys.argv[1]):
-    if l.startswith("{"):
-        r = json.loads(l); print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
+    if not l.startswith("{"): continue
+    r = json.loads(l)
+    if r["bench"] == "attn_sd":
+        print("  %-10s B %d H %2d Tq %5d Tk %5d D %3d  att_fa %9.2f us %6.1f TFLOP/s  att_tc %9.2f us %6.1f TFLOP/s  x%.2f" % (r["case"], r["B"], r["H"], r["Tq"], r["Tk"], r["D"], r["fa_us"], r["fa_TFLOPs"], r["tc_us"], r["tc_TFLOPs"], r["speedup"]))
+    else:
+        print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     result attn done ;;
   moe) step "bench_gpu moe${TAG:+ ($TAG)}"; timeout 280 $BIN/cuda/bench_gpu moe cuda:0 >"$OUT/bench_moe${TAG:+-$TAG}.jsonl"
     python3 -c 'import json,sys

@@ -2,7 +2,8 @@
  * (steps ops and attn; not a ctest): `bench_gpu ops SPEC` times the device
  * copy bandwidth, the decode matrix-vector products (M = 1..32) for each
  * weight dtype on three Llama-2-7B shapes and the prefill GEMM (M = 512), see
- * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn);
+ * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn: the
+ * LLM shapes, then the diffusion networks' with both tensor-core kernels);
  * `bench_gpu moe SPEC` times the expert products (bench_moe). Whole models:
  * `rbee bench`. Prints one JSON object per measurement. Inputs are seeded
  * random values (never zeros). */
@@ -11,6 +12,7 @@
 #include "rbee/ops.h"
 #include "rbee/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,7 +246,8 @@ static int bench_ops(rb_backend *be) {
  * all; the time per call is the median of 15 batches, each a graph replay
  * of n calls where the backend has graphs (no launch gaps), else n eager
  * calls. FLOPs: 2 * 2 * D * Hq * Tq * Tk / 2 (causal prefill), 4 D Hq
- * (pos + 1) (decode); kv_GBps: K and V bytes of the visible keys / time. */
+ * (pos + 1) (decode); kv_GBps: K and V bytes of the visible keys / time.
+ * Then the diffusion networks' shapes (bench_attn_sd). */
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -264,6 +267,53 @@ static rb_tensor attn_view(const rb_tensor *base, int64_t D, int64_t T, int64_t 
 }
 
 #define ATT_ROT_MAX 16
+
+typedef struct attn_timing {
+    double median, min; /* seconds per call */
+    int n;              /* calls per batch */
+    bool graph;         /* batches were graph replays */
+} attn_timing;
+
+/* Times rb_attention(d, q[i % nrot], k[i % nrot], v[i % nrot], p) as the
+ * header above says. */
+static attn_timing attn_time(rb_backend *be, rb_tensor *d, rb_tensor *q, rb_tensor *k, rb_tensor *v, int nrot,
+                             const rb_attn_params *p) {
+    const bool graphs = rb_backend_graphs_supported(be);
+    for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, d, &q[r], &k[r], &v[r], p));
+    CHECK(rb_backend_sync(be));
+    double t0 = now();
+    for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, d, &q[r], &k[r], &v[r], p));
+    CHECK(rb_backend_sync(be));
+    const double t1 = (now() - t0) / nrot;
+    int n = (int)(3e-3 / t1);
+    if (n < 1) n = 1;
+    if (n > 200) n = 200;
+    rb_graph *gr = NULL;
+    if (graphs) {
+        CHECK(rb_backend_capture_begin(be));
+        for (int i = 0; i < n; i++) CHECK(rb_attention(be, d, &q[i % nrot], &k[i % nrot], &v[i % nrot], p));
+        CHECK(rb_backend_capture_end(be, &gr));
+        CHECK(rb_graph_launch(gr));
+        CHECK(rb_backend_sync(be));
+    }
+    double ts[15];
+    for (int bi = 0; bi < 15; bi++) {
+        t0 = now();
+        if (gr) CHECK(rb_graph_launch(gr));
+        else
+            for (int i = 0; i < n; i++) CHECK(rb_attention(be, d, &q[i % nrot], &k[i % nrot], &v[i % nrot], p));
+        CHECK(rb_backend_sync(be));
+        ts[bi] = (now() - t0) / n;
+    }
+    const bool graphed = gr != NULL;
+    rb_graph_free(gr);
+    qsort(ts, 15, sizeof ts[0], cmp_double);
+    const attn_timing tm = {ts[7], ts[0], n, graphed};
+    return tm;
+}
+
+static void bench_attn_sd(rb_backend *be);
+
 static int bench_attn(rb_backend *be) {
     typedef struct {
         int64_t Tq, Tk, Hq, Hkv;
@@ -276,7 +326,6 @@ static int bench_attn(rb_backend *be) {
                            {1, 513, 32, 32, 400}};
     const char *modes[] = {"auto", "generic"};
     const int64_t D = 128;
-    const bool graphs = rb_backend_graphs_supported(be);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const acase *c = &cases[ci];
         const size_t kvbytes = (size_t)(2 * D * c->Hkv * c->Tk) * 2;
@@ -304,40 +353,13 @@ static int bench_attn(rb_backend *be) {
         for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
             const rb_gpu_tuning tune = {.generic_attention = strcmp(modes[mi], "generic") == 0};
             if (rb_gpu_backend_tune(be, &tune) != RB_OK && tune.generic_attention) continue; /* no GPU: auto only */
-            for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, &d, &q[r], &k[r], &v[r], &p));
-            CHECK(rb_backend_sync(be));
-            double t0 = now();
-            for (int r = 0; r < nrot; r++) CHECK(rb_attention(be, &d, &q[r], &k[r], &v[r], &p));
-            CHECK(rb_backend_sync(be));
-            const double t1 = (now() - t0) / nrot;
-            int n = (int)(3e-3 / t1);
-            if (n < 1) n = 1;
-            if (n > 200) n = 200;
-            rb_graph *gr = NULL;
-            if (graphs) {
-                CHECK(rb_backend_capture_begin(be));
-                for (int i = 0; i < n; i++) CHECK(rb_attention(be, &d, &q[i % nrot], &k[i % nrot], &v[i % nrot], &p));
-                CHECK(rb_backend_capture_end(be, &gr));
-                CHECK(rb_graph_launch(gr));
-                CHECK(rb_backend_sync(be));
-            }
-            double ts[15];
-            for (int bi = 0; bi < 15; bi++) {
-                t0 = now();
-                if (gr) CHECK(rb_graph_launch(gr));
-                else
-                    for (int i = 0; i < n; i++)
-                        CHECK(rb_attention(be, &d, &q[i % nrot], &k[i % nrot], &v[i % nrot], &p));
-                CHECK(rb_backend_sync(be));
-                ts[bi] = (now() - t0) / n;
-            }
-            rb_graph_free(gr);
-            qsort(ts, 15, sizeof ts[0], cmp_double);
-            const double t = ts[7];
+            attn_timing tm = attn_time(be, &d, q, k, v, nrot, &p);
+            const double t = tm.median;
             printf("{\"bench\":\"attn\",\"kernel\":\"%s\",\"D\":%lld,\"Tq\":%lld,\"Tk\":%lld,\"Hq\":%lld,\"Hkv\":%lld,"
                    "\"pos\":%d,\"graph\":%s,\"n\":%d,\"us\":%.2f,\"us_min\":%.2f,\"TFLOPs\":%.2f,\"kv_GBps\":%.1f}\n",
                    modes[mi], (long long)D, (long long)c->Tq, (long long)c->Tk, (long long)c->Hq, (long long)c->Hkv,
-                   (int)c->pos, gr ? "true" : "false", n, t * 1e6, ts[0] * 1e6, flops / t / 1e12, kvread / t / 1e9);
+                   (int)c->pos, tm.graph ? "true" : "false", tm.n, t * 1e6, tm.min * 1e6, flops / t / 1e12,
+                   kvread / t / 1e9);
             fflush(stdout);
         }
         const rb_gpu_tuning dflt = {0};
@@ -350,7 +372,74 @@ static int bench_attn(rb_backend *be) {
         rb_tensor_free(&d);
         rb_tensor_free(&qp);
     }
+    bench_attn_sd(be);
     return 0;
+}
+
+/* The diffusion networks' attention (the second part of `bench_gpu attn`):
+ * non-causal, no mask, f16 q, k, v and dst in the networks' layout ([H D,
+ * T, B] activations seen as [D, T, H, B]): SD3-medium's joint attention
+ * (B 2, 24 heads, 4,429 tokens, D 64), SDXL's (10 heads, 4,096 tokens, D
+ * 64; against 77 text tokens), SD1.5's levels (8 heads: 4,096 tokens at D
+ * 40, 1,024 at 80, 256 at 160; 4,096 against 77) and a D = 128 shape (24
+ * heads, 4,608 tokens, batch 1). Each with the default kernel (att_fa.cuh
+ * on CUDA) and att_tc.cuh (the tuning's no_att_fa), side by side; timing as
+ * above; FLOPs 4 B H Tq Tk D. */
+static void bench_attn_sd(rb_backend *be) {
+    typedef struct {
+        const char *name;
+        int64_t B, H, Tq, Tk, D;
+    } scase;
+    const scase cases[] = {{"sd3m", 2, 24, 4429, 4429, 64},   {"sdxl", 2, 10, 4096, 4096, 64},
+                           {"sdxl-cross", 2, 10, 4096, 77, 64}, {"sd15", 2, 8, 4096, 4096, 40},
+                           {"sd15-cross", 2, 8, 4096, 77, 40}, {"sd15-l2", 2, 8, 1024, 1024, 80},
+                           {"sd15-l3", 2, 8, 256, 256, 160},   {"d128", 1, 24, 4608, 4608, 128}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const scase *c = &cases[ci];
+        const size_t setbytes = (size_t)(c->B * c->H * c->D * (2 * c->Tq + 2 * c->Tk)) * 2;
+        int nrot = (int)(((size_t)128 << 20) / setbytes + 1);
+        if (nrot > ATT_ROT_MAX) nrot = ATT_ROT_MAX;
+        rb_tensor qa[ATT_ROT_MAX], ka[ATT_ROT_MAX], va[ATT_ROT_MAX], q[ATT_ROT_MAX], k[ATT_ROT_MAX], v[ATT_ROT_MAX];
+        for (int r = 0; r < nrot; r++) {
+            qa[r] = random_tensor(be, RB_F16, c->H * c->D, c->Tq * c->B);
+            ka[r] = random_tensor(be, RB_F16, c->H * c->D, c->Tk * c->B);
+            va[r] = random_tensor(be, RB_F16, c->H * c->D, c->Tk * c->B);
+            q[r] = attn_view(&qa[r], c->D, c->Tq, c->H, 2);
+            k[r] = attn_view(&ka[r], c->D, c->Tk, c->H, 2);
+            v[r] = attn_view(&va[r], c->D, c->Tk, c->H, 2);
+            q[r].ne[3] = c->B; /* batch items follow each other: [H D, T, B] */
+            k[r].ne[3] = v[r].ne[3] = c->B;
+        }
+        rb_tensor d;
+        const int64_t dne[4] = {c->D, c->H, c->Tq, c->B};
+        CHECK(rb_tensor_alloc(be, RB_F16, 4, dne, &d));
+        const rb_attn_params p = {.scale = 1.0f / sqrtf((float)c->D)};
+        const double flops = 4.0 * (double)(c->B * c->H) * (double)c->Tq * (double)c->Tk * (double)c->D;
+        attn_timing tm[2];
+        memset(tm, 0, sizeof tm);
+        bool have_tc = false;
+        for (int mi = 0; mi < 2; mi++) {
+            const rb_gpu_tuning tune = {.no_att_fa = mi == 1};
+            if (rb_gpu_backend_tune(be, &tune) != RB_OK && mi == 1) continue; /* no GPU: the default only */
+            tm[mi] = attn_time(be, &d, q, k, v, nrot, &p);
+            have_tc = mi == 1;
+        }
+        const rb_gpu_tuning dflt = {0};
+        (void)rb_gpu_backend_tune(be, &dflt);
+        printf("{\"bench\":\"attn_sd\",\"case\":\"%s\",\"B\":%lld,\"H\":%lld,\"Tq\":%lld,\"Tk\":%lld,\"D\":%lld,"
+               "\"graph\":%s,\"fa_us\":%.2f,\"fa_TFLOPs\":%.1f,\"tc_us\":%.2f,\"tc_TFLOPs\":%.1f,\"speedup\":%.2f}\n",
+               c->name, (long long)c->B, (long long)c->H, (long long)c->Tq, (long long)c->Tk, (long long)c->D,
+               tm[0].graph ? "true" : "false", tm[0].median * 1e6, flops / tm[0].median / 1e12,
+               have_tc ? tm[1].median * 1e6 : 0.0, have_tc ? flops / tm[1].median / 1e12 : 0.0,
+               have_tc ? tm[1].median / tm[0].median : 0.0);
+        fflush(stdout);
+        for (int r = 0; r < nrot; r++) {
+            rb_tensor_free(&qa[r]);
+            rb_tensor_free(&ka[r]);
+            rb_tensor_free(&va[r]);
+        }
+        rb_tensor_free(&d);
+    }
 }
 
 /* ---- mixture-of-experts expert products, `bench_gpu moe SPEC` ----

@@ -158,18 +158,22 @@ static void nan_rows(gp *x, int64_t from, int64_t to, bool gpu_only) {
     if (gpu_only) free(b);
 }
 
-/* GPU side of the output view set to NaN (orig keeps the bytes around it). */
+/* GPU side of the output view (f32, f16 or bf16) set to NaN (orig keeps
+ * the bytes around it). */
 static void poison_out(gp *x) {
     unsigned char *p = malloc(x->size);
     assert_non_null(p);
     memcpy(p, x->orig, x->size);
     const rb_tensor *t = &x->g;
     const float nanv = NAN;
+    const uint16_t nan16 = t->dtype == RB_BF16 ? 0x7fc0 : 0x7e00;
+    const void *nanp = t->dtype == RB_F32 ? (const void *)&nanv : (const void *)&nan16;
+    const size_t es = t->dtype == RB_F32 ? 4 : 2;
     for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
             for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
                 for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
-                    memcpy(p + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], &nanv, 4);
+                    memcpy(p + t->offs + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], nanp, es);
     TU_OK(rb_buffer_set(x->gb, 0, p, x->size));
     free(p);
 }
@@ -736,10 +740,163 @@ static void test_attention_settled(void **state) {
     rb_backend_destroy(g);
 }
 
+/* ---- the plain case: att_fa.cuh on CUDA sm_80+ ----
+ * Non-causal attention without mask, window, soft-capping, sinks or device
+ * positions (the diffusion networks' self- and cross-attention) goes to
+ * att_fa.cuh on CUDA; everything else stays on att_tc.cuh. Each case runs
+ * on the default choice and with the tuning's no_att_fa (att_tc.cuh), both
+ * against the CPU backend with the tensor-core bounds of check_out (rel L2
+ * and max |diff| <= 2e-3 f16 / 1e-2 bf16; outputs are averages of values in
+ * [-1, 1], so an f16 or bf16 dst adds at most an ulp of such values on each
+ * side). Which kernel ran shows in the bits: att_fa.cuh rounds Q scale
+ * log2(e) where att_tc.cuh rounds Q scale, so a plain case on CUDA must
+ * differ from the no_att_fa run somewhere, and a case with any excluded
+ * feature (or on ROCm, or a head dim att_fa.cuh lacks) must equal it bit
+ * for bit. Shapes: every head dim of att_fa.cuh in f16 and bf16, Tq and Tk
+ * off the tiles (SD3's 4,429 tokens, 77 / 154 text tokens, fewer keys than a
+ * tile), batches, several heads, grouped heads (R = 4), key splits (few
+ * row tiles over many keys), f32 / f16 / bf16 q and dst. */
+enum { PC_PLAIN, PC_CAUSAL, PC_MASK, PC_SOFTCAP, PC_WINDOW, PC_SINKS, PC_QPOS };
+
+typedef struct pcase {
+    int64_t D, Tq, Tk, Hq, Hkv, B;
+    rb_dtype qt, kvt, dt;
+    int excl; /* PC_PLAIN, or the one feature that keeps the case on att_tc.cuh */
+} pcase;
+
+static bool plain_kernel_here(rb_backend *g) {
+    rb_device_info info;
+    int sm = 0;
+    if (rb_backend_kind(g) != RB_DEVICE_CUDA || rb_backend_device_info(g, &info) != RB_OK) return false;
+    return sscanf(info.features, "sm_%d", &sm) == 1 && sm >= 80;
+}
+
+static void run_plain(rb_backend *c, rb_backend *g, tu_rng *rng, const pcase *f, bool fa_here) {
+    static const char *excl_name[] = {"", " causal", " mask", " softcap", " window", " sinks", " q_pos"};
+    char name[160];
+    snprintf(name, sizeof name, "plain D%lld Tq%lld Tk%lld H%lld/%lld B%lld q %s kv %s dst %s%s", (long long)f->D,
+             (long long)f->Tq, (long long)f->Tk, (long long)f->Hq, (long long)f->Hkv, (long long)f->B,
+             rb_dtype_name(f->qt), rb_dtype_name(f->kvt), rb_dtype_name(f->dt), excl_name[f->excl]);
+    const int64_t qne[4] = {f->D, f->Hq, f->Tq, f->B}, kne[4] = {f->D, f->Hkv, f->Tk, f->B},
+                  dne[4] = {f->D, f->Hq, f->Tq, f->B}, mne[4] = {f->Tk, f->Tq, 1, 1}, sne[4] = {f->Hq, 1, 1, 1};
+    gp q = gp_make(c, g, rng, f->qt, qne, GP_CONTIG, -2, 2);
+    gp k = gp_make(c, g, rng, f->kvt, kne, GP_CONTIG, -1, 1);
+    gp v = gp_make(c, g, rng, f->kvt, kne, GP_CONTIG, -1, 1);
+    gp d = gp_make(c, g, rng, f->dt, dne, GP_SLICE, -5, 5);
+    gp m = gp_make(c, g, rng, RB_F32, mne, GP_CONTIG, -3, 1);
+    gp sk = gp_make(c, g, rng, RB_F32, sne, GP_CONTIG, -2, 4);
+    swap12(&q);
+    swap12(&k);
+    swap12(&v);
+    const bool causal = f->excl == PC_CAUSAL || f->excl == PC_QPOS;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)f->Tq);
+    assert_non_null(pos);
+    const int64_t pos0 = causal && f->Tk > f->Tq ? f->Tk - f->Tq : 0;
+    for (int64_t i = 0; i < f->Tq; i++) pos[i] = (int32_t)(pos0 + i);
+    gp qp = gp_ids(c, g, pos, f->Tq, 1);
+    rb_attn_params pg = {.scale = 1.0f / sqrtf((float)f->D), .causal = causal, .q_pos0 = pos0};
+    if (f->excl == PC_MASK) pg.mask = &m.g;
+    if (f->excl == PC_SOFTCAP) pg.softcap = 8.0f;
+    if (f->excl == PC_WINDOW) pg.window = (int)(f->Tq / 2 + 29);
+    if (f->excl == PC_SINKS) pg.sinks = &sk.g;
+    if (f->excl == PC_QPOS) {
+        pg.q_pos = &qp.g;
+        pg.q_pos0 = 0;
+    }
+    rb_attn_params pc = pg; /* the CPU in q_pos0 form */
+    pc.q_pos = NULL;
+    pc.q_pos0 = pos0;
+    pc.mask = pg.mask ? &m.c : NULL;
+    pc.sinks = pg.sinks ? &sk.c : NULL;
+    TU_OK(rb_attention(c, &d.c, &q.c, &k.c, &v.c, &pc));
+    double *ref = gp_read(&d, 0), *got[2];
+    /* bounds of the tensor-core kernels (check_out) */
+    fcase fb = {0};
+    fb.D = f->D;
+    fb.Tq = f->Tq;
+    fb.kvt = f->kvt;
+    const rb_gpu_tuning tunes[2] = {{0}, {.no_att_fa = true}};
+    for (int run = 0; run < 2; run++) {
+        TU_OK(rb_gpu_backend_tune(g, &tunes[run]));
+        poison_out(&d);
+        TU_OK(rb_attention(g, &d.g, &q.g, &k.g, &v.g, &pg));
+        TU_OK(rb_backend_sync(g));
+        check_out(&fb, &d, ref, name, run ? "cpu (att_tc)" : "cpu");
+        gp_expect_close(&d, 1e300, 1e300, name); /* nothing written around the view */
+        got[run] = gp_read(&d, 1);
+    }
+    TU_OK(rb_gpu_backend_tune(g, &tunes[0]));
+    const int64_t n = rb_tensor_nelements(&d.g);
+    int64_t ndiff = 0;
+    for (int64_t e = 0; e < n; e++) ndiff += got[0][e] != got[1][e];
+    const bool fa = fa_here && f->excl == PC_PLAIN && (f->D == 40 || f->D == 64 || f->D == 80 || f->D == 96 ||
+                                                       f->D == 128 || f->D == 160);
+    if (fa && ndiff == 0) fail_msg("%s: the same bits as att_tc.cuh: att_fa.cuh did not run", name);
+    if (!fa && ndiff != 0)
+        fail_msg("%s: %lld of %lld elements differ from att_tc.cuh's, which should have run", name,
+                 (long long)ndiff, (long long)n);
+    print_message("%s: %s (%lld of %lld elements differ from att_tc.cuh)\n", name, fa ? "att_fa" : "att_tc",
+                  (long long)ndiff, (long long)n);
+    free(ref);
+    free(got[0]);
+    free(got[1]);
+    free(pos);
+    gp_free(&qp);
+    gp_free(&q);
+    gp_free(&k);
+    gp_free(&v);
+    gp_free(&d);
+    gp_free(&m);
+    gp_free(&sk);
+}
+
+static void test_attention_plain(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 5151);
+    const bool fa_here = plain_kernel_here(g);
+    print_message("att_fa.cuh %s on this backend\n", fa_here ? "expected" : "not expected");
+    const rb_dtype F32 = RB_F32, F16 = RB_F16, BF16 = RB_BF16;
+    const pcase cs[] = {
+        /* SD3-medium's joint attention (4,429 tokens, D = 64), fewer heads */
+        {64, 4429, 4429, 2, 2, 1, F16, F16, F16, PC_PLAIN},
+        /* SD1.5: 4096 image tokens at D = 40 against 77 text tokens, 1024 at 80, 256 and 64 at 160 */
+        {40, 4096, 77, 8, 8, 2, F32, F16, F32, PC_PLAIN},
+        {40, 1000, 154, 5, 5, 1, F32, BF16, BF16, PC_PLAIN},
+        {80, 1000, 1000, 4, 4, 2, F32, BF16, F32, PC_PLAIN},
+        {80, 129, 65, 6, 3, 3, F16, F16, F16, PC_PLAIN},
+        {160, 256, 256, 8, 8, 2, BF16, BF16, BF16, PC_PLAIN},
+        {160, 64, 77, 8, 8, 2, F32, F16, F32, PC_PLAIN},
+        /* SDXL / SD2: D = 64 against text tokens; fewer keys than a tile */
+        {64, 4096, 77, 10, 10, 2, F16, F16, F16, PC_PLAIN},
+        {64, 16, 7, 3, 3, 2, F32, BF16, F32, PC_PLAIN},
+        /* grouped heads (R = 4), and few row tiles over many keys (key splits) */
+        {128, 300, 1000, 8, 2, 1, F32, F16, F32, PC_PLAIN},
+        {128, 37, 2000, 4, 4, 1, F32, BF16, F32, PC_PLAIN},
+        {96, 100, 3000, 2, 2, 1, F32, F16, F32, PC_PLAIN},
+        {96, 200, 333, 4, 1, 2, F32, BF16, BF16, PC_PLAIN},
+        /* what stays on att_tc.cuh */
+        {64, 200, 200, 4, 4, 1, F32, F16, F32, PC_CAUSAL},
+        {40, 100, 77, 8, 8, 1, F32, F16, F32, PC_MASK},
+        {64, 100, 300, 4, 4, 1, F32, BF16, F32, PC_SOFTCAP},
+        {80, 100, 300, 4, 4, 1, F32, F16, F32, PC_WINDOW},
+        {64, 100, 137, 4, 4, 1, F32, F16, F32, PC_SINKS},
+        {128, 40, 300, 4, 2, 1, F32, F16, F32, PC_QPOS},
+        {256, 50, 100, 4, 4, 1, F32, F16, F32, PC_PLAIN},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_plain(c, g, &rng, &cs[i], fa_here);
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_16bit),
                                        cmocka_unit_test(test_attention_settled),
                                        cmocka_unit_test(test_attention_sinks),
-                                       cmocka_unit_test(test_attention_kv_index)};
+                                       cmocka_unit_test(test_attention_kv_index),
+                                       cmocka_unit_test(test_attention_plain)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,11 +8,11 @@
  * head g R + r % R). Compared with att_tc.cuh, which serves every case:
  *  - a block of 4 warps takes 128 rows, a warp 32 (two m16 tiles), so each
  *    K or V fragment read from shared memory by ldmatrix feeds four mma
- *    instead of two;
+ *    instead of two (D = 160: 64 rows, 16 a warp, as att_tc.cuh);
  *  - Q is multiplied by scale * log2(e) and rounded to the K/V type once, in
- *    shared memory; for D <= 96 the warp's Q fragments stay in registers for
- *    the whole key loop. Scores are then in base-2 units: p = 2^(s - m), one
- *    subtraction and one ex2.approx per element;
+ *    shared memory; for D = 64 and 160 the warp's Q fragments stay in
+ *    registers for the whole key loop. Scores are then in base-2 units:
+ *    p = 2^(s - m), one subtraction and one ex2.approx per element;
  *  - no per-element test except on the last key tile of a range (keys past
  *    its end); every row of the block sees every key;
  *  - an NST-stage cp.async ring (one barrier a tile) over padded shared rows
@@ -130,7 +130,7 @@ __device__ __forceinline__ float att_fa_exp2(float x) {
 }
 #endif
 
-/* grid (row tiles of 128, Hkv * B, nsplit); q [D,Tq,Hq,B], k/v [D,Tk,Hkv,B], dst [D,Hq,Tq,B] */
+/* grid (row tiles of att_fa_bm, Hkv * B, nsplit); q [D,Tq,Hq,B], k/v [D,Tk,Hkv,B], dst [D,Hq,Tq,B] */
 template <bool BF, int D>
 __global__ void __launch_bounds__(ATT_FA_THREADS, att_fa_minb(D)) k_att_fa(gt dst, gt q, gt k, gt v, att_args a) {
 #if defined(RB_TILE_MMA)
