@@ -1,5 +1,6 @@
 /* Warp-level tile products for the tensor-core attention kernel (att_tc.cuh),
- * written once for both vendors. A "warp" here is always 32 threads (on a
+ * written once for both vendors (att_fa.cuh, CUDA only, uses the ldmatrix,
+ * mma and cp.async wrappers directly). A "warp" here is always 32 threads (on a
  * 64-wide AMD wavefront, two of them): it owns 16 rows of a 16 x N f32
  * accumulator laid out like the C fragment of mma.m16n8k16 - lane l holds,
  * for each 8-column slice nt, x[nt][0..1] at row l/4, columns 2(l%4)+{0,1}
