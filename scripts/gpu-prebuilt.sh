@@ -51,6 +51,9 @@
 #              beside q4_0, pp512 tg128
 #   benchtl    rbee bench, TinyLlama-1.1B shape (CPU comparison shape) on cuda
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
+#   q8         bench_gpu q8 (int8 tensor-core products of q4_0/q8_0/q4_K/q5_K/q6_K weights,
+#              M = 1..256, at 4096x4096, 4096x14336, 2048x8192, beside the paths before
+#              them, the first int8 kernel and the int8 kernel forced outside its rows)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels;
 #              then the diffusion shapes on att_fa.cuh and att_tc.cuh side by side)
 #   worker     llm-worker-rbee on cuda:0 at --parallel 1/4/8/16
@@ -393,6 +396,8 @@ for l in open(sys.argv[1]):
     if l.startswith("{"):
         r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %9.1f us %7.1f GB/s  graph %9.1f us  %6.3f TFLOP/s" % (r["shape"], r["part"], r["wtype"], r["T"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
     result moe done ;;
+  q8) step "bench_gpu q8${TAG:+ ($TAG)}"; timeout 400 $BIN/cuda/bench_gpu q8 cuda:0 >"$OUT/bench_q8${TAG:+-$TAG}.jsonl"
+    grep -v "^{" "$OUT/bench_q8${TAG:+-$TAG}.jsonl"; result "q8${TAG:+ ($TAG)}" done ;;
   ops) step "bench_gpu ops${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops${TAG:+-$TAG}.jsonl"
     grep -v "^{" "$OUT/bench_ops${TAG:+-$TAG}.jsonl"; result "ops${TAG:+ ($TAG)}" done ;;
   *) echo "unknown step $s"; result "$s" "FAIL (unknown step)" ;;

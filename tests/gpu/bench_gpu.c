@@ -1,9 +1,11 @@
 /* GPU benchmarks, run on the device machine by scripts/gpu-prebuilt.sh
- * (steps ops and attn; not a ctest): `bench_gpu ops SPEC` times the device
- * copy bandwidth, the decode matrix-vector products (M = 1..32) for each
- * weight dtype on three Llama-2-7B shapes and the prefill GEMM (M = 512), see
- * bench_matvec; `bench_gpu attn SPEC` times attention (bench_attn: the
- * LLM shapes, then the diffusion networks' with both tensor-core kernels);
+ * (steps ops, q8, attn and moe; not a ctest): `bench_gpu ops SPEC` times the
+ * device copy bandwidth, the decode matrix-vector products (M = 1..32) for
+ * each weight dtype on three Llama-2-7B shapes and the prefill GEMM (M =
+ * 512), see bench_matvec; `bench_gpu q8 SPEC` the int8 tensor-core products
+ * of quantized weights against the paths before them (bench_q8);
+ * `bench_gpu attn SPEC` times attention (bench_attn: the LLM shapes, then
+ * the diffusion networks' with both tensor-core kernels);
  * `bench_gpu moe SPEC` times the expert products (bench_moe). Whole models:
  * `rbee bench`. Prints one JSON object per measurement. Inputs are seeded
  * random values (never zeros). */
@@ -63,7 +65,7 @@ static rb_tensor random_tensor(rb_backend *be, rb_dtype dt, int64_t K, int64_t N
  * Shapes K x N = 4096 x 11008, 4096 x 4096, 11008 x 4096 (Llama-2-7B FFN up,
  * attention, FFN down), M = 1, 2, 4, 8, 16, 32 f32 activation rows, every
  * weight type; plus the GEMM path (M = 64, 128: many streams' decode; 512:
- * prefill) on the first shape, and where gemm_q8.cuh (q4_0 / q8_0, M = 9..64)
+ * prefill) on the first shape, and where gemm_q8.cuh (quantized, M = 9..64)
  * or cuBLAS (float weights, M = 5..32) takes a product, the path before
  * them too (the tuning's no_gemm_q8 and mv_max_m = 32). Weights
  * rotate over >= 8 copies and >= 200 MB, so the L2 (50-60 MB) cannot hold
@@ -180,7 +182,7 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
                        ge / copy_bw, tg * 1e6, gg, gg / copy_bw, 2.0 * (double)(K * N * M) / te / 1e12);
                 /* the path before gemm_q8.cuh and cuBLAS for float weights of 5..32 rows: the
                  * matrix-vector kernels up to 32 rows, the GEMM (q4_0 / q8_0: dequantized) above */
-                const bool q8 = dts[di] == RB_Q4_0 || dts[di] == RB_Q8_0, fl = !rb_dtype_info((int)dts[di])->is_quant;
+                const bool q8 = rb_dtype_info((int)dts[di])->is_quant, fl = !q8; /* every quantized type here */
                 const rb_gpu_tuning alt = {.no_gemm_q8 = true, .mv_max_m = 32}, dflt = {0};
                 if (((q8 && M > 8 && M <= 64) || (fl && M > 4 && M <= 32)) && rb_gpu_backend_tune(be, &alt) == RB_OK) {
                     for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
@@ -217,8 +219,120 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
     return 0;
 }
 
-static int bench_ops(rb_backend *be) {
-    /* device copy bandwidth: 1 GiB buffer to buffer, bytes read + written */
+/* ---- int8 tensor-core products, `bench_gpu q8 SPEC` ----
+ * q4_0, q8_0, q4_K, q5_K and q6_K weights at K x N = 4096 x 4096, 4096 x
+ * 14336 (Llama-3-8B attention, FFN up) and 2048 x 8192 (Llama-3.2-1B FFN
+ * up), M = 1, 4, 8, 16, 32, 64, 128, 256 f32 activation rows: the default
+ * path and beside it
+ *   before: the paths before gemm_q8.cuh took these products (the tuning's
+ *           no_gemm_q8: matrix-vector kernels up to 32 rows, dequantize +
+ *           cuBLAS above);
+ *   first:  q4_0 / q8_0 at 9..64 rows by the first, unpipelined int8 kernel
+ *           (gemm_q8_plain);
+ *   q8:     gemm_q8.cuh at an M the default gives another path
+ *           (gemm_q8_min_m = 1, gemm_q8_max_m = 256: where its row range
+ *           should end).
+ * Times as bench_matvec's (weights rotate over >= 200 MB; median of 50
+ * runs, eager and one graph replay a run); GB/s = weight bytes / time,
+ * ratio = that / the copy bandwidth. Ends with a table of the times (us,
+ * graph replay). */
+static int bench_q8(rb_backend *be, double copy_bw) {
+    const rb_dtype dts[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    const int64_t shapes[3][2] = {{4096, 4096}, {4096, 14336}, {2048, 8192}};
+    const int64_t Ms[] = {1, 4, 8, 16, 32, 64, 128, 256};
+    enum { NS = 3, ND = 5, NM = 8, NV = 4 };
+    const char *vname[NV] = {"default", "before", "first", "q8"};
+    static double tab[NS][ND][NM][NV];
+    const bool graphs = rb_backend_graphs_supported(be);
+    for (int si = 0; si < NS; si++)
+        for (int di = 0; di < ND; di++) {
+            const int64_t K = shapes[si][0], N = shapes[si][1];
+            const size_t wbytes = rb_dtype_row_size(dts[di], K) * (size_t)N;
+            int nrot = (int)(((size_t)200 << 20) / wbytes + 1);
+            if (nrot < 8) nrot = 8;
+            if (nrot > MVB_ROT_MAX) nrot = MVB_ROT_MAX;
+            rb_tensor w[MVB_ROT_MAX];
+            w[0] = mvb_weights(be, dts[di], K, N);
+            for (int i = 1; i < nrot; i++) {
+                const int64_t ne[2] = {K, N};
+                CHECK(rb_tensor_alloc(be, dts[di], 2, ne, &w[i]));
+                CHECK(rb_buffer_copy(w[i].buf, 0, w[0].buf, 0, wbytes));
+                CHECK(rb_buffer_set_constant(w[i].buf));
+            }
+            const bool q40 = dts[di] == RB_Q4_0 || dts[di] == RB_Q8_0;
+            for (int mi = 0; mi < NM; mi++) {
+                const int64_t M = Ms[mi];
+                rb_tensor a = random_tensor(be, RB_F32, K, M), d;
+                const int64_t dne[2] = {N, M};
+                CHECK(rb_tensor_alloc(be, RB_F32, 2, dne, &d));
+                for (int v = 0; v < NV; v++) {
+                    rb_gpu_tuning t = {0};
+                    if (v == 1) t.no_gemm_q8 = true;
+                    if (v == 2) t.gemm_q8_plain = true;
+                    if (v == 3) {
+                        t.gemm_q8_min_m = 1;
+                        t.gemm_q8_max_m = 256;
+                    }
+                    /* the variants that take a path of their own at this M */
+                    const bool run = v == 0 || (v == 1 && M > 8) || (v == 2 && q40 && M > 8 && M <= 64) ||
+                                     (v == 3 && (M <= 8 || M > 64));
+                    tab[si][di][mi][v] = 0;
+                    if (!run) continue;
+                    if (rb_gpu_backend_tune(be, &t) != RB_OK && v > 0) continue; /* not a GPU: the default only */
+                    for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a)); /* warm-up, scratch */
+                    CHECK(rb_backend_sync(be));
+                    double t0 = now();
+                    for (int i = 0; i < nrot; i++) CHECK(rb_matmul(be, &d, &w[i], &a));
+                    CHECK(rb_backend_sync(be));
+                    const double est = (now() - t0) / nrot;
+                    int n = nrot * (int)(1.5e-3 / (est * nrot) + 1);
+                    if (n > 4096) n = nrot * (4096 / nrot);
+                    const double te = mvb_time(be, &d, w, nrot, &a, n, false);
+                    const double tg = graphs ? mvb_time(be, &d, w, nrot, &a, n, true) : 0;
+                    const double ge = (double)wbytes / te / 1e9, gg = tg > 0 ? (double)wbytes / tg / 1e9 : 0;
+                    tab[si][di][mi][v] = tg > 0 ? tg : te;
+                    printf("{\"bench\":\"q8\",\"path\":\"%s\",\"wtype\":\"%s\",\"K\":%lld,\"N\":%lld,\"M\":%lld,"
+                           "\"calls\":%d,\"us\":%.2f,\"weight_GBps\":%.1f,\"ratio\":%.3f,\"graph_us\":%.2f,"
+                           "\"graph_GBps\":%.1f,\"graph_ratio\":%.3f,\"TOPs\":%.2f}\n",
+                           vname[v], rb_dtype_name(dts[di]), (long long)K, (long long)N, (long long)M, n, te * 1e6, ge,
+                           ge / copy_bw, tg * 1e6, gg, gg / copy_bw,
+                           2.0 * (double)(K * N * M) / (tg > 0 ? tg : te) / 1e12);
+                    fflush(stdout);
+                }
+                const rb_gpu_tuning dflt = {0};
+                (void)rb_gpu_backend_tune(be, &dflt);
+                rb_tensor_free(&a);
+                rb_tensor_free(&d);
+            }
+            for (int i = 0; i < nrot; i++) rb_tensor_free(&w[i]);
+        }
+    printf("\nus a product (graph replay where the backend has graphs), default [before / first / q8 where run]; "
+           "copy %.0f GB/s\n| K x N | weights |",
+           copy_bw);
+    for (int mi = 0; mi < NM; mi++) printf(" M=%lld |", (long long)Ms[mi]);
+    printf("\n|---|---|");
+    for (int mi = 0; mi < NM; mi++) printf("---|");
+    printf("\n");
+    for (int si = 0; si < NS; si++)
+        for (int di = 0; di < ND; di++) {
+            printf("| %lldx%lld | %s |", (long long)shapes[si][0], (long long)shapes[si][1], rb_dtype_name(dts[di]));
+            for (int mi = 0; mi < NM; mi++) {
+                printf(" %.1f", tab[si][di][mi][0] * 1e6);
+                bool first = true;
+                for (int v = 1; v < NV; v++) {
+                    if (tab[si][di][mi][v] <= 0) continue;
+                    printf("%s%s %.1f", first ? " [" : " / ", vname[v], tab[si][di][mi][v] * 1e6);
+                    first = false;
+                }
+                printf("%s |", first ? "" : "]");
+            }
+            printf("\n");
+        }
+    return 0;
+}
+
+/* the device copy bandwidth: 1 GiB buffer to buffer, bytes read + written */
+static double copy_bandwidth(rb_backend *be) {
     const size_t cb = (size_t)1 << 30;
     rb_buffer *x = NULL, *y = NULL;
     CHECK(rb_buffer_alloc(be, cb, &x));
@@ -232,9 +346,10 @@ static int bench_ops(rb_backend *be) {
     printf("{\"bench\":\"copy\",\"GBps\":%.1f}\n", copy_bw);
     rb_buffer_free(x);
     rb_buffer_free(y);
-
-    return bench_matvec(be, copy_bw);
+    return copy_bw;
 }
+
+static int bench_ops(rb_backend *be) { return bench_matvec(be, copy_bandwidth(be)); }
 
 /* `bench_gpu attn SPEC`: rb_attention on the model's layouts (q an f32
  * [D, Tq, Hq] view of [D, Hq, Tq], f16 KV-cache views [D, Tk, Hkv]), D = 128:
@@ -561,7 +676,7 @@ static int bench_moe(rb_backend *be) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu attn SPEC | bench_gpu moe SPEC\n");
+        fprintf(stderr, "usage: bench_gpu ops SPEC | bench_gpu q8 SPEC | bench_gpu attn SPEC | bench_gpu moe SPEC\n");
         return 2;
     }
     rb_backend *be = NULL;
@@ -573,6 +688,7 @@ int main(int argc, char **argv) {
     }
     int rc = 2;
     if (strcmp(argv[1], "ops") == 0) rc = bench_ops(be);
+    else if (strcmp(argv[1], "q8") == 0) rc = bench_q8(be, copy_bandwidth(be));
     else if (strcmp(argv[1], "attn") == 0) rc = bench_attn(be);
     else if (strcmp(argv[1], "moe") == 0) rc = bench_moe(be);
     rb_backend_destroy(be);

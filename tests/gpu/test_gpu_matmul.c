@@ -6,12 +6,16 @@
  * every M, within the matrix-vector bound below 33 rows).
  *  - run_all: M = 1, 3, 8, 19, 70 and 130 through every path (matrix-vector
  *    kernels; float weights from 5 rows and every type from 33: the GEMM;
- *    q4_0 / q8_0 from 9 to 64 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
+ *    q4_0 / q8_0 / q4_K / q5_K / q6_K from 9 to 64 rows: gemm_q8.cuh); odd N and K; a's dims 2/3
  *    broadcast over b's; permuted/sliced activations of f32/f16/bf16; f32
  *    and f16 destinations in strided views. Run twice: with the default GEMM
  *    (cuBLAS on CUDA) and with the tuning's tiled_gemm (the own kernel HIP
  *    uses; the matrix-vector kernels up to 32 rows) and no_gemm_q8.
- *  - test_gemm_q8: gemm_q8.cuh at larger shapes (see there).
+ *  - test_gemm_q8: gemm_q8.cuh at larger shapes (see there);
+ *    test_gemm_q8_sweep: every format it takes x M from 1 to 256 (the
+ *    tuning's gemm_q8_min_m / max_m) x odd N x K, against the reference and
+ *    the CPU backend as the matrix-vector sweep below; test_gemm_q8_exact:
+ *    q4_0 / q8_0 bit-identical to the first kernel (gemm_q8_plain.cuh).
  *  - test_matvec_sweep: every weight type x M in {1, 2, 3, 7, 8, 9, 16, 31,
  *    32} x N in {1, 33, 257} x K in {256, 4096, one K not a multiple of 256
  *    where the type allows it, else 2304}, outputs poisoned with NaN first;
@@ -112,11 +116,14 @@ static double *values(const gp *x) {
  * rows and its tiled f32 GEMM above: errors within these bounds). */
 static double path_bound(rb_dtype wt, int64_t M, const rb_gpu_tuning *t) {
     const bool quant = rb_dtype_info((int)wt)->is_quant;
-    const bool q8 = (wt == RB_Q4_0 || wt == RB_Q8_0) && !t->no_gemm_q8;
-    int64_t mv = q8 ? 8 : !quant && !t->tiled_gemm ? 4 : 32;
+    const bool q8 = (wt == RB_Q4_0 || wt == RB_Q8_0 || wt == RB_Q4_K || wt == RB_Q5_K || wt == RB_Q6_K) &&
+                    !t->no_gemm_q8;
+    const int64_t q8_min = t->gemm_q8_min_m > 0 ? t->gemm_q8_min_m : 9;
+    const int64_t q8_max = t->gemm_q8_max_m > 0 ? (t->gemm_q8_max_m < 256 ? t->gemm_q8_max_m : 256) : 64;
+    int64_t mv = q8 ? q8_min - 1 : !quant && !t->tiled_gemm ? 4 : 32;
     if (t->mv_max_m > 0) mv = t->mv_max_m < 32 ? t->mv_max_m : 32;
     if (M <= mv) return quant ? 1e-2 : 1e-5; /* matrix-vector: int8 activations for quantized weights */
-    if (q8 && M <= 64) return 1e-2;          /* gemm_q8.cuh: the same int8 activations */
+    if (q8 && M <= q8_max) return 1e-2;      /* gemm_q8.cuh: the same int8 activations */
     if (!quant && M <= 32) return wt == RB_BF16 ? 3e-5 : 1e-5; /* the GEMM on hi and lo 16-bit activations */
     const bool f32 = wt == RB_F32 || (t->tiled_gemm && wt == RB_BF16);
     return f32 ? 1e-5 : wt == RB_BF16 ? 1e-2 : 2e-3; /* GEMM on 16-bit operands */
@@ -209,15 +216,18 @@ static void run_all(bool tiled) {
     rb_backend_destroy(g);
 }
 
-/* gemm_q8.cuh (q4_0 / q8_0 weights, 9..64 rows) at larger shapes: N not
- * a multiple of any tile width, such that on a 132-multiprocessor GPU each
- * tile width runs (M 9 x N 1031, 33 x 1031 and 64 x 97: 16 rows a block;
- * 40 x 8449: 32; 64 x 16900: 64); K with a partial step at the end (K % 128
- * = 32, 64, 96) and whole steps; f32 contiguous and permuted f16
- * activations; two batch slices over one weight matrix; f32, f16 and bf16
- * destinations; the default and the paths before it (no_gemm_q8) within
- * their bounds of the same reference; 200 rows take the GEMM path. K-quant
- * weights at the same shapes take the matrix-vector kernels or the GEMM. */
+/* gemm_q8.cuh (quantized weights, 9..64 rows) at larger shapes, every
+ * format: N not a multiple of any tile width (M 9 x N 1031, 33 x 1031 and
+ * 64 x 97: 64 weight rows a block; 40 x 8449, 64 x 16900: 128; 200 x 4097
+ * takes the GEMM path, and gemm_q8.cuh in four activation tiles when the
+ * tuning lets it take 256 rows), K with a partial step at the end (q4_0 /
+ * q8_0: K % 256 = 32, 32, 0, 96, 192, 0; K-quants 2304 and 1280), rows at
+ * 2-byte aligned offsets in a padded buffer (the last shape: contiguous, the
+ * last row ending the buffer), f32 contiguous and permuted f16 activations, two
+ * batch slices over one weight matrix, f32, f16 and bf16 destinations; the
+ * default, K split in 3 (partial sums), the paths before gemm_q8.cuh
+ * (no_gemm_q8) and the first kernel (gemm_q8_plain) within their bounds of
+ * the same reference. */
 static void test_gemm_q8(void **state) {
     (void)state;
     rb_backend *g = gp_gpu();
@@ -225,26 +235,32 @@ static void test_gemm_q8(void **state) {
     rb_backend *c = gp_cpu();
     tu_rng rng;
     tu_rng_seed(&rng, 502);
-    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q6_K};
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t Ms[] = {9, 33, 64, 40, 200, 64}, Ns[] = {1031, 1031, 97, 8449, 4097, 16900};
     const int64_t Kq[] = {1056, 2080, 1024, 1120, 1216, 512};
-    const rb_gpu_tuning dflt = {0}, before = {.no_gemm_q8 = true};
+    const rb_gpu_tuning tunes[] = {{0}, {.no_gemm_q8 = true}, {.gemm_q8_plain = true}, {.gemm_q8_split = 3},
+                                   {.gemm_q8_max_m = 256}};
+    const char *tags[] = {"default", "before q8", "first q8", "split 3", "q8 to 256"};
     for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
-        const bool kq = ws[wi] == RB_Q4_K || ws[wi] == RB_Q6_K;
+        const bool kq = ws[wi] == RB_Q4_K || ws[wi] == RB_Q5_K || ws[wi] == RB_Q6_K;
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            if (kq && mi % 2) continue;
             const int64_t N = Ns[mi], K = kq ? (mi >= 3 ? 1280 : 2304) : Kq[mi];
             const int64_t B2 = mi == 3 ? 2 : 1;
             const rb_dtype bd = mi % 2 ? RB_F16 : RB_F32;
             const rb_dtype dd = mi == 4 ? RB_BF16 : mi == 5 ? RB_F16 : RB_F32;
-            for (int v = 0; v < (mi == 2 && !kq ? 2 : 1); v++) {
-                TU_OK(rb_gpu_backend_tune(g, v ? &before : &dflt));
-                one_product(c, g, &rng, v ? "before q8" : "default", v ? &before : &dflt, ws[wi], K, N, Ms[mi], 1,
-                            B2, bd, GP_SLICE, mi % 2 ? GP_PERM : GP_CONTIG, dd, mi % 2 ? GP_SLICE : GP_CONTIG);
+            for (int v = 0; v < 5; v++) {
+                const bool run = v == 0 || (v == 1 && mi == 2) || (v == 2 && mi == 2 && !kq) ||
+                                 (v == 3 && (mi == 1 || (mi == 3 && wi == 0))) ||
+                                 (v == 4 && mi == 4 && (ws[wi] == RB_Q4_0 || ws[wi] == RB_Q4_K));
+                if (!run) continue;
+                TU_OK(rb_gpu_backend_tune(g, &tunes[v]));
+                one_product(c, g, &rng, tags[v], &tunes[v], ws[wi], K, N, Ms[mi], 1, B2, bd,
+                            mi == 5 ? GP_CONTIG : GP_SLICE, mi % 2 ? GP_PERM : GP_CONTIG, dd,
+                            mi % 2 ? GP_SLICE : GP_CONTIG);
             }
         }
     }
-    TU_OK(rb_gpu_backend_tune(g, &dflt));
+    TU_OK(rb_gpu_backend_tune(g, &tunes[0]));
     rb_backend_destroy(c);
     rb_backend_destroy(g);
 }
@@ -418,6 +434,117 @@ static void test_matvec_sweep(void **state) {
     rb_backend_destroy(c);
     rb_backend_destroy(g);
     if (failures) fail_msg("matvec sweep: %d comparisons out of bounds", failures);
+}
+
+/* gemm_q8.cuh for every format it takes x M in {1, 2, 5, 8} (the tuning
+ * lets it take from one row) and {9, 13, 16, 31, 32, 33, 64, 65, 100, 128,
+ * 200, 256} (and up to 256 rows: one to four activation tiles, each of 1..8
+ * tiles of 8 rows) x N in {33 (rows at 2-byte aligned offsets), 257} x K in
+ * {2304 (a multiple of 256 only), 256 (the K-quants: one step) or 1056
+ * (q4_0 / q8_0: a partial last step)}, with the split rule's partial sums
+ * (K = 2304: 4 splits, 1056: 2 on a GPU of more than a few multiprocessors)
+ * and without (K = 256); outputs poisoned with NaN first; against the
+ * double reference (the sweep's bounds) and the CPU backend, whose integer
+ * sums are the same (2e-5; 1e-3 where it runs its scalar quantizer). */
+static void test_gemm_q8_sweep(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    rb_device_info ci;
+    TU_OK(rb_backend_device_info(c, &ci));
+    const double cpu_bound = strstr(ci.name, "(scalar)") ? 1e-3 : 2e-5;
+    const rb_gpu_tuning all = {.gemm_q8_min_m = 1, .gemm_q8_max_m = 256};
+    TU_OK(rb_gpu_backend_tune(g, &all));
+    tu_rng rng;
+    tu_rng_seed(&rng, 720);
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
+    const int64_t Ms[] = {1, 2, 5, 8, 9, 13, 16, 31, 32, 33, 64, 65, 100, 128, 200, 256}, Ns[] = {33, 257};
+    int failures = 0;
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        const rb_dtype wt = ws[wi];
+        const bool kq = wt == RB_Q4_K || wt == RB_Q5_K || wt == RB_Q6_K;
+        const int64_t Ks[] = {2304, kq ? 256 : 1056};
+        double worst = 0, worst_cpu = 0;
+        for (size_t ni = 0; ni < 2; ni++)
+            for (size_t ki = 0; ki < 2; ki++) {
+                const int64_t K = Ks[ki], N = Ns[ni], ane[4] = {K, N, 1, 1};
+                gp a = gp_make(c, g, &rng, wt, ane, N == 33 ? GP_SLICE : GP_CONTIG, -1, 1);
+                double *av = values(&a);
+                sweep_acc acc = {{0, 0, 0}, 0, cpu_bound, 0};
+                for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                    sweep_case(c, g, &rng, &a, av, Ms[mi], RB_F32, GP_CONTIG, &acc);
+                if (N == 33) /* strided f16 activations: the quantizer's general path */
+                    sweep_case(c, g, &rng, &a, av, 40, RB_F16, GP_PERM, &acc);
+                const double e = err_rel(&acc.ref);
+                if (!(e <= 1e-2)) {
+                    print_error("gemm_q8 %s N=%lld K=%lld, all M: rel L2 vs reference %.3g > 1e-2\n", rb_dtype_name(wt),
+                                (long long)N, (long long)K, e);
+                    acc.failures++;
+                }
+                if (e > worst) worst = e;
+                if (acc.cpu > worst_cpu) worst_cpu = acc.cpu;
+                failures += acc.failures;
+                free(av);
+                gp_free(&a);
+            }
+        print_message("gemm_q8 sweep %-5s: max rel L2 vs reference %.2e (bound 1e-2), vs CPU backend %.2e (bound %.0e)\n",
+                      rb_dtype_name(wt), worst, worst_cpu, cpu_bound);
+    }
+    const rb_gpu_tuning dflt = {0};
+    TU_OK(rb_gpu_backend_tune(g, &dflt));
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("gemm_q8 sweep: %d comparisons out of bounds", failures);
+}
+
+/* q4_0 / q8_0 through gemm_q8.cuh with K in one part: bit-identical to the
+ * first kernel (gemm_q8_plain.cuh), whose sums it adds in the same order,
+ * at M = 9, 33, 64, N = 1031, K = 1056 (a partial step; rows at 2-byte
+ * aligned offsets) and 4096 (contiguous). */
+static void test_gemm_q8_exact(void **state) {
+    (void)state;
+    rb_backend *g = gp_gpu();
+    GP_NEED_GPU(g);
+    rb_backend *c = gp_cpu();
+    tu_rng rng;
+    tu_rng_seed(&rng, 730);
+    const rb_gpu_tuning one = {.gemm_q8_split = 1}, first = {.gemm_q8_plain = true}, dflt = {0};
+    const rb_dtype ws[] = {RB_Q4_0, RB_Q8_0};
+    const int64_t Ms[] = {9, 33, 64}, Ks[] = {1056, 4096}, N = 1031;
+    int failures = 0;
+    for (size_t wi = 0; wi < 2; wi++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const int64_t K = Ks[ki], ane[4] = {K, N, 1, 1};
+            gp a = gp_make(c, g, &rng, ws[wi], ane, ki == 0 ? GP_SLICE : GP_CONTIG, -1, 1);
+            for (size_t mi = 0; mi < 3; mi++) {
+                const int64_t M = Ms[mi], bne[4] = {K, M, 1, 1}, dne[4] = {N, M, 1, 1};
+                gp b = gp_make(c, g, &rng, RB_F32, bne, GP_CONTIG, -1, 1);
+                gp d = gp_make(c, g, &rng, RB_F32, dne, GP_CONTIG, 0, 1);
+                double *got[2];
+                for (int v = 0; v < 2; v++) {
+                    TU_OK(rb_gpu_backend_tune(g, v ? &first : &one));
+                    TU_OK(rb_matmul(g, &d.g, &a.g, &b.g));
+                    got[v] = gp_read(&d, 1);
+                }
+                int64_t diff = 0;
+                for (int64_t i = 0; i < N * M; i++) diff += got[0][i] != got[1][i];
+                if (diff) {
+                    print_error("gemm_q8 %s K=%lld M=%lld: %lld of %lld outputs differ from the first kernel's\n",
+                                rb_dtype_name(ws[wi]), (long long)K, (long long)M, (long long)diff, (long long)(N * M));
+                    failures++;
+                }
+                free(got[0]);
+                free(got[1]);
+                gp_free(&b);
+                gp_free(&d);
+            }
+            gp_free(&a);
+        }
+    TU_OK(rb_gpu_backend_tune(g, &dflt));
+    rb_backend_destroy(c);
+    rb_backend_destroy(g);
+    if (failures) fail_msg("gemm_q8: %d products not bit-identical to the first kernel", failures);
 }
 
 /* gate (first = 0) or up (first = K) half of a [2K, M] pair */
@@ -975,6 +1102,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_default),
         cmocka_unit_test(test_matmul_tiled),
         cmocka_unit_test(test_gemm_q8),
+        cmocka_unit_test(test_gemm_q8_sweep),
+        cmocka_unit_test(test_gemm_q8_exact),
         cmocka_unit_test(test_matvec_sweep),
         cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matvec_rows),

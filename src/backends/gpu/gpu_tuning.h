@@ -22,9 +22,13 @@ typedef struct rb_gpu_tuning {
     bool narrow_decode_att; /* decode attention of head dims 64 and 128 by att_decode.cuh, not the wide kernel */
     bool generic_attention; /* every attention by the generic f32 kernel (no tensor-core or decode kernel) */
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
-    bool no_gemm_q8;        /* q4_0 / q8_0 products of 9..64 rows as before gemm_q8.cuh (matrix-vector, GEMM) */
+    bool no_gemm_q8;        /* quantized products as before gemm_q8.cuh (matrix-vector kernels to 32 rows, GEMM above) */
+    bool gemm_q8_plain;     /* q4_0 / q8_0 products of 9..64 rows by the first, unpipelined kernel (gemm_q8_plain.cuh) */
     bool no_att_fa;         /* plain prefill attention (no mask, softcap, sinks) by att_tc.cuh, not att_fa.cuh */
     int mv_max_m;           /* > 0: the matrix-vector kernels take products of up to this many rows (<= 32) */
+    int gemm_q8_min_m;      /* > 0: gemm_q8.cuh takes products from this many rows (else Q8_MIN_M) */
+    int gemm_q8_max_m;      /* > 0: gemm_q8.cuh takes products of up to this many rows (<= 256; else Q8_MAX_M) */
+    int gemm_q8_split;      /* > 0: gemm_q8.cuh splits K in this many parts (at most one a step), not by its rule */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is

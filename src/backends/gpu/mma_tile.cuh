@@ -1,6 +1,7 @@
 /* Warp-level tile products for the tensor-core attention kernel (att_tc.cuh),
  * written once for both vendors (att_fa.cuh, CUDA only, uses the ldmatrix,
- * mma and cp.async wrappers directly). A "warp" here is always 32 threads (on a
+ * mma and cp.async wrappers directly; so do, CUDA sm_80+ only, the int8 mma
+ * instructions of the quantized GEMM, matmul/gemm_q8*.cuh). A "warp" here is always 32 threads (on a
  * 64-wide AMD wavefront, two of them): it owns 16 rows of a 16 x N f32
  * accumulator laid out like the C fragment of mma.m16n8k16 - lane l holds,
  * for each 8-column slice nt, x[nt][0..1] at row l/4, columns 2(l%4)+{0,1}
@@ -112,6 +113,27 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+}
+
+/* Integer products from zero (the int8 GEMM, matmul/gemm_q8*.cuh): c (16x8
+ * s32) = a (16 x 32 s8) b (32 x 8 s8); lane l = 4 g + t holds a's rows g
+ * and g + 8 at k = 4t..4t+3 (a[0], a[1]) and 16+4t..16+4t+3 (a[2], a[3]),
+ * b's column g at k = 4t.. (b0) and 16+4t.. (b1), and c's rows g (c[0],
+ * c[1]) and g + 8 (c[2], c[3]) at columns 2t, 2t + 1. */
+__device__ __forceinline__ void mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+/* The same over k = 16: a0, a1 = a's rows g, g + 8 at k = 4t..4t+3, b =
+ * b's column g at k = 4t..4t+3. */
+__device__ __forceinline__ void mma_s8_k16(int c[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
 }
 
 /* c (16x8 f32) += a (16x16) * b (16x8) */

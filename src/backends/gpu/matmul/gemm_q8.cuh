@@ -1,208 +1,409 @@
-/* Products of q4_0 / q8_0 weights with 9..Q8_MAX_M = 64 activation rows (the
- * decode step of many streams at once) on int8 tensor cores, included by
- * ops_matmul.cu. The activations are quantized first as the matrix-vector
- * kernels quantize them (q8_0 blocks: int8 rows and an f32 scale per 32
- * elements, mv_quant_acts), so the results have their numerics. A block
- * takes BN weight rows (16, 32 or 64: the widest whose grid still fills the
- * GPU) and Q8_BM = 64 activation rows (4 warps of 16) and walks K Q8_KS = 128
- * at a time: the activation rows are copied into shared memory as they are,
- * the weight blocks decoded to int8 (q4_0: q - 8) beside their scales; then
- * per 32-element block one mma.m16n8k32 (s8 x s8 -> s32) per 8 weight rows,
- * each sum scaled by its activation and weight scales into f32 accumulators.
- * Each weight byte is read once per 64 activation rows, as int4/int8 (the
- * matrix-vector kernels' int8 dot products run on the CUDA cores, whose rate
- * bounds them from a few rows on). CUDA only (ops_matmul.cu instantiates
- * it for CUDA alone): HIP keeps the matrix-vector kernels and the GEMM path.
- * On CUDA GPUs before sm_80 (no int8 mma.sync) plain integer loops over the
- * same tiles stand in for the tensor-core instructions. */
+/* Products of quantized weights (q4_0, q8_0, q4_K, q5_K, q6_K) with
+ * Q8_MIN_M..Q8_MAX_M activation rows (many streams' decode, short prompts)
+ * on int8 tensor cores, included by ops_matmul.cu (CUDA only; HIP keeps the
+ * matrix-vector kernels and the GEMM path).
+ *  - The activations are quantized first (k_gq_xquant) as the matrix-vector
+ *    kernels and the CPU backend quantize them for the weight format (q8_0
+ *    blocks for q4_0 / q8_0, q8_K super-blocks for the K-quants: mv_quant8),
+ *    into int8 rows padded to a multiple of GQ_KS and one GQ_REC-byte record
+ *    per row and step (gemm_q8_fmt.cuh), so the integer sums are the CPU's.
+ *  - k_gq: a block takes BN = 16 x warps weight rows and up to GQ_TILE_M
+ *    activation rows (NA8 tiles of 8; more rows: more blocks, which read the
+ *    same weights from L2) and walks its share of K in steps of GQ_KS
+ *    elements through a STAGES-deep cp.async pipeline: the raw weight bytes
+ *    of a step (any 2-byte phase, 16-byte pieces as matvec.cuh copies them)
+ *    and its activation rows and records, so the loads of the next steps are
+ *    in flight while a step's tensor-core work runs. Each warp decodes its
+ *    16 weight rows from shared memory straight into mma A fragments and
+ *    multiplies them with every activation tile (gemm_q8_fmt.cuh).
+ *  - Split K: where the (weight tiles x activation tiles x slices) blocks
+ *    would not fill the device, each takes 1/nsplit of the steps and writes
+ *    f32 partial sums; k_gq_reduce adds them in split order (deterministic)
+ *    into the destination. Otherwise blocks store directly, and q4_0 / q8_0
+ *    results are bit-identical to the first kernel's (gemm_q8_plain.cuh).
+ *  - Constant weights (model weights): the kernel is launched with
+ *    programmatic dependent launch and copies its first steps' weights
+ *    while the quantizer runs.
+ * Widths (BN 64 up to 16 activation rows, else 128), stages and the split
+ * rule are first choices to be measured (bench_gpu q8). */
 #ifndef RBEE_GPU_GEMM_Q8_CUH
 #define RBEE_GPU_GEMM_Q8_CUH
 
-#include "backends/gpu/gpu_quant.cuh"
-#include "backends/gpu/mma_tile.cuh"
+#if !defined(RBEE_GPU_HIP)
+
+#include "backends/gpu/matmul/gemm_q8_fmt.cuh"
+#include "backends/gpu/matmul/matvec.cuh"
 
 namespace RB_GPU_NS {
 
-#define Q8_MIN_M 9   /* fewer rows: the matrix-vector kernels */
-#define Q8_MAX_M 64 /* more: the GEMM path (H100, q4_0 4096 x 11008: 128 rows 128 us against 106; 64 rows 101 / 105) */
-#define Q8_BM 64
-#define Q8_KS 128                /* elements (bytes) of K a step: 4 blocks */
-#define Q8_LDB (Q8_KS + 16)      /* shared row stride in bytes: ldmatrix rows 4 banks apart */
-#define Q8_LDH (Q8_LDB / 2)      /* the same in 16-bit units */
-#define Q8_THREADS 128
+#define Q8_MIN_M 9    /* fewer rows: the matrix-vector kernels */
+#define Q8_MAX_M 64   /* more: the GEMM path (dequantized weights); measured for q4_0 with the first kernel */
+#define GQ_MAX_M 256  /* the most rows a test or benchmark may send here (rb_gpu_tuning.gemm_q8_max_m) */
+#define GQ_TILE_M 64  /* activation rows a block at most */
+#define GQ_XQ_THREADS 256
 
-#if defined(RB_TILE_MMA)
-/* c (16x8 s32) = a (16x32 s8) b (32x8 s8), from zero */
-__device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};\n"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-#endif
+static inline size_t gq_up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* The 16 x BN int32 sums of the warp's 16 activation rows (sA) and BN
- * weight rows (sB) over one 32-element block at byte kb of the rows, in the
- * C fragment layout: lane l holds rows l/4 and l/4 + 8, columns
- * 2 (l % 4) + {0, 1} of each 8-column slice. */
-template <int BN>
-__device__ __forceinline__ void q8_block_sums(int c[BN / 8][4], const int8_t *sA, const int8_t *sB, int kb, int lane) {
-#if defined(RB_TILE_MMA)
-    /* int8 pairs as 16-bit elements: the m16n8k32 s8 fragments are those of m16n8k16 b16 */
-    const uint16_t *a16 = (const uint16_t *)sA, *b16 = (const uint16_t *)sB;
-    const int mi = lane >> 3, r8 = lane & 7, kh = kb / 2;
-    uint32_t a[4];
-    ldsm_x4(a, a16 + ((mi & 1) * 8 + r8) * Q8_LDH + (mi >> 1) * 8 + kh);
-#pragma unroll
-    for (int np = 0; np < BN / 16; np++) {
-        uint32_t b[4];
-        ldsm_x4(b, b16 + (np * 16 + (mi >> 1) * 8 + r8) * Q8_LDH + (mi & 1) * 8 + kh);
-        mma_s8(c[2 * np], a, b[0], b[1]);
-        mma_s8(c[2 * np + 1], a, b[2], b[3]);
+/* weight formats: their block and whether activations are q8_K (else q8_0) */
+template <int DT> struct gq_fmt;
+template <> struct gq_fmt<RB_Q4_0> {
+    typedef fmt_q4_0 B;
+    static constexpr bool KQ = false;
+};
+template <> struct gq_fmt<RB_Q8_0> {
+    typedef fmt_q8_0 B;
+    static constexpr bool KQ = false;
+};
+template <> struct gq_fmt<RB_Q4_K> {
+    typedef fmt_q4_K B;
+    static constexpr bool KQ = true;
+};
+template <> struct gq_fmt<RB_Q5_K> {
+    typedef fmt_q5_K B;
+    static constexpr bool KQ = true;
+};
+template <> struct gq_fmt<RB_Q6_K> {
+    typedef fmt_q6_K B;
+    static constexpr bool KQ = true;
+};
+
+/* block shape and shared memory of format DT with NA8 activation tiles */
+template <int DT, int NA8> struct gq_cfg {
+    typedef typename gq_fmt<DT>::B B;
+    static constexpr int NWARP = NA8 <= 2 ? 4 : 8, THREADS = 32 * NWARP, BN = 16 * NWARP;
+    static constexpr int BM16 = (8 * NA8 + 15) / 16 * 16; /* activation rows held (ldmatrix reads 16) */
+    static constexpr int CB = GQ_KS / B::EL * B::BYTES;   /* bytes of a weight row a step */
+    static constexpr int PPR = (CB + 30) / 16;            /* 16-byte pieces covering them at any 2-byte phase */
+    static constexpr int SBR = (PPR | 1) * 16;            /* stage row stride: an odd number of pieces (banks) */
+    static constexpr int W = BN * SBR, AQ = BM16 * GQ_LDA, AR = BM16 * GQ_REC, STAGE = W + AQ + AR;
+    static constexpr int STAGES = 4 * STAGE <= 100 * 1024 ? 4 : 3;
+    static constexpr int SMEM = STAGES * STAGE;
+    static constexpr int MINB = NA8 <= 4 ? 2 : 1;
+    static constexpr int APR = GQ_KS / 16 + GQ_REC / 16; /* 16-byte pieces of an activation row a step */
+};
+
+struct gq_args {
+    gt a, d;          /* weights [K, N, ...], destination [N, M, ...] */
+    const int8_t *xq; /* activations [slice][M][nk GQ_KS] int8 */
+    const char *xr;   /* their records [slice][M][nk][GQ_REC] */
+    float *part;      /* nsplit > 1: partial sums [split][slice][M][N] */
+    int64_t M, r2, r3;
+    int nk;     /* steps of K: ceil(K / GQ_KS) */
+    int mt, bm; /* activation tiles and rows a tile (the last may hold fewer) */
+    int nsplit;
+};
+
+/* One 16-byte piece of a weight row from global g into shared s: the whole
+ * piece where it ends inside the row (row end re), else its part inside
+ * with 2-byte loads (a 16-byte copy would read past the row, maybe past the
+ * weights' allocation). */
+__device__ __forceinline__ void gq_cp_piece(char *s, const char *g, const char *re) {
+    if (g + 16 <= re) {
+        tile_cp16(s, g);
+    } else {
+        for (int i = 0; g + i < re; i += 2) *(uint16_t *)(s + i) = *(const uint16_t *)(g + i);
     }
-#else
-    const int g = lane >> 2, t = lane & 3;
-    const int8_t *a0 = sA + g * Q8_LDB + kb, *a1 = sA + (g + 8) * Q8_LDB + kb;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) {
-        const int8_t *b0 = sB + (nt * 8 + 2 * t) * Q8_LDB + kb, *b1 = b0 + Q8_LDB;
-        int s00 = 0, s01 = 0, s10 = 0, s11 = 0;
-        for (int k = 0; k < 32; k++) {
-            s00 += (int)a0[k] * (int)b0[k];
-            s01 += (int)a0[k] * (int)b1[k];
-            s10 += (int)a1[k] * (int)b0[k];
-            s11 += (int)a1[k] * (int)b1[k];
-        }
-        c[nt][0] = s00;
-        c[nt][1] = s01;
-        c[nt][2] = s10;
-        c[nt][3] = s11;
-    }
-#endif
 }
 
-/* d[m][n] = sum_k w[n][k] x[m][k] for one (weight rows, activation rows)
- * tile of batch slice blockIdx.z: a q4_0 / q8_0 weights (DT), xq / xs the
- * quantized activations of every slice (xq [slice][M][K] int8, xs
- * [slice][M][K / 32] with the f32 scale's bits in .x), d f32 / f16 / bf16 of
- * any strides. K % 32 == 0. */
-template <int BN, int DT>
-__global__ void __launch_bounds__(Q8_THREADS) k_gemm_q8(gt d, gt a, const int8_t *xq, const int2 *xs, int64_t M,
-                                                       int64_t r2, int64_t r3) {
-    __shared__ __align__(16) int8_t sA[Q8_BM * Q8_LDB];
-    __shared__ __align__(16) int8_t sB[BN * Q8_LDB];
-    __shared__ float sAd[Q8_BM][Q8_KS / 32], sBd[BN][Q8_KS / 32];
+/* grid (weight tiles x activation tiles, splits, slices) */
+template <int DT, int NA8>
+__global__ void __launch_bounds__(gq_cfg<DT, NA8>::THREADS, gq_cfg<DT, NA8>::MINB) k_gq(const gq_args p) {
+#if defined(RB_TILE_MMA)
+    typedef gq_cfg<DT, NA8> C;
+    constexpr int S = C::STAGES;
+    extern __shared__ int4 gq_dsmem[];
+    char *sm = (char *)gq_dsmem;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int64_t K = a.ne[0], N = a.ne[1], KB = K / 32;
-    const int64_t n0 = (int64_t)blockIdx.x * BN, m0 = (int64_t)blockIdx.y * Q8_BM;
-    const int64_t i2 = blockIdx.z % d.ne[2], i3 = blockIdx.z / d.ne[2];
-    const char *ab = a.p + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-    const int8_t *xb = xq + (int64_t)blockIdx.z * M * K;
-    const int2 *sb = xs + (int64_t)blockIdx.z * M * KB;
-    const bool wlive = m0 + w * 16 < M; /* this warp has activation rows */
-    const int ra = w * 16 + (lane >> 2), rb = ra + 8;
-    float acc[BN / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    const int64_t K = p.a.ne[0], N = p.a.ne[1], M = p.M, anb1 = p.a.nb[1];
+    const int mtile = (int)(blockIdx.x % (unsigned)p.mt);
+    const int64_t n0 = (int64_t)(blockIdx.x / (unsigned)p.mt) * C::BN, m0 = (int64_t)mtile * p.bm;
+    const int mr = (int)(M - m0 < p.bm ? M - m0 : p.bm); /* activation rows of this block (>= 1, <= 8 NA8) */
+    const int64_t z = blockIdx.z, i2 = z % p.d.ne[2], i3 = z / p.d.ne[2];
+    const char *ab = p.a.p + (i2 / p.r2) * p.a.nb[2] + (i3 / p.r3) * p.a.nb[3];
+    const int64_t rowbytes = K / C::B::EL * C::B::BYTES, Kp = (int64_t)p.nk * GQ_KS;
+    const int s0 = (int)((int64_t)blockIdx.y * p.nk / p.nsplit), ns = (int)((int64_t)(blockIdx.y + 1) * p.nk / p.nsplit) - s0;
+    const int8_t *xq = p.xq + (z * M + m0) * Kp;
+    const char *xr = p.xr + (z * M + m0) * p.nk * GQ_REC;
 
-    for (int64_t k0 = 0; k0 < K; k0 += Q8_KS) {
-        /* activations: Q8_BM rows of 8 16-byte pieces, and their scales (zeros past M and K) */
-        for (int e = tid; e < Q8_BM * (Q8_KS / 16); e += Q8_THREADS) {
-            const int r = e / (Q8_KS / 16), c = (e % (Q8_KS / 16)) * 16;
-            int8_t *s = sA + r * Q8_LDB + c;
-            if (m0 + r < M && k0 + c < K) tile_cp16(s, xb + (m0 + r) * K + k0 + c); /* K % 32: whole pieces */
-            else tile_zero16(s);
-        }
-        tile_cp_commit();
-        for (int e = tid; e < Q8_BM * (Q8_KS / 32); e += Q8_THREADS) {
-            const int r = e / (Q8_KS / 32), j = e % (Q8_KS / 32);
-            const int64_t blk = k0 / 32 + j;
-            sAd[r][j] = m0 + r < M && blk < KB ? __int_as_float(sb[(m0 + r) * KB + blk].x) : 0.0f;
-        }
-        /* weights: BN rows of 4 blocks decoded to int8, and their scales */
-        for (int e = tid; e < BN * (Q8_KS / 32); e += Q8_THREADS) {
-            const int r = e / (Q8_KS / 32), j = e % (Q8_KS / 32);
-            const int64_t blk = k0 / 32 + j;
-            uint32_t q[8];
-            float dw = 0.0f;
-            if (n0 + r < N && blk < KB) {
-                const char *b = ab + (n0 + r) * a.nb[1];
-                if (DT == RB_Q4_0) {
-                    b += blk * fmt_q4_0::BYTES;
-                    dw = ld_h(b + fmt_q4_0::D);
-                    uint16_t h[8];
-                    ld_u16<8>(b + fmt_q4_0::QS, h);
-                    /* byte i: low nibble element i, high nibble element i + 16; q - 8 as int8
-                     * bytes: x ^ 8 is x - 8 for x >= 8 and x + 8 below, where 0xf0 completes it */
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint32_t v = (uint32_t)h[2 * i] | ((uint32_t)h[2 * i + 1] << 16);
-                        const uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
-                        q[i] = (lo ^ 0x08080808u) | ((~lo & 0x08080808u) * 0x1eu);
-                        q[i + 4] = (hi ^ 0x08080808u) | ((~hi & 0x08080808u) * 0x1eu);
-                    }
-                } else {
-                    b += blk * fmt_q8_0::BYTES;
-                    dw = ld_h(b + fmt_q8_0::D);
-                    uint16_t h[16];
-                    ld_u16<16>(b + fmt_q8_0::QS, h);
-#pragma unroll
-                    for (int i = 0; i < 8; i++) q[i] = (uint32_t)h[2 * i] | ((uint32_t)h[2 * i + 1] << 16);
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++) q[i] = 0u;
-            }
-            uint4 *s = (uint4 *)(sB + r * Q8_LDB + j * 32);
-            s[0] = make_uint4(q[0], q[1], q[2], q[3]);
-            s[1] = make_uint4(q[4], q[5], q[6], q[7]);
-            sBd[r][j] = dw;
-        }
-        tile_cp_wait<0>();
-        __syncthreads();
-        if (wlive) {
-#pragma unroll
-            for (int j = 0; j < Q8_KS / 32; j++) {
-                int c[BN / 8][4];
-                q8_block_sums<BN>(c, sA + w * 16 * Q8_LDB, sB, j * 32, lane);
-                const float da = sAd[ra][j], db = sAd[rb][j];
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const int col = nt * 8 + 2 * (lane & 3);
-                    const float w0 = sBd[col][j], w1 = sBd[col + 1][j];
-                    acc[nt][0] += (float)c[nt][0] * (da * w0);
-                    acc[nt][1] += (float)c[nt][1] * (da * w1);
-                    acc[nt][2] += (float)c[nt][2] * (db * w0);
-                    acc[nt][3] += (float)c[nt][3] * (db * w1);
-                }
-            }
-        }
-        __syncthreads();
+    /* activation rows past this block's: zero in every stage (never copied) */
+    for (int e = tid; e < S * C::BM16 * C::APR; e += C::THREADS) {
+        const int st = e / (C::BM16 * C::APR), q = e - st * (C::BM16 * C::APR), r = q / C::APR, k = q - r * C::APR;
+        if (r < mr) continue;
+        char *base = sm + st * C::STAGE + C::W;
+        *(int4 *)(k < GQ_KS / 16 ? base + r * GQ_LDA + 16 * k : base + C::AQ + r * GQ_REC + 16 * (k - GQ_KS / 16)) =
+            make_int4(0, 0, 0, 0);
     }
-    if (!wlive) return;
-    const int64_t ma = m0 + ra, mb = m0 + rb;
-    char *db = d.p + i2 * d.nb[2] + i3 * d.nb[3];
+    /* step s's weight bytes into stage st: rows past N repeat row N - 1 */
+    auto issue_w = [&](int s, int st) {
+        char *ws = sm + st * C::STAGE;
+        const int64_t cb0 = (int64_t)s * C::CB;
+        const int L = (int)(rowbytes - cb0 < C::CB ? rowbytes - cb0 : C::CB);
+        for (int q = tid; q < C::BN * C::PPR; q += C::THREADS) {
+            const int r = q / C::PPR, k = q - r * C::PPR;
+            const char *rp = ab + (n0 + r < N ? n0 + r : N - 1) * anb1, *src = rp + cb0;
+            const char *g = (const char *)((uintptr_t)src & ~(uintptr_t)15) + 16 * k;
+            if (g < src + L) gq_cp_piece(ws + r * C::SBR + 16 * k, g, rp + rowbytes);
+        }
+    };
+    /* step s's activation rows and records into stage st */
+    auto issue_a = [&](int s, int st) {
+        char *as = sm + st * C::STAGE + C::W;
+        for (int q = tid; q < mr * C::APR; q += C::THREADS) {
+            const int r = q / C::APR, k = q - r * C::APR;
+            if (k < GQ_KS / 16)
+                tile_cp16(as + r * GQ_LDA + 16 * k, xq + r * Kp + (int64_t)s * GQ_KS + 16 * k);
+            else
+                tile_cp16(as + C::AQ + r * GQ_REC + 16 * (k - GQ_KS / 16),
+                          xr + ((int64_t)r * p.nk + s) * GQ_REC + 16 * (k - GQ_KS / 16));
+        }
+    };
+    /* the first steps' weights ahead of the dependency wait (launched with
+     * programmatic dependent launch only for constant weights); the first
+     * commit group holds them all */
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) {
-        const int64_t n = n0 + nt * 8 + 2 * (lane & 3);
+    for (int i = 0; i < S - 1; i++)
+        if (i < ns) issue_w(s0 + i, i);
+    rb_grid_dep_wait();
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (n + j >= N) continue;
-            if (ma < M) stf(d.dt, db + (n + j) * d.nb[0] + ma * d.nb[1], acc[nt][j]);
-            if (mb < M) stf(d.dt, db + (n + j) * d.nb[0] + mb * d.nb[1], acc[nt][2 + j]);
+    for (int i = 0; i < S - 1; i++) {
+        if (i < ns) issue_a(s0 + i, i);
+        tile_cp_commit();
+    }
+
+    /* this lane's weight rows g and g + 8 of the warp's 16 (clamped as copied) */
+    const int g = lane >> 2, t = lane & 3, rla = w * 16 + g, rlb = rla + 8;
+    const int phA = (int)((uintptr_t)(ab + (n0 + rla < N ? n0 + rla : N - 1) * anb1) & 15);
+    const int phB = (int)((uintptr_t)(ab + (n0 + rlb < N ? n0 + rlb : N - 1) * anb1) & 15);
+    float acc[NA8][4];
+#pragma unroll
+    for (int nt = 0; nt < NA8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int i = 0; i < ns; i++) {
+        tile_cp_wait<S - 2>();
+        __syncthreads(); /* step i landed for all; everyone is done with step i - 1's stage */
+        const int in = i + S - 1;
+        if (in < ns) {
+            issue_w(s0 + in, in % S);
+            issue_a(s0 + in, in % S);
+        }
+        tile_cp_commit(); /* one group a step, empty or not */
+        const int s = s0 + i;
+        const char *ws = sm + (i % S) * C::STAGE, *aq = ws + C::W, *ar = aq + C::AQ;
+        const int cph = (int)(((int64_t)s * C::CB) & 15);
+        const char *rA = ws + rla * C::SBR + ((phA + cph) & 15), *rB = ws + rlb * C::SBR + ((phB + cph) & 15);
+        if constexpr (DT == RB_Q4_0 || DT == RB_Q8_0) {
+            const int64_t left = (K - (int64_t)s * GQ_KS) / 32; /* blocks of this step inside K */
+            gq_step_q80<DT == RB_Q4_0, NA8>(acc, rA, rB, aq, ar, lane, left < GQ_KS / 32 ? (int)left : GQ_KS / 32);
+        } else if constexpr (DT == RB_Q6_K) {
+            gq_step_q6k<NA8>(acc, rA, rB, aq, ar, lane);
+        } else {
+            gq_step_q4k<DT == RB_Q5_K, NA8>(acc, rA, rB, aq, ar, lane);
+        }
+    }
+
+    /* acc[nt][0..1]: weight row n0 + rla, activation rows m0 + 8 nt + 2t + {0, 1}; [2..3]: row n0 + rlb */
+    const int64_t na = n0 + rla, nb = n0 + rlb;
+#pragma unroll
+    for (int nt = 0; nt < NA8; nt++)
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            const int mm = nt * 8 + 2 * t + cc;
+            if (mm >= mr) continue;
+            const int64_t m = m0 + mm;
+            if (p.nsplit > 1) {
+                float *pp = p.part + ((int64_t)blockIdx.y * (gridDim.z) + z) * M * N + m * N;
+                if (na < N) pp[na] = acc[nt][cc];
+                if (nb < N) pp[nb] = acc[nt][2 + cc];
+            } else {
+                char *db = p.d.p + i2 * p.d.nb[2] + i3 * p.d.nb[3] + m * p.d.nb[1];
+                if (na < N) stf(p.d.dt, db + na * p.d.nb[0], acc[nt][cc]);
+                if (nb < N) stf(p.d.dt, db + nb * p.d.nb[0], acc[nt][2 + cc]);
+            }
+        }
+#endif
+}
+
+/* d = the sum of the nsplit partials, in split order */
+__global__ void __launch_bounds__(256) k_gq_reduce(gt d, const float *part, int64_t M, int nsplit, int64_t slices) {
+    const int64_t N = d.ne[0], MN = M * N, total = MN * slices;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t z = e / MN, r = e - z * MN, m = r / N, n = r - m * N;
+        float s = 0.0f;
+        for (int k = 0; k < nsplit; k++) s += part[((int64_t)k * slices + z) * MN + r];
+        stf(d.dt, d.p + (z % d.ne[2]) * d.nb[2] + (z / d.ne[2]) * d.nb[3] + m * d.nb[1] + n * d.nb[0], s);
+    }
+}
+
+/* The activations b [K, M, slices] (any f32/f16/bf16 view; VEC: contiguous
+ * 16-byte aligned f32 rows) quantized as mv_quant8 does (KQ: q8_K, else
+ * q8_0) into xq [slice][M][nk GQ_KS] (zeros past K) and the step records
+ * xr (gemm_q8_fmt.cuh). A 32-lane group a 256-element step of a row. */
+template <bool KQ, bool VEC>
+__global__ void __launch_bounds__(GQ_XQ_THREADS) k_gq_xquant(gt b, int8_t *xq, char *xr, int nk) {
+    rb_grid_dep_trigger(); /* the product after this may start copying constant weights */
+    rb_grid_dep_wait();    /* launched with gpu_launch_pdl: the activations come from the kernel before */
+    const int lane = threadIdx.x & 31;
+    const int64_t K = b.ne[0], M = b.ne[1], Kp = (int64_t)nk * GQ_KS, total = (int64_t)nk * M * b.ne[2] * b.ne[3];
+    for (int64_t gi = (int64_t)blockIdx.x * (GQ_XQ_THREADS / 32) + (threadIdx.x >> 5); gi < total;
+         gi += (int64_t)gridDim.x * (GQ_XQ_THREADS / 32)) {
+        const int64_t kb = gi % nk, row = gi / nk, m = row % M, sl = row / M;
+        const int64_t i2 = sl % b.ne[2], i3 = sl / b.ne[2];
+        const int64_t e = kb * GQ_KS + lane * 8;
+        const bool valid = e < K; /* K % 32 == 0: whole 8-element pieces */
+        const char *rp = b.p + m * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3];
+        float v[8];
+        if (VEC && valid) {
+            const float4 f0 = *(const float4 *)(rp + e * 4), f1 = *(const float4 *)(rp + e * 4 + 16);
+            v[0] = f0.x, v[1] = f0.y, v[2] = f0.z, v[3] = f0.w, v[4] = f1.x, v[5] = f1.y, v[6] = f1.z, v[7] = f1.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = valid ? ldf(b.dt, rp + (e + i) * b.nb[0]) : 0.0f;
+        }
+        int2 qv, rec;
+        mv_quant8<KQ>(v, lane, &qv, &rec);
+        *(int2 *)(xq + row * Kp + e) = valid ? qv : make_int2(0, 0);
+        int *r32 = (int *)(xr + (row * nk + kb) * GQ_REC);
+        if (!KQ) {
+            if ((lane & 3) == 0) r32[lane >> 2] = valid ? rec.x : 0; /* f32 scale of block lane / 4 */
+        } else {
+            /* on lanes 4j: block j's sum; lanes 8i write the pair of sub-blocks 2i, 2i + 1 */
+            const int xs = (int)(int16_t)(rec.y & 0xffff) + (rec.y >> 16);
+            const int nx = __shfl_down_sync(0xffffffffu, xs, 4);
+            if ((lane & 7) == 0) r32[4 + (lane >> 3)] = (xs & 0xffff) | (nx << 16);
+            if (lane == 0) {
+                r32[0] = rec.x; /* the super-block's f32 scale */
+                r32[1] = r32[2] = r32[3] = 0;
+            }
         }
     }
 }
 
-/* Weight rows per block: the widest tile (fewest activation re-reads) whose
- * grid still gives every multiprocessor two blocks, else 16. */
-static inline int gemm_q8_bn(int64_t N, int64_t mtiles, int64_t slices, int n_sm) {
-    const int64_t want = 2 * (int64_t)n_sm;
-    if (((N + 63) / 64) * mtiles * slices >= want) return 64;
-    if (((N + 31) / 32) * mtiles * slices >= want) return 32;
-    return 16;
+/* Whether this build's GEMM kernels use the tensor cores on the device (a
+ * build for architectures before sm_80 only compiles them empty; the
+ * dispatch then keeps the other paths). Cached per device. */
+static bool gq_usable(rb_backend *be) {
+    const int dev = gb(be)->device;
+    const void *fn = (const void *)k_gq_reduce; /* compiled for the same architectures as k_gq */
+    int v = 0;
+    if (mv_cache_get(dev, fn, 2, &v)) return v != 0;
+    cudaFuncAttributes fa;
+    v = cudaFuncGetAttributes(&fa, fn) == cudaSuccess && fa.ptxVersion >= 80 ? 1 : 0;
+    (void)cudaGetLastError();
+    mv_cache_put(dev, fn, 2, v);
+    return v != 0;
+}
+
+/* K-splits for base blocks of occ per multiprocessor: 1 where they fill
+ * three quarters of the device, else enough for one full wave, each split
+ * at least 2 steps, at most 16 */
+static int gq_splits(const gpu_backend *g, int64_t base, int occ, int nk) {
+    int ns = 1;
+    if (g->tune.gemm_q8_split > 0) {
+        ns = g->tune.gemm_q8_split;
+    } else {
+        const int64_t target = (int64_t)g->n_sm * occ;
+        if (base * 4 < target * 3) {
+            const int64_t want = (target + base - 1) / base, cap = nk / 2 > 1 ? nk / 2 : 1;
+            ns = (int)(want < cap ? (want < 16 ? want : 16) : cap);
+        }
+    }
+    return ns < 1 ? 1 : ns > nk ? nk : ns;
+}
+
+template <int DT, int NA8>
+static rb_status gq_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2, int64_t r3,
+                        bool a_const, int mt, int bm) {
+    typedef gq_cfg<DT, NA8> C;
+    gpu_backend *g = gb(be);
+    const int64_t K = av.ne[0], N = av.ne[1], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
+    const int nk = (int)((K + GQ_KS - 1) / GQ_KS);
+    const int64_t nt = (N + C::BN - 1) / C::BN;
+    if (nt * mt > 0x7fffffffLL)
+        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld weight rows are too many for %s", (long long)N,
+                               be->name);
+    int occ = 1;
+    rb_status s = mv_occupancy(be, (const void *)k_gq<DT, NA8>, C::THREADS, C::SMEM, &occ);
+    if (s != RB_OK) return s;
+    const int nsplit = gq_splits(g, nt * mt * slices, occ, nk);
+    /* scratch: quantized activations, their records, partial sums */
+    const size_t qb = gq_up256((size_t)(slices * M) * (size_t)nk * GQ_KS), rb = gq_up256((size_t)(slices * M) * (size_t)nk * GQ_REC);
+    const size_t pb = nsplit > 1 ? (size_t)nsplit * (size_t)(slices * M * N) * 4 : 0;
+    void *sp = NULL;
+    s = gpu_scratch(be, qb + rb + pb, &sp);
+    if (s != RB_OK) return s;
+    gq_args p;
+    p.a = av;
+    p.d = dv;
+    p.xq = (const int8_t *)sp;
+    p.xr = (const char *)sp + qb;
+    p.part = nsplit > 1 ? (float *)((char *)sp + qb + rb) : NULL;
+    p.M = M;
+    p.r2 = r2;
+    p.r3 = r3;
+    p.nk = nk;
+    p.mt = mt;
+    p.bm = bm;
+    p.nsplit = nsplit;
+    /* the quantizer, then the product (programmatic dependent launch: it
+     * copies constant weights while the quantizer runs) */
+    const int64_t groups = slices * M * nk;
+    int64_t blocks = (groups + GQ_XQ_THREADS / 32 - 1) / (GQ_XQ_THREADS / 32);
+    if (blocks > 65535LL * 32) blocks = 65535LL * 32;
+    constexpr bool KQ = gq_fmt<DT>::KQ;
+    if (bf)
+        (void)gpu_launch_pdl(g, true, k_gq_xquant<KQ, true>, dim3((unsigned)blocks), dim3(GQ_XQ_THREADS), 0, *bf,
+                             (int8_t *)sp, (char *)sp + qb, nk);
+    else
+        (void)gpu_launch_pdl(g, true, k_gq_xquant<KQ, false>, dim3((unsigned)blocks), dim3(GQ_XQ_THREADS), 0, bv,
+                             (int8_t *)sp, (char *)sp + qb, nk);
+    s = gpu_check_launch(be, "matmul (activation quantization)");
+    if (s != RB_OK) return s;
+    (void)gpu_launch_pdl(g, a_const, k_gq<DT, NA8>, dim3((unsigned)(nt * mt), (unsigned)nsplit, (unsigned)slices),
+                         dim3(C::THREADS), (size_t)C::SMEM, p);
+    s = gpu_check_launch(be, "matmul (quantized weights, int8 tensor-core tiles)");
+    if (s != RB_OK || nsplit == 1) return s;
+    const int64_t total = slices * M * N;
+    k_gq_reduce<<<gpu_blocks(total, 256), 256, 0, g->stream>>>(dv, p.part, M, nsplit, slices);
+    return gpu_check_launch(be, "matmul (split sums)");
+}
+
+template <int DT>
+static rb_status gq_run_m(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
+                          int64_t r3, bool a_const) {
+    const int64_t M = bv.ne[1];
+    const int mt = (int)((M + GQ_TILE_M - 1) / GQ_TILE_M), bm = (int)((M + mt - 1) / mt);
+    if (bm <= 8) return gq_run<DT, 1>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+    if (bm <= 16) return gq_run<DT, 2>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+    if (bm <= 32) return gq_run<DT, 4>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+    if (bm <= 48) return gq_run<DT, 6>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+    return gq_run<DT, 8>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+}
+
+/* Whether gpu_gemm_q8 takes weights of dtype dt with rows of K elements. */
+static bool gq_takes(rb_dtype dt, int64_t K) {
+    if (dt == RB_Q4_0 || dt == RB_Q8_0) return K % 32 == 0;
+    if (dt == RB_Q4_K || dt == RB_Q5_K || dt == RB_Q6_K) return K % 256 == 0;
+    return false;
+}
+
+/* The product d = a b through the kernels above: a's dtype as gq_takes
+ * says, rows as gpu_units_aligned says, M <= GQ_MAX_M activation rows of
+ * any f32/f16/bf16 view bv (bf: the same as contiguous 16-byte aligned f32
+ * rows, or NULL), any destination view; a_const: constant weights. */
+static rb_status gpu_gemm_q8(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
+                             int64_t r3, bool a_const) {
+    switch (av.dt) {
+    case RB_Q4_0: return gq_run_m<RB_Q4_0>(be, dv, av, bv, bf, r2, r3, a_const);
+    case RB_Q8_0: return gq_run_m<RB_Q8_0>(be, dv, av, bv, bf, r2, r3, a_const);
+    case RB_Q4_K: return gq_run_m<RB_Q4_K>(be, dv, av, bv, bf, r2, r3, a_const);
+    case RB_Q5_K: return gq_run_m<RB_Q5_K>(be, dv, av, bv, bf, r2, r3, a_const);
+    case RB_Q6_K: return gq_run_m<RB_Q6_K>(be, dv, av, bv, bf, r2, r3, a_const);
+    default: return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: no int8 GEMM for dtype %d", av.dt);
+    }
 }
 
 } // namespace RB_GPU_NS
+
+#endif /* !RBEE_GPU_HIP */
 
 #endif

@@ -7,9 +7,10 @@
  *    way the CPU backend does; f32/f16/bf16 rows with f32 activations), and
  *    a plain one-warp-per-row kernel here for float weights in unaligned or
  *    strided layouts and for f32 weights at M <= 2 (measured faster there).
- *  - q4_0 / q8_0 weights at 9 <= M <= 64 (many streams' decode, CUDA):
- *    gemm_q8.cuh, int8 tensor-core tiles over the activations quantized as
- *    the matrix-vector kernels quantize them, weights read once per 64 rows.
+ *  - q4_0 / q8_0 / q4_K / q5_K / q6_K weights at Q8_MIN_M = 9 <= M <=
+ *    Q8_MAX_M = 64 (many streams' decode, CUDA on sm_80+): gemm_q8.cuh,
+ *    int8 tensor-core tiles over the activations quantized as the
+ *    matrix-vector kernels quantize them, weights read once per 64 rows.
  *  - float weights from M = 5 where cuBLAS is there: the GEMM (bench_gpu
  *    ops, H100, bf16 4096 x 11008: 41 us at M = 8 and 43 at 32, against 102
  *    and 190 for the matrix-vector kernel, whose f32 FMAs bound it); up to
@@ -33,6 +34,7 @@
  * separate ops.
  */
 #include "backends/gpu/matmul/gemm_q8.cuh"
+#include "backends/gpu/matmul/gemm_q8_plain.cuh"
 #include "backends/gpu/matmul/matvec.cuh"
 
 #include <limits.h>
@@ -314,11 +316,20 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     tiled = true;
 #endif
     /* how many rows the matrix-vector kernels take (see the header) */
-    bool q8 = (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0) && K % 32 == 0 && !g->tune.no_gemm_q8;
-#if defined(RBEE_GPU_HIP)
-    q8 = false;
+    bool q8 = false;
+    int64_t q8_min = 0;
+#if !defined(RBEE_GPU_HIP)
+    q8 = gq_takes(a->dtype, K) && !g->tune.no_gemm_q8 && gq_usable(be);
+    q8_min = g->tune.gemm_q8_min_m > 0 ? g->tune.gemm_q8_min_m : Q8_MIN_M;
+    int64_t q8_max =
+        g->tune.gemm_q8_max_m > 0 ? (g->tune.gemm_q8_max_m < GQ_MAX_M ? g->tune.gemm_q8_max_m : GQ_MAX_M) : Q8_MAX_M;
+    if (g->tune.gemm_q8_plain && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0)) { /* the first kernel's rows */
+        q8_min = Q8_MIN_M;
+        q8_max = Q8_MAX_M;
+    }
+    if (q8_min > q8_max) q8 = false;
 #endif
-    int64_t mv_max = q8 ? Q8_MIN_M - 1 : !quant && !tiled ? FLOAT_MV_MAX_M : MV_MAX_M;
+    int64_t mv_max = q8 ? q8_min - 1 : !quant && !tiled ? FLOAT_MV_MAX_M : MV_MAX_M;
     if (g->tune.mv_max_m > 0) mv_max = g->tune.mv_max_m < MV_MAX_M ? g->tune.mv_max_m : MV_MAX_M;
     /* the iq formats: no matrix-vector kernels yet; every M takes the GEMM
      * path below, which decodes the weights to f16 (gpu_copy_view) first */
@@ -364,32 +375,35 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
         return RB_OK;
     }
 
-    /* ---- q4_0 / q8_0 weights, up to Q8_MAX_M rows: gemm_q8.cuh (CUDA only: never
-     * instantiated for HIP, whose clang-15 AMDGPU back end crashes on it) ---- */
+    /* ---- quantized weights, up to q8_max rows: gemm_q8.cuh (CUDA only: HIP's
+     * clang-15 AMDGPU back end crashed on the first such kernel) ---- */
 #if !defined(RBEE_GPU_HIP)
-    if (q8 && M <= Q8_MAX_M) {
+    if (q8 && M <= q8_max) {
         const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
                           b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
+        if (!g->tune.gemm_q8_plain || (a->dtype != RB_Q4_0 && a->dtype != RB_Q8_0))
+            return gpu_gemm_q8(be, dv, av, bv, b_ok ? &bv : NULL, r2, r3, a->buf->constant);
+        /* the first kernel (gemm_q8_plain.cuh), for the benchmark's before / after */
         const int8_t *xq = NULL;
         const int2 *xs = NULL;
         rb_status s = mv_quant_acts<false>(be, bv, b_ok ? &bv : NULL, B2 * B3, M, K, &xq, &xs);
         if (s != RB_OK) return s;
-        const int64_t mt = (M + Q8_BM - 1) / Q8_BM;
-        const int bn = gemm_q8_bn(N, mt, B2 * B3, g->n_sm);
+        const int64_t mt = (M + Q8P_BM - 1) / Q8P_BM;
+        const int bn = gemm_q8p_bn(N, mt, B2 * B3, g->n_sm);
         const int64_t nt = (N + bn - 1) / bn;
         if (nt > 0x7fffffffLL) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld rows", (long long)N);
         const dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)(B2 * B3));
         const bool q4 = a->dtype == RB_Q4_0;
         if (bn == 64)
-            (q4 ? k_gemm_q8<64, RB_Q4_0> : k_gemm_q8<64, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
-                                                                                                    r2, r3);
+            (q4 ? k_gemm_q8_plain<64, RB_Q4_0> : k_gemm_q8_plain<64, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+                dv, av, xq, xs, M, r2, r3);
         else if (bn == 32)
-            (q4 ? k_gemm_q8<32, RB_Q4_0> : k_gemm_q8<32, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
-                                                                                                    r2, r3);
+            (q4 ? k_gemm_q8_plain<32, RB_Q4_0> : k_gemm_q8_plain<32, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+                dv, av, xq, xs, M, r2, r3);
         else
-            (q4 ? k_gemm_q8<16, RB_Q4_0> : k_gemm_q8<16, RB_Q8_0>)<<<grid, Q8_THREADS, 0, g->stream>>>(dv, av, xq, xs, M,
-                                                                                                    r2, r3);
-        return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, int8 tensor-core tiles)");
+            (q4 ? k_gemm_q8_plain<16, RB_Q4_0> : k_gemm_q8_plain<16, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+                dv, av, xq, xs, M, r2, r3);
+        return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, first int8 tensor-core kernel)");
     }
 #endif
 
