@@ -75,8 +75,8 @@
 #              of each, and the seconds each stage took
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
 #              gpt-oss-20b shapes, decode to prefill; from 128 tokens the default
-#              path beside the matrix-vector kernels, at 512 the expert GEMMs in
-#              32 MiB chunks too)
+#              path beside each path forced (matrix-vector kernels, expert GEMMs),
+#              at 512 the expert GEMMs in 32 MiB chunks too)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape;
@@ -388,7 +388,7 @@ for l in open(sys.argv[1]):
     python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     if l.startswith("{"):
-        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %-4s %9.1f us %7.1f GB/s  graph %9.1f us  %7.3f TFLOP/s  mv %9.1f us %7.3f TFLOP/s  chunk32 %9.1f us" % (r["shape"], r["part"], r["wtype"], r["T"], r["path"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"], r["mv_us"], r["mv_TFLOPs"], r["chunk32_us"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %-4s %9.1f us %7.1f GB/s  graph %9.1f us  %7.3f TFLOP/s  mv %9.1f us %7.3f TF  gemm %9.1f us %7.3f TF  chunk32 %9.1f us" % (r["shape"], r["part"], r["wtype"], r["T"], r["path"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"], r["mv_us"], r["mv_TFLOPs"], r["gemm_us"], r["gemm_TFLOPs"], r["chunk32_us"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
     result moe done ;;
   ops) step "bench_gpu ops${TAG:+ ($TAG)}"; timeout 200 $BIN/cuda/bench_gpu ops cuda:0 >"$OUT/bench_ops${TAG:+-$TAG}.jsonl"
     grep -v "^{" "$OUT/bench_ops${TAG:+-$TAG}.jsonl"; result "ops${TAG:+ ($TAG)}" done ;;

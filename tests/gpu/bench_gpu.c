@@ -363,10 +363,11 @@ static int bench_attn(rb_backend *be) {
  * experts, as consecutive layers do); time per call is the median of 20
  * runs of 16 calls (3 at T >= 128), eager and (T <= 32) as a graph replay. GB/s: the bytes
  * of the experts a call selects (distinct ones) / its time. At T >= 128 the
- * default path (the expert GEMMs of moe_gemm.cuh where the backend takes
- * them) is timed beside the matrix-vector kernels (mv_us, forced through
- * rb_gpu_tuning.moe_gemm) and, at T = 512, beside the GEMMs with experts
- * converted 32 MiB at a time (chunk32_us: the f16 copy may stay in L2). */
+ * default path (path: the expert GEMMs of moe_gemm.cuh where the backend
+ * takes them, else mv) is timed beside each path forced through
+ * rb_gpu_tuning.moe_gemm (mv_us: the matrix-vector kernels; gemm_us: the
+ * GEMMs) and, at T = 512, the GEMMs with experts converted 32 MiB at a time
+ * (chunk32_us: the f16 copy may stay in L2). */
 #define MOEB_SETS 16
 #define MOEB_RUNS 20
 
@@ -459,26 +460,26 @@ static int bench_moe(rb_backend *be) {
                     const bool gemm = stats && rb_gpu_backend_conv_stats(be, &st1) == RB_OK &&
                                       st1.moe_gemm_calls > st0.moe_gemm_calls;
                     const double tg = graphs && T <= 32 ? moeb_time(be, &d, &w, &x, ids, true, MOEB_RUNS) : 0;
-                    double tmv = 0, tch = 0; /* the matrix-vector kernels; the GEMMs in 32 MiB chunks */
-                    const rb_gpu_tuning mv = {.moe_gemm = -1}, ch = {.moe_gemm = 1, .moe_gemm_chunk_mib = 32}, dflt = {0};
-                    if (T >= 128 && rb_gpu_backend_tune(be, &mv) == RB_OK) {
-                        CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0]));
-                        tmv = moeb_time(be, &d, &w, &x, ids, false, 3);
-                        if (T == 512 && rb_gpu_backend_tune(be, &ch) == RB_OK) {
-                            CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0]));
-                            tch = moeb_time(be, &d, &w, &x, ids, false, 3);
-                        }
+                    /* each path forced: the matrix-vector kernels, the GEMMs, the GEMMs in 32 MiB chunks */
+                    const rb_gpu_tuning alt[3] = {{.moe_gemm = -1}, {.moe_gemm = 1}, {.moe_gemm = 1, .moe_gemm_chunk_mib = 32}};
+                    const rb_gpu_tuning dflt = {0};
+                    double ta[3] = {0, 0, 0};
+                    for (int p = 0; p < 3 && T >= 128; p++) {
+                        if ((p == 2 && T != 512) || rb_gpu_backend_tune(be, &alt[p]) != RB_OK) continue;
+                        CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0])); /* sizes the scratch */
+                        ta[p] = moeb_time(be, &d, &w, &x, ids, false, 3);
                         CHECK(rb_gpu_backend_tune(be, &dflt));
                     }
+                    const double tmv = ta[0], tgm = ta[1], tch = ta[2];
                     const double gb = distinct * (double)ebytes / 1e9, flop = 2.0 * (double)(K * N * k * T);
                     printf("{\"bench\":\"matmul_id\",\"shape\":\"%s\",\"part\":\"%s\",\"wtype\":\"%s\",\"K\":%lld,"
                            "\"N\":%lld,\"E\":%lld,\"k\":%lld,\"T\":%lld,\"experts_read\":%.1f,\"path\":\"%s\",\"us\":%.2f,"
                            "\"GBps\":%.1f,\"graph_us\":%.2f,\"graph_GBps\":%.1f,\"TFLOPs\":%.3f,\"mv_us\":%.2f,"
-                           "\"mv_TFLOPs\":%.3f,\"chunk32_us\":%.2f}\n",
+                           "\"mv_TFLOPs\":%.3f,\"gemm_us\":%.2f,\"gemm_TFLOPs\":%.3f,\"chunk32_us\":%.2f}\n",
                            shapes[si].name, part ? "down" : "gate", rb_dtype_name(dt), (long long)K, (long long)N,
                            (long long)E, (long long)k, (long long)T, distinct, gemm ? "gemm" : "mv", te * 1e6, gb / te,
                            tg * 1e6, tg > 0 ? gb / tg : 0, flop / te / 1e12, tmv * 1e6, tmv > 0 ? flop / tmv / 1e12 : 0,
-                           tch * 1e6);
+                           tgm * 1e6, tgm > 0 ? flop / tgm / 1e12 : 0, tch * 1e6);
                     fflush(stdout);
                     free(iv);
                     free(used);
