@@ -38,8 +38,10 @@
  *    255: subnormal scales, infinities).
  *  - the gpt-oss MXFP4 GGUF (tests/data/models/gpt_oss) run on the GPU:
  *    prefill logits and decode steps within 2e-3 rel L2 of the CPU backend
- *    (same int8 sums in the experts, f32 elsewhere) and within the CPU's
- *    measured bound (4.5e-2) of transformers on the dequantized experts.
+ *    (same int8 sums in the experts, the matrix-vector kernels forced; f32
+ *    elsewhere) and within the CPU's measured bound (4.5e-2) of transformers
+ *    on the dequantized experts; the prefill through the expert GEMMs within
+ *    that bound of transformers too.
  * Skips without a GPU. */
 #include "gpu_pair.h"
 
@@ -856,7 +858,9 @@ static void test_gpt_oss_mxfp4_gguf(void **state) {
     assert_int_equal(nb, sizeof(float) * nt * (size_t)V);
     snprintf(path, sizeof path, "%s/model-mxfp4.gguf", dir);
     const size_t split = nt / 2;
-    float *gs = NULL, *cs = NULL;
+    float *gs = NULL, *cs = NULL, *gs2 = NULL;
+    /* the experts' matrix-vector kernels (the CPU's int8 sums) for the comparison with the CPU backend */
+    id_path(e, -1, 0);
     float *ga = run_model(e->g, path, tok, nt, V, split, &gs), *ca = run_model(e->c, path, tok, nt, V, split, &cs);
     const double e_cpu = rel_l2_f(ga, ca, nt * (size_t)V), e_ref = rel_l2_f(ga, want, nt * (size_t)V);
     /* the decode run's logits: last of the prompt, then each step */
@@ -866,6 +870,19 @@ static void test_gpt_oss_mxfp4_gguf(void **state) {
                   "dequantized experts %.3g\n", e_cpu, e_steps, e_ref);
     if (!(e_cpu <= 2e-3) || !(e_steps <= 2e-3)) fail_msg("gpt-oss MXFP4 on the GPU differs from the CPU backend");
     if (!(e_ref <= 4.5e-2)) fail_msg("gpt-oss MXFP4 on the GPU: %.3g from transformers' dequantized model", e_ref);
+    /* the expert GEMMs (f16 activations, no int8 sums): within the CPU's bound of transformers */
+    id_path(e, 1, 0);
+    const unsigned long long g0 = id_gemm_calls(e);
+    float *gg = run_model(e->g, path, tok, nt, V, split, &gs2);
+    const bool gemm = id_gemm_calls(e) > g0;
+    id_path(e, 0, 0);
+    const double e_gref = rel_l2_f(gg, want, nt * (size_t)V);
+    print_message("gpt-oss MXFP4 GGUF on the GPU, expert GEMMs%s: vs transformers %.3g\n", gemm ? "" : " (not taken)",
+                  e_gref);
+    if (!gemm && rb_backend_kind(e->g) == RB_DEVICE_CUDA) fail_msg("gpt-oss MXFP4: the expert GEMMs did not run");
+    if (!(e_gref <= 4.5e-2)) fail_msg("gpt-oss MXFP4, expert GEMMs: %.3g from transformers' dequantized model", e_gref);
+    free(gg);
+    free(gs2);
     free(ga);
     free(ca);
     free(gs);
