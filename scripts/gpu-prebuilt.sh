@@ -78,7 +78,9 @@
 #              and Q4_K_M written directly, others by llama-quantize), pp512 tg128
 #              of each, and the seconds each stage took
 #   moe        bench_gpu moe (rb_matmul_id at Qwen3-30B-A3B, Mixtral-8x7B and
-#              gpt-oss-20b shapes, decode to prefill)
+#              gpt-oss-20b shapes, decode to prefill; from 128 tokens the default
+#              path beside each path forced (matrix-vector kernels, expert GEMMs),
+#              at 512 the expert GEMMs in 32 MiB chunks too)
 #   env:V=X    export V=X for the steps after it (and TAG=V-X names their bench
 #              files), e.g. env:RBEE_NO_GRAPH=1 bench7b; env:V= unsets V
 #   bf16_7b q8_0_7b q4_0_7b   one type of bench7b (bf16_1b ...: pp512 tg128 of the 1B shape;
@@ -390,11 +392,11 @@ for l in open(sys.argv[1]):
     else:
         print("  %-8s Tq %5d Tk %5d H %2d/%2d pos %5d  %8.2f us" % (r["kernel"], r["Tq"], r["Tk"], r["Hq"], r["Hkv"], r["pos"], r["us"]))' "$OUT/bench_attn${TAG:+-$TAG}.jsonl"
     result attn done ;;
-  moe) step "bench_gpu moe${TAG:+ ($TAG)}"; timeout 280 $BIN/cuda/bench_gpu moe cuda:0 >"$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+  moe) step "bench_gpu moe${TAG:+ ($TAG)}"; timeout 400 $BIN/cuda/bench_gpu moe cuda:0 >"$OUT/bench_moe${TAG:+-$TAG}.jsonl"
     python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     if l.startswith("{"):
-        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %9.1f us %7.1f GB/s  graph %9.1f us  %6.3f TFLOP/s" % (r["shape"], r["part"], r["wtype"], r["T"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
+        r = json.loads(l); print("  %-14s %-4s %-5s T %3d  %-4s %9.1f us %7.1f GB/s  graph %9.1f us  %7.3f TFLOP/s  mv %9.1f us %7.3f TF  gemm %9.1f us %7.3f TF  chunk32 %9.1f us" % (r["shape"], r["part"], r["wtype"], r["T"], r["path"], r["us"], r["GBps"], r["graph_us"], r["TFLOPs"], r["mv_us"], r["mv_TFLOPs"], r["gemm_us"], r["gemm_TFLOPs"], r["chunk32_us"]))' "$OUT/bench_moe${TAG:+-$TAG}.jsonl"
     result moe done ;;
   q8) step "bench_gpu q8${TAG:+ ($TAG)}"; timeout 400 $BIN/cuda/bench_gpu q8 cuda:0 >"$OUT/bench_q8${TAG:+-$TAG}.jsonl"
     grep -v "^{" "$OUT/bench_q8${TAG:+-$TAG}.jsonl"; result "q8${TAG:+ ($TAG)}" done ;;

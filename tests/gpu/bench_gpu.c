@@ -562,11 +562,16 @@ static void bench_attn_sd(rb_backend *be) {
  * (H 2048, F 768, 128 experts, 8 a token), Mixtral-8x7B (4096, 14336, 8, 2)
  * and gpt-oss-20b (2880, 2880, 32, 4); the gate (or up) product [H -> F] with
  * one shared row a token and the down product [F -> H] with one row a slot,
- * T = 1, 4, 32 and 512 tokens. Each call's ids come from one of 16 sets of
- * random distinct experts per token (so consecutive calls read other
+ * T = 1, 4, 32, 128 and 512 tokens. Each call's ids come from one of 16 sets
+ * of random distinct experts per token (so consecutive calls read other
  * experts, as consecutive layers do); time per call is the median of 20
- * runs of 16 calls (3 at T = 512), eager and (T <= 32) as a graph replay. GB/s: the bytes
- * of the experts a call selects (distinct ones) / its time. */
+ * runs of 16 calls (3 at T >= 128), eager and (T <= 32) as a graph replay. GB/s: the bytes
+ * of the experts a call selects (distinct ones) / its time. At T >= 128 the
+ * default path (path: the expert GEMMs of moe_gemm.cuh where the backend
+ * takes them, else mv) is timed beside each path forced through
+ * rb_gpu_tuning.moe_gemm (mv_us: the matrix-vector kernels; gemm_us: the
+ * GEMMs) and, at T = 512, the GEMMs with experts converted 32 MiB at a time
+ * (chunk32_us: the f16 copy may stay in L2). */
 #define MOEB_SETS 16
 #define MOEB_RUNS 20
 
@@ -604,7 +609,7 @@ static int bench_moe(rb_backend *be) {
         {"mixtral-8x7b", 4096, 14336, 8, 2, {RB_Q4_K, RB_Q8_0}},
         {"gpt-oss-20b", 2880, 2880, 32, 4, {RB_MXFP4, RB_Q8_0}},
     };
-    const int64_t Ts[] = {1, 4, 32, 512};
+    const int64_t Ts[] = {1, 4, 32, 128, 512};
     const bool graphs = rb_backend_graphs_supported(be);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int ti = 0; ti < 2; ti++)
@@ -653,15 +658,32 @@ static int bench_moe(rb_backend *be) {
                     }
                     CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0])); /* warm-up: sizes the scratch */
                     CHECK(rb_backend_sync(be));
+                    rb_gpu_conv_stats st0, st1;
+                    const bool stats = rb_gpu_backend_conv_stats(be, &st0) == RB_OK;
                     const double te = moeb_time(be, &d, &w, &x, ids, false, T <= 32 ? MOEB_RUNS : 3);
+                    const bool gemm = stats && rb_gpu_backend_conv_stats(be, &st1) == RB_OK &&
+                                      st1.moe_gemm_calls > st0.moe_gemm_calls;
                     const double tg = graphs && T <= 32 ? moeb_time(be, &d, &w, &x, ids, true, MOEB_RUNS) : 0;
-                    const double gb = distinct * (double)ebytes / 1e9;
+                    /* each path forced: the matrix-vector kernels, the GEMMs, the GEMMs in 32 MiB chunks */
+                    const rb_gpu_tuning alt[3] = {{.moe_gemm = -1}, {.moe_gemm = 1}, {.moe_gemm = 1, .moe_gemm_chunk_mib = 32}};
+                    const rb_gpu_tuning dflt = {0};
+                    double ta[3] = {0, 0, 0};
+                    for (int p = 0; p < 3 && T >= 128; p++) {
+                        if ((p == 2 && T != 512) || rb_gpu_backend_tune(be, &alt[p]) != RB_OK) continue;
+                        CHECK(rb_matmul_id(be, &d, &w, &x, &ids[0])); /* sizes the scratch */
+                        ta[p] = moeb_time(be, &d, &w, &x, ids, false, 3);
+                        CHECK(rb_gpu_backend_tune(be, &dflt));
+                    }
+                    const double tmv = ta[0], tgm = ta[1], tch = ta[2];
+                    const double gb = distinct * (double)ebytes / 1e9, flop = 2.0 * (double)(K * N * k * T);
                     printf("{\"bench\":\"matmul_id\",\"shape\":\"%s\",\"part\":\"%s\",\"wtype\":\"%s\",\"K\":%lld,"
-                           "\"N\":%lld,\"E\":%lld,\"k\":%lld,\"T\":%lld,\"experts_read\":%.1f,\"us\":%.2f,"
-                           "\"GBps\":%.1f,\"graph_us\":%.2f,\"graph_GBps\":%.1f,\"TFLOPs\":%.3f}\n",
+                           "\"N\":%lld,\"E\":%lld,\"k\":%lld,\"T\":%lld,\"experts_read\":%.1f,\"path\":\"%s\",\"us\":%.2f,"
+                           "\"GBps\":%.1f,\"graph_us\":%.2f,\"graph_GBps\":%.1f,\"TFLOPs\":%.3f,\"mv_us\":%.2f,"
+                           "\"mv_TFLOPs\":%.3f,\"gemm_us\":%.2f,\"gemm_TFLOPs\":%.3f,\"chunk32_us\":%.2f}\n",
                            shapes[si].name, part ? "down" : "gate", rb_dtype_name(dt), (long long)K, (long long)N,
-                           (long long)E, (long long)k, (long long)T, distinct, te * 1e6, gb / te, tg * 1e6,
-                           tg > 0 ? gb / tg : 0, 2.0 * (double)(K * N * k * T) / te / 1e12);
+                           (long long)E, (long long)k, (long long)T, distinct, gemm ? "gemm" : "mv", te * 1e6, gb / te,
+                           tg * 1e6, tg > 0 ? gb / tg : 0, flop / te / 1e12, tmv * 1e6, tmv > 0 ? flop / tmv / 1e12 : 0,
+                           tgm * 1e6, tgm > 0 ? flop / tgm / 1e12 : 0, tch * 1e6);
                     fflush(stdout);
                     free(iv);
                     free(used);

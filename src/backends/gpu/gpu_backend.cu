@@ -701,6 +701,8 @@ extern "C" rb_status RB_GPU_CONV_STATS(rb_backend *be, rb_gpu_conv_stats *out) {
 #endif
     out->cudnn_convs = g->conv_dnn;
     out->own_convs = g->conv_own;
+    out->moe_gemm_calls = g->moe_gemm;
+    out->moe_mv_calls = g->moe_mv;
     return RB_OK;
 }
 

@@ -64,6 +64,7 @@ struct gpu_backend {
     struct gpu_cudnn *dnn; /* cuDNN loaded at run time (conv_cudnn.cu); NULL only out of host memory */
 #endif
     unsigned long long conv_dnn, conv_own; /* rb_conv2d calls run by cuDNN / by our kernels */
+    unsigned long long moe_gemm, moe_mv;   /* rb_matmul_id calls run by the expert GEMMs / matrix-vector kernels */
     char arch[32];
 };
 

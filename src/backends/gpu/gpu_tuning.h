@@ -29,15 +29,21 @@ typedef struct rb_gpu_tuning {
     int gemm_q8_min_m;      /* > 0: gemm_q8.cuh takes products from this many rows (else Q8_MIN_M) */
     int gemm_q8_max_m;      /* > 0: gemm_q8.cuh takes products of up to this many rows (<= 256; else Q8_MAX_M) */
     int gemm_q8_split;      /* > 0: gemm_q8.cuh splits K in this many parts (at most one a step), not by its rule */
+    int moe_gemm;           /* rb_matmul_id by the expert GEMMs of moe_gemm.cuh (CUDA, eager calls): 0 where the
+                             * backend chooses them (>= 16 tokens, >= 12 rows per used expert), > 0 always, < 0 never */
+    int moe_gemm_chunk_mib; /* > 0: those GEMMs convert at most this many MiB of experts at a time (else 256) */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is
  * usable (the CUDA backend loaded libcudnn.so.9 at run time and, once a
  * convolution needed it, created its handle) and how many convolutions went
- * through cuDNN and through our kernels since the backend was created. */
+ * through cuDNN and through our kernels since the backend was created; and
+ * how many rb_matmul_id calls went through the expert GEMMs (moe_gemm.cuh)
+ * and through the matrix-vector kernels. */
 typedef struct rb_gpu_conv_stats {
     bool cudnn_loaded;
     unsigned long long cudnn_convs, own_convs;
+    unsigned long long moe_gemm_calls, moe_mv_calls;
 } rb_gpu_conv_stats;
 
 /* Sets the tuning of a CUDA or ROCm backend (RB_E_UNSUPPORTED for other

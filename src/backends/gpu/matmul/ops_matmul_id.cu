@@ -1,7 +1,10 @@
 /* rb_matmul_id on the GPU: the expert products of a mixture-of-experts
- * layer, dst[:, j, t] = a[:, :, ids[j, t]] b[:, S == 1 ? 0 : j, t], in
- * three launches whatever the number of experts, none reading the host, so
- * a decode step's layer is captured into a graph like any other op:
+ * layer, dst[:, j, t] = a[:, :, ids[j, t]] b[:, S == 1 ? 0 : j, t]. An
+ * eager call on CUDA with many rows per used expert (a prompt) goes through
+ * tensor-core GEMMs (moe_gemm.cuh, from the ids read on the host); every
+ * other call (decode, small batches, graph captures, HIP) takes three
+ * launches whatever the number of experts, none reading the host, so a
+ * decode step's layer is captured into a graph like any other op:
  *   1. k_moe_route (moe_route.cuh) groups the k T (slot, token) rows by
  *      expert: the used experts, each with its rows in ascending order;
  *   2. the activations' S T distinct rows are quantized once to int8 the
@@ -25,6 +28,7 @@
  * and leaves its row unwritten. The integer sums equal the CPU backend's;
  * only the order of the f32 additions differs. */
 #include "backends/gpu/matmul/matvec_fmt_mxfp4.cuh"
+#include "backends/gpu/matmul/moe_gemm.cuh"
 #include "backends/gpu/matmul/moe_route.cuh"
 
 #include <limits.h>
@@ -178,34 +182,66 @@ template <int R, int MT> __global__ void __launch_bounds__(MOE_THREADS) k_moe_mv
 
 /* ---------------- host side ---------------- */
 
-/* Eager calls: every id in 0..E-1, read on the host (the CPU backend's check and message). */
-static rb_status moe_check_ids(rb_backend *be, const rb_tensor *ids, int64_t E) {
+/* Eager calls: every id in 0..E-1, read on the host (the CPU backend's check
+ * and message), into *out (malloc'd, row r = t k + j at [r]; the caller frees). */
+static rb_status moe_read_ids(rb_backend *be, const rb_tensor *ids, int64_t E, int32_t **out) {
     const int64_t k = ids->ne[0], T = ids->ne[1];
     const size_t span = rb_tensor_span(ids);
-    if (span == 0) return RB_OK;
+    *out = NULL;
+    if (span == 0 || k * T == 0) return RB_OK;
     char *h = (char *)malloc(span);
-    if (!h) return rb_backend_fail(be, RB_E_NOMEM, "rb_matmul_id: no host memory to check %zu bytes of ids", span);
+    int32_t *v = (int32_t *)malloc(sizeof(int32_t) * (size_t)(k * T));
+    if (!h || !v) {
+        free(h);
+        free(v);
+        return rb_backend_fail(be, RB_E_NOMEM, "rb_matmul_id: no host memory to check %zu bytes of ids", span);
+    }
     cudaError_t err = cudaMemcpyAsync(h, (const char *)ids->buf->impl + ids->offs, span, cudaMemcpyDeviceToHost,
                                       gb(be)->stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(gb(be)->stream);
     if (err != cudaSuccess) {
         free(h);
+        free(v);
         return gpu_fail(be, err, "rb_matmul_id: reading the ids");
     }
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++) {
-            int32_t v;
-            memcpy(&v, h + j * (int64_t)ids->nb[0] + t * (int64_t)ids->nb[1], sizeof v);
-            if (v < 0 || v >= E) {
+            int32_t x;
+            memcpy(&x, h + j * (int64_t)ids->nb[0] + t * (int64_t)ids->nb[1], sizeof x);
+            if (x < 0 || x >= E) {
                 free(h);
+                free(v);
                 return rb_backend_fail(be, RB_E_RANGE,
-                                       "rb_matmul_id: expert id %d at [%lld, %lld] is outside 0..%lld", (int)v,
+                                       "rb_matmul_id: expert id %d at [%lld, %lld] is outside 0..%lld", (int)x,
                                        (long long)j, (long long)t, (long long)E - 1);
             }
+            v[t * k + j] = x;
         }
     free(h);
+    *out = v;
     return RB_OK;
 }
+
+#if !defined(RBEE_GPU_HIP)
+/* An eager call through the expert GEMMs (moe_gemm.cuh) where mg_wanted
+ * takes it (*done true), from the ids read on the host. */
+static rb_status moe_try_gemm(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                              const int32_t *hid, bool *done) {
+    const int64_t E = a->ne[2], R = dst->ne[1] * dst->ne[2];
+    *done = false;
+    int64_t *cnt = (int64_t *)calloc((size_t)E, sizeof(int64_t));
+    if (!cnt) return rb_backend_fail(be, RB_E_NOMEM, "rb_matmul_id: no host memory to count %lld experts", (long long)E);
+    int64_t used = 0;
+    for (int64_t r = 0; r < R; r++) used += cnt[hid[r]]++ == 0;
+    rb_status s = RB_OK;
+    if (mg_wanted(gb(be), a, dst->ne[2], R, used)) {
+        *done = true;
+        s = moe_gemm(be, dst, a, b, hid, cnt, used);
+    }
+    free(cnt);
+    return s;
+}
+#endif
 
 /* activation rows a pass: the most rows a used expert can have, T (top-k
  * gives distinct experts per token), rounded up to 1, 2, 4 or 8 */
@@ -276,12 +312,27 @@ rb_status gpu_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
                                "rb_matmul_id: %s experts at a misaligned address or row stride are not supported on %s",
                                rb_dtype_name(dt), be->name);
     int *guard = gpu_ids_guard(be);
+    int32_t *hid = NULL; /* eager: the ids, checked on the host */
     if (!guard) {
-        rb_status s = moe_check_ids(be, ids, E);
+        rb_status s = moe_read_ids(be, ids, E, &hid);
         if (s != RB_OK) return s;
     }
-    if (R == 0 || N == 0) return RB_OK;
-    if (K == 0) return gpu_fill(be, dst, 0.0f);
+    if (R == 0 || N == 0 || K == 0) {
+        free(hid);
+        return R == 0 || N == 0 ? RB_OK : gpu_fill(be, dst, 0.0f);
+    }
+#if !defined(RBEE_GPU_HIP)
+    if (hid) { /* many rows per expert: the GEMMs of moe_gemm.cuh */
+        bool done = false;
+        rb_status s = moe_try_gemm(be, dst, a, b, hid, &done);
+        if (s != RB_OK || done) {
+            free(hid);
+            return s;
+        }
+    }
+#endif
+    free(hid);
+    gb(be)->moe_mv++;
 
     /* how the activations are read: quantized rows, f32 rows of b, or f32 copies */
     const size_t es = rb_dtype_info((int)dt)->type_size;
