@@ -92,6 +92,18 @@ rb_status rb_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta, 
 /* dst = (src - mean) / sqrt(var + eps) * w + b over each row; w, b nullable. */
 rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                         const rb_tensor *b, float eps);
+/* Layer norm without affine, then adaLN modulation, in one pass (the
+ * DiT / MMDiT blocks' norm(x) * (1 + scale) + shift): over each row,
+ *   dst = (src - mean) / sqrt(var + eps) * (1 + scale) + shift
+ * src and dst f32, f16 or bf16 of one shape, any strides (dst may be src's
+ * view); shift and scale (each nullable: 0) f32/f16/bf16 with ne[0] equal
+ * to the row length, broadcast over dst's other dims (typically [D, 1, B]:
+ * one modulation per batch item, every token). Statistics and the
+ * modulation in f32, the result rounded once into dst. On the CPU with an
+ * f32 dst the results are bit-identical to rb_layer_norm, rb_affine(scale,
+ * 1, 1), rb_binary(MUL) and rb_binary(ADD). */
+rb_status rb_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                            const rb_tensor *scale, float eps);
 /* Group norm over src [W, H, C, N]: channels (dim 2) split into n_groups
  * groups; each (group, n) normalised over W*H*(C/n_groups) values; then
  * per-channel w and b (each [C], nullable). */
@@ -130,6 +142,34 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
  * query attention style). Quantized a may quantize b internally (to q8_0 /
  * q8_1 / q8_K blocks) as ggml does. */
 rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+
+/* The epilogue of rb_linear: what happens to each product value
+ * p[n, m, i2, i3] before it is stored, in f32:
+ *   y = p + bias[n]                  (bias: [N])
+ *   y = act(y)                       (has_act; any rb_unary_op)
+ *   y = y * gate[n, m, i2, i3]       (gate: ne[0] == N, broadcast to dst in
+ *                                     dims 1..3, e.g. adaLN-Zero's [N, 1, B])
+ *   dst = res[n, m, i2, i3] + y      (res: dst's shape; the residual)
+ * then rounded once into dst. Every tensor is nullable (that step skipped);
+ * all are f32, f16 or bf16 with any strides. */
+typedef struct rb_linear_epilogue {
+    const rb_tensor *bias;
+    bool has_act;
+    rb_unary_op act;
+    const rb_tensor *gate;
+    const rb_tensor *res;
+} rb_linear_epilogue;
+/* A linear layer in one call: rb_matmul (a and b as there; dst f32, f16 or
+ * bf16 with any strides: e.g. a slice of a larger buffer, written in place
+ * of a temporary and a copy) with its epilogue (ep nullable: none). res
+ * may be dst's own view (x += gate * (W a + b), in place); otherwise no
+ * operand may overlap dst. On the CPU with an f32 dst the results are
+ * bit-identical to rb_matmul followed by the separate rb_binary / rb_unary
+ * calls (a 16-bit dst is rounded once instead of after each). A GPU
+ * backend may round a 16-bit product into dst before the epilogue where
+ * res is not dst's view (as the separate calls do). */
+rb_status rb_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                    const rb_linear_epilogue *ep);
 
 /* Expert-indexed matrix product (mixture-of-experts layers):
  *   a   [K, N, E]  the E experts' weights, one [K, N] matrix each (any weight

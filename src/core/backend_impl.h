@@ -87,6 +87,12 @@ typedef struct rb_backend_vtable {
                            const rb_tensor *ids);
     rb_status (*swiglu_clamp)(rb_backend *be, rb_tensor *dst, const rb_tensor *gate, const rb_tensor *up, float alpha,
                               float limit);
+    /* the diffusion networks' fused ops (ops.h); NULL: RB_E_UNSUPPORTED.
+     * linear gets ep non-NULL (the front-end passes an empty one) */
+    rb_status (*layer_norm_mod)(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                                const rb_tensor *scale, float eps);
+    rb_status (*linear)(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                        const rb_linear_epilogue *ep);
 } rb_backend_vtable;
 
 /* Graph capture and replay (see backend.h). A backend without graphs leaves

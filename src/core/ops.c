@@ -406,6 +406,31 @@ rb_status rb_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, co
     return be->vt->layer_norm(be, dst, src, w, b, eps);
 }
 
+/* t (nullable) has n elements in dim 0 and broadcasts to dst in dims 1..3 */
+static rb_status check_row_bcast(const opc *c, const char *name, const rb_tensor *t, int64_t n, const rb_tensor *dst) {
+    if (!t) return RB_OK;
+    TRY(check_float(c, name, t));
+    if (t->ne[0] != n) return fail(c, RB_E_INVALID, "%s %s must have ne[0] == %lld", name, D(t).s, (long long)n);
+    return bcast(c, name, t, dst);
+}
+
+rb_status rb_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                            const rb_tensor *scale, float eps) {
+    NEED_BE();
+    opc c = {be, "rb_layer_norm_mod"};
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_float(&c, "src", src));
+    TRY(same_shape(&c, "dst", dst, "src", src));
+    TRY(check_row_bcast(&c, "shift", shift, src->ne[0], dst));
+    TRY(check_row_bcast(&c, "scale", scale, src->ne[0], dst));
+    if ((shift && overlap(dst, shift)) || (scale && overlap(dst, scale)))
+        return fail(&c, RB_E_INVALID, "dst %s overlaps shift or scale", D(dst).s);
+    TRY(check_eps(&c, eps));
+    TRY(writable(&c, "dst", dst));
+    if (!be->vt->layer_norm_mod) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->layer_norm_mod(be, dst, src, shift, scale, eps);
+}
+
 rb_status rb_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                         const rb_tensor *b, float eps) {
     NEED_BE();
@@ -573,6 +598,53 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
                     D(b).s);
     TRY(writable(&c, "dst", dst));
     return be->vt->matmul(be, dst, a, b);
+}
+
+/* the same view of the same memory */
+static bool same_view(const rb_tensor *t, const rb_tensor *u) {
+    if (t->buf != u->buf || t->offs != u->offs || t->dtype != u->dtype) return false;
+    for (int i = 0; i < RB_MAX_DIMS; i++)
+        if (t->ne[i] != u->ne[i] || t->nb[i] != u->nb[i]) return false;
+    return true;
+}
+
+rb_status rb_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                    const rb_linear_epilogue *ep) {
+    NEED_BE();
+    opc c = {be, "rb_linear"};
+    const rb_linear_epilogue none = {0};
+    if (!ep) ep = &none;
+    TRY(check_float(&c, "dst", dst));
+    TRY(check_t(&c, "a", a));
+    TRY(check_float(&c, "b", b));
+    if (!is_float(a->dtype) && !is_quant(a->dtype))
+        return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
+    if (a->ne[0] != b->ne[0])
+        return fail(&c, RB_E_INVALID, "inner dims differ: a %s vs b %s (ne[0] is K for both)", D(a).s, D(b).s);
+    if (a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3])
+        return fail(&c, RB_E_INVALID, "a %s cannot broadcast over b %s in dims 2/3 (need B2 %% A2 == 0, B3 %% A3 == 0)",
+                    D(a).s, D(b).s);
+    if (dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] || dst->ne[3] != b->ne[3])
+        return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld] for a %s, b %s", D(dst).s,
+                    (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3], D(a).s,
+                    D(b).s);
+    const int64_t N = a->ne[1];
+    TRY(check_row_param(&c, "bias", ep->bias, N));
+    if (ep->has_act && (unsigned)ep->act >= RB_UNARY_COUNT_)
+        return fail(&c, RB_E_INVALID, "unknown activation %d", (int)ep->act);
+    TRY(check_row_bcast(&c, "gate", ep->gate, N, dst));
+    if (ep->res) {
+        TRY(check_float(&c, "res", ep->res));
+        TRY(same_shape(&c, "res", ep->res, "dst", dst));
+        if (overlap(ep->res, dst) && !same_view(ep->res, dst))
+            return fail(&c, RB_E_INVALID, "res %s overlaps dst %s without being its view", D(ep->res).s, D(dst).s);
+    }
+    if (overlap(dst, a) || overlap(dst, b) || (ep->bias && overlap(dst, ep->bias)) ||
+        (ep->gate && overlap(dst, ep->gate)))
+        return fail(&c, RB_E_INVALID, "dst %s overlaps a, b, bias or gate", D(dst).s);
+    TRY(writable(&c, "dst", dst));
+    if (!be->vt->linear) return fail(&c, RB_E_UNSUPPORTED, "not implemented by backend %s", be->name);
+    return be->vt->linear(be, dst, a, b, ep);
 }
 
 rb_status rb_matmul_id(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b, const rb_tensor *ids) {

@@ -169,10 +169,15 @@ static rb_status layer_fwd(sd_run *r, const rb_clip_text_config *c, const clip_l
     SD_OP(r, rb_layer_norm(r->be, &n, x, &L->ln1.w, &L->ln1.b, c->eps));
     SD_TRY(sd_attn_fwd(r, &L->attn, x, &n, NULL, true));
     SD_OP(r, rb_layer_norm(r->be, &n, x, &L->ln2.w, &L->ln2.b, c->eps));
-    SD_TRY(sd_linear_fwd(r, &L->fc1, &h, &n));
-    SD_TRY(act_fwd(r, c->act, &h));
-    SD_TRY(sd_linear_fwd(r, &L->fc2, &n, &h));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, &n));
+    if (c->act == RB_CLIP_ACT_GELU || c->act == RB_CLIP_ACT_GELU_TANH) { /* the activation in fc1's epilogue */
+        const rb_linear_epilogue ep = sd_ep_act(c->act == RB_CLIP_ACT_GELU ? RB_UNARY_GELU : RB_UNARY_GELU_TANH);
+        SD_TRY(sd_linear_fwd_ep(r, &L->fc1, &h, &n, &ep));
+    } else {
+        SD_TRY(sd_linear_fwd(r, &L->fc1, &h, &n));
+        SD_TRY(act_fwd(r, c->act, &h));
+    }
+    const rb_linear_epilogue res = sd_ep_res(x);
+    SD_TRY(sd_linear_fwd_ep(r, &L->fc2, x, &h, &res));
     sd_release(r, mk);
     return RB_OK;
 }

@@ -62,58 +62,60 @@ static rb_tensor chunk(const rb_tensor *mod, int i, int64_t D) {
     return v;
 }
 
-/* dst = n * (1 + scale) + shift (dst may be n). */
-static rb_status modulate(sd_run *r, rb_tensor *dst, const rb_tensor *n, const rb_tensor *mod, int ishift, int iscale,
+/* dst = LN(x) * (1 + scale) + shift in one op (the adaLN modulation). */
+static rb_status norm_mod(sd_run *r, rb_tensor *dst, const rb_tensor *x, const rb_tensor *mod, int ishift, int iscale,
                           int64_t D) {
-    const size_t mk = sd_mark(r);
     rb_tensor sc = chunk(mod, iscale, D), sh = chunk(mod, ishift, D);
-    rb_tensor one = sd_stack(r, D, 1, mod->ne[1], 1);
-    SD_OP(r, rb_affine(r->be, &one, &sc, 1.0f, 1.0f));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_MUL, dst, n, &one));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, dst, dst, &sh));
-    sd_release(r, mk);
+    SD_OP(r, rb_layer_norm_mod(r->be, dst, x, &sh, &sc, LN_EPS));
     return RB_OK;
 }
 
-/* x += gate * a (a is overwritten). */
-static rb_status gated_add(sd_run *r, rb_tensor *x, rb_tensor *a, const rb_tensor *mod, int igate, int64_t D) {
+/* x += gate * (a W^T + b): the output projection with its gated residual. */
+static rb_status gated_linear(sd_run *r, const sd_linear *l, rb_tensor *x, const rb_tensor *a, const rb_tensor *mod,
+                              int igate, int64_t D) {
     rb_tensor g = chunk(mod, igate, D);
-    SD_OP(r, rb_binary(r->be, RB_BINARY_MUL, a, a, &g));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, a));
-    return RB_OK;
+    const rb_linear_epilogue ep = {.gate = &g, .res = x};
+    return sd_linear_fwd_ep(r, l, x, a, &ep);
 }
 
-/* q, k, v of one stream (n [D, T, B]) into the views q, k, v [D, T, B]
- * (parts of the joint sequence), RMS-normed per head with qk_norm. */
+/* q, k, v of one stream (n [D, T, B]) straight into the views q, k, v
+ * [D, T, B] (parts of the joint sequence), RMS-normed per head there with
+ * qk_norm. */
 static rb_status project(sd_run *r, const rb_mmdit *m, const mmdit_attn *a, const rb_tensor *n, rb_tensor *q,
                          rb_tensor *k, rb_tensor *v) {
-    const int64_t D = m->dim, T = n->ne[1], B = n->ne[2], hd = m->cfg.head_dim;
-    const size_t mk = sd_mark(r);
-    rb_tensor t = sd_stack(r, D, T, B, 1), tv = sd_reshape(&t, hd, m->cfg.heads, T, B);
-    SD_TRY(sd_linear_fwd(r, &a->q, &t, n));
-    if (m->cfg.qk_norm) SD_OP(r, rb_rms_norm(r->be, &tv, &tv, &a->nq, QK_EPS));
-    SD_OP(r, rb_cast(r->be, q, &t));
-    SD_TRY(sd_linear_fwd(r, &a->k, &t, n));
-    if (m->cfg.qk_norm) SD_OP(r, rb_rms_norm(r->be, &tv, &tv, &a->nk, QK_EPS));
-    SD_OP(r, rb_cast(r->be, k, &t));
-    SD_TRY(sd_linear_fwd(r, &a->v, &t, n));
-    SD_OP(r, rb_cast(r->be, v, &t));
-    sd_release(r, mk);
+    const int64_t T = n->ne[1], B = n->ne[2], hd = m->cfg.head_dim;
+    SD_TRY(sd_linear_fwd(r, &a->q, q, n));
+    SD_TRY(sd_linear_fwd(r, &a->k, k, n));
+    SD_TRY(sd_linear_fwd(r, &a->v, v, n));
+    if (m->cfg.qk_norm) { /* [D, T, B] rows as [hd, heads, T, B] */
+        rb_tensor qh = *q, kh = *k;
+        for (int i = 0; i < 2; i++) {
+            rb_tensor *t = i ? &kh : &qh;
+            const rb_tensor *src = i ? k : q;
+            t->ne[0] = hd;
+            t->ne[1] = m->cfg.heads;
+            t->ne[2] = T;
+            t->ne[3] = B;
+            t->nb[1] = src->nb[0] * (size_t)hd;
+            t->nb[2] = src->nb[1];
+            t->nb[3] = src->nb[2];
+        }
+        SD_OP(r, rb_rms_norm(r->be, &qh, &qh, &a->nq, QK_EPS));
+        SD_OP(r, rb_rms_norm(r->be, &kh, &kh, &a->nk, QK_EPS));
+    }
     return RB_OK;
 }
 
-/* n = modulated LN(h); h += gate * ff2(gelu_tanh(ff1(n))). */
+/* h += gate * ff2(gelu_tanh(ff1(modulated LN(h)))). */
 static rb_status ff_fwd(sd_run *r, const sd_linear *f1, const sd_linear *f2, rb_tensor *h, const rb_tensor *mod,
                         int64_t D) {
     const int64_t T = h->ne[1], B = h->ne[2];
     const size_t mk = sd_mark(r);
     rb_tensor n = sd_stack(r, D, T, B, 1), f = sd_stack(r, 4 * D, T, B, 1);
-    SD_OP(r, rb_layer_norm(r->be, &n, h, NULL, NULL, LN_EPS));
-    SD_TRY(modulate(r, &n, &n, mod, 3, 4, D));
-    SD_TRY(sd_linear_fwd(r, f1, &f, &n));
-    SD_OP(r, rb_unary(r->be, RB_UNARY_GELU_TANH, &f, &f));
-    SD_TRY(sd_linear_fwd(r, f2, &n, &f));
-    SD_TRY(gated_add(r, h, &n, mod, 5, D));
+    SD_TRY(norm_mod(r, &n, h, mod, 3, 4, D));
+    const rb_linear_epilogue gelu = sd_ep_act(RB_UNARY_GELU_TANH);
+    SD_TRY(sd_linear_fwd_ep(r, f1, &f, &n, &gelu));
+    SD_TRY(gated_linear(r, f2, h, &f, mod, 5, D));
     sd_release(r, mk);
     return RB_OK;
 }
@@ -126,12 +128,15 @@ static rb_status block_fwd(sd_run *r, const rb_mmdit *m, const mmdit_block *b, r
     rb_tensor mx = sd_stack(r, (b->dual ? 9 : 6) * D, B, 1, 1), mc = sd_stack(r, (b->pre_only ? 2 : 6) * D, B, 1, 1);
     SD_TRY(sd_linear_fwd(r, &b->mod_x, &mx, semb));
     SD_TRY(sd_linear_fwd(r, &b->mod_c, &mc, semb));
-    rb_tensor ln = sd_stack(r, D, N, B, 1), nx = sd_stack(r, D, N, B, 1), nc = sd_stack(r, D, Tc, B, 1);
-    SD_OP(r, rb_layer_norm(r->be, &ln, x, NULL, NULL, LN_EPS));
-    SD_TRY(modulate(r, &nx, &ln, &mx, 0, 1, D));
-    SD_OP(r, rb_layer_norm(r->be, &nc, c, NULL, NULL, LN_EPS));
-    if (b->pre_only) SD_TRY(modulate(r, &nc, &nc, &mc, 1, 0, D));
-    else SD_TRY(modulate(r, &nc, &nc, &mc, 0, 1, D));
+    rb_tensor nx = sd_stack(r, D, N, B, 1), nc = sd_stack(r, D, Tc, B, 1);
+    SD_TRY(norm_mod(r, &nx, x, &mx, 0, 1, D));
+    rb_tensor n2 = {0}; /* attn2's input: the same norm of x (before attn1's residual), its own shift and scale */
+    if (b->dual) {
+        n2 = sd_stack(r, D, N, B, 1);
+        SD_TRY(norm_mod(r, &n2, x, &mx, 6, 7, D));
+    }
+    if (b->pre_only) SD_TRY(norm_mod(r, &nc, c, &mc, 1, 0, D));
+    else SD_TRY(norm_mod(r, &nc, c, &mc, 0, 1, D));
 
     /* joint attention over [image tokens, text tokens] */
     rb_tensor q = sd_stack(r, D, Tt, B, 1), k = sd_stack(r, D, Tt, B, 1), v = sd_stack(r, D, Tt, B, 1);
@@ -141,23 +146,19 @@ static rb_status block_fwd(sd_run *r, const rb_mmdit *m, const mmdit_block *b, r
     SD_TRY(project(r, m, &b->x, &nx, &qi, &ki, &vi));
     SD_TRY(project(r, m, &b->c, &nc, &qc, &kc, &vc));
     SD_TRY(sd_mha(r, &o, &q, &k, &v, H, false));
-    rb_tensor oi = sd_slice(&o, 1, 0, N), a = sd_stack(r, D, N, B, 1);
-    SD_TRY(sd_linear_fwd(r, &b->x.o, &a, &oi));
-    SD_TRY(gated_add(r, x, &a, &mx, 2, D));
+    rb_tensor oi = sd_slice(&o, 1, 0, N);
+    SD_TRY(gated_linear(r, &b->x.o, x, &oi, &mx, 2, D));
     if (!b->pre_only) {
-        rb_tensor oc = sd_slice(&o, 1, N, Tc), ac = sd_stack(r, D, Tc, B, 1);
-        SD_TRY(sd_linear_fwd(r, &b->c.o, &ac, &oc));
-        SD_TRY(gated_add(r, c, &ac, &mc, 2, D));
+        rb_tensor oc = sd_slice(&o, 1, N, Tc);
+        SD_TRY(gated_linear(r, &b->c.o, c, &oc, &mc, 2, D));
     }
-    if (b->dual) { /* attn2: the image tokens alone, from the same norm with its own shift and scale */
-        SD_TRY(modulate(r, &nx, &ln, &mx, 6, 7, D));
+    if (b->dual) { /* attn2: the image tokens alone */
         /* contiguous [D, N, B] tensors in the joint buffers' memory, free by now */
         rb_tensor q2 = sd_reshape(&q, D, N, B, 1), k2 = sd_reshape(&k, D, N, B, 1), v2 = sd_reshape(&v, D, N, B, 1);
         rb_tensor o2 = sd_reshape(&o, D, N, B, 1);
-        SD_TRY(project(r, m, &b->x2, &nx, &q2, &k2, &v2));
+        SD_TRY(project(r, m, &b->x2, &n2, &q2, &k2, &v2));
         SD_TRY(sd_mha(r, &o2, &q2, &k2, &v2, H, false));
-        SD_TRY(sd_linear_fwd(r, &b->x2.o, &a, &o2));
-        SD_TRY(gated_add(r, x, &a, &mx, 8, D));
+        SD_TRY(gated_linear(r, &b->x2.o, x, &o2, &mx, 8, D));
     }
     SD_TRY(ff_fwd(r, &b->ff1, &b->ff2, x, &mx, D));
     if (!b->pre_only) SD_TRY(ff_fwd(r, &b->cff1, &b->cff2, c, &mc, D));
@@ -198,14 +199,12 @@ static rb_status pass(sd_run *r, void *arg) {
     rb_tensor th = sd_stack_f32(r, T_DIM, B, 1, 1), semb = sd_stack(r, D, B, 1, 1);
     SD_TRY(sd_upload(r, &th, f->t_host, sizeof(float) * (size_t)(T_DIM * B)));
     const size_t mk = sd_mark(r);
-    rb_tensor t = sd_stack(r, D, B, 1, 1), u = sd_stack(r, D, B, 1, 1);
-    SD_TRY(sd_linear_fwd(r, &m->t1, &t, &th));
-    SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &t, &t));
+    rb_tensor t = sd_stack(r, D, B, 1, 1);
+    const rb_linear_epilogue silu = sd_ep_act(RB_UNARY_SILU), add = sd_ep_res(&semb);
+    SD_TRY(sd_linear_fwd_ep(r, &m->t1, &t, &th, &silu));
     SD_TRY(sd_linear_fwd(r, &m->t2, &semb, &t));
-    SD_TRY(sd_linear_fwd(r, &m->p1, &t, in->pooled));
-    SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &t, &t));
-    SD_TRY(sd_linear_fwd(r, &m->p2, &u, &t));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, &semb, &semb, &u));
+    SD_TRY(sd_linear_fwd_ep(r, &m->p1, &t, in->pooled, &silu));
+    SD_TRY(sd_linear_fwd_ep(r, &m->p2, &semb, &t, &add));
     SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &semb, &semb));
     sd_release(r, mk);
 
@@ -230,8 +229,7 @@ static rb_status pass(sd_run *r, void *arg) {
     rb_tensor mod = sd_stack(r, 2 * D, B, 1, 1), n = sd_stack(r, D, N, B, 1);
     rb_tensor y = sd_stack(r, P * P * c->out_channels, N, B, 1);
     SD_TRY(sd_linear_fwd(r, &m->norm_out, &mod, &semb));
-    SD_OP(r, rb_layer_norm(r->be, &n, &x, NULL, NULL, LN_EPS));
-    SD_TRY(modulate(r, &n, &n, &mod, 1, 0, D));
+    SD_TRY(norm_mod(r, &n, &x, &mod, 1, 0, D));
     SD_TRY(sd_linear_fwd(r, &m->proj_out, &y, &n));
     return unpatchify(r, m, &y, f->out);
 }

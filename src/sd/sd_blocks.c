@@ -192,10 +192,17 @@ rb_tensor sd_img_as_tokens(const rb_tensor *img) {
     return sd_permute(&v, 1, 0, 2, 3);
 }
 
-rb_status sd_linear_fwd(sd_run *r, const sd_linear *l, rb_tensor *dst, const rb_tensor *x) {
-    SD_OP(r, rb_matmul(r->be, dst, &l->w, x));
-    if (l->has_b) SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, dst, dst, &l->b));
+rb_status sd_linear_fwd_ep(sd_run *r, const sd_linear *l, rb_tensor *dst, const rb_tensor *x,
+                           const rb_linear_epilogue *ep) {
+    rb_linear_epilogue e = {0};
+    if (ep) e = *ep;
+    e.bias = l->has_b ? &l->b : NULL;
+    SD_OP(r, rb_linear(r->be, dst, &l->w, x, &e));
     return RB_OK;
+}
+
+rb_status sd_linear_fwd(sd_run *r, const sd_linear *l, rb_tensor *dst, const rb_tensor *x) {
+    return sd_linear_fwd_ep(r, l, dst, x, NULL);
 }
 
 rb_status sd_conv_fwd(sd_run *r, const sd_conv *c, rb_tensor *dst, const rb_tensor *x, int stride, int pad) {
@@ -276,8 +283,8 @@ rb_status sd_attn_fwd(sd_run *r, const sd_attn *a, rb_tensor *res, const rb_tens
     SD_TRY(sd_linear_fwd(r, &a->k, &k, src));
     SD_TRY(sd_linear_fwd(r, &a->v, &v, src));
     SD_TRY(sd_mha(r, &o, &q, &k, &v, a->heads, causal));
-    SD_TRY(sd_linear_fwd(r, &a->o, &q, &o)); /* the output projection into q's memory */
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, res, &q, res));
+    const rb_linear_epilogue ep = sd_ep_res(res); /* the output projection added into res */
+    SD_TRY(sd_linear_fwd_ep(r, &a->o, res, &o, &ep));
     sd_release(r, m);
     return RB_OK;
 }
@@ -296,8 +303,8 @@ static rb_status tblock_fwd(sd_run *r, const sd_tblock *tb, rb_tensor *h, const 
     SD_TRY(sd_linear_fwd(r, &tb->ff1, &p, &n));
     rb_tensor val = sd_slice(&p, 0, 0, F), gate = sd_slice(&p, 0, F, F); /* GEGLU: value * gelu(gate) */
     SD_OP(r, rb_glu(r->be, &g, &gate, &val, RB_UNARY_GELU));
-    SD_TRY(sd_linear_fwd(r, &tb->ff2, &n, &g));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, h, &n, h));
+    const rb_linear_epilogue ep = sd_ep_res(h);
+    SD_TRY(sd_linear_fwd_ep(r, &tb->ff2, h, &g, &ep));
     sd_release(r, m);
     return RB_OK;
 }
@@ -307,18 +314,17 @@ rb_status sd_t2d_fwd(sd_run *r, const sd_t2d *t, rb_tensor *x, const rb_tensor *
     const size_t m = sd_mark(r);
     rb_tensor g = sd_stack(r, W, H, C, B);
     SD_TRY(sd_group_norm(r, &g, x, &t->norm, t->groups, 1e-6f, false));
-    rb_tensor tok = sd_stack(r, C, W * H, B, 1), h = sd_stack(r, C, W * H, B, 1);
-    rb_tensor gv = sd_img_as_tokens(&g);
-    SD_OP(r, rb_cast(r->be, &tok, &gv));
-    SD_TRY(sd_linear_fwd(r, &t->proj_in, &h, &tok));
+    rb_tensor h = sd_stack(r, C, W * H, B, 1);
+    rb_tensor gv = sd_img_as_tokens(&g); /* proj_in reads the tokens through the strided view */
+    SD_TRY(sd_linear_fwd(r, &t->proj_in, &h, &gv));
     for (int i = 0; i < t->n_blocks; i++) SD_TRY(tblock_fwd(r, &t->blocks[i], &h, ctx));
-    SD_TRY(sd_linear_fwd(r, &t->proj_out, &tok, &h));
-    /* the result back in image layout (into g, free by now), then the
-     * residual add over whole rows: a transposing copy and a row-wise add
-     * run faster than one add through the strided token view of x */
-    rb_tensor gi = sd_reshape(&g, W * H, C, B, 1), tv = sd_permute(&tok, 1, 0, 2, 3);
-    SD_OP(r, rb_cast(r->be, &gi, &tv));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, &g));
+    /* proj_out adds into the image through its token view (the residual in
+     * place; on the GPU a tiled transposing epilogue, where a plain add
+     * through the strided view ran slower than a transposing copy and a
+     * row-wise add) */
+    rb_tensor xv = sd_img_as_tokens(x);
+    const rb_linear_epilogue ep = sd_ep_res(&xv);
+    SD_TRY(sd_linear_fwd_ep(r, &t->proj_out, &xv, &h, &ep));
     sd_release(r, m);
     return RB_OK;
 }

@@ -44,8 +44,23 @@ rb_status sd_bind_conv(sd_weights *ws, const char *prefix, int64_t cin, int64_t 
                        rb_error *err);
 rb_status sd_bind_norm(sd_weights *ws, const char *prefix, int64_t n, sd_norm *nm, rb_error *err);
 
-/* dst [out, T, B] = x [in, T, B] W^T + b. */
+/* dst [out, T, B] = x [in, T, B] W^T + b, in one rb_linear (dst may be a
+ * strided view: a slice of a larger buffer). */
 rb_status sd_linear_fwd(sd_run *r, const sd_linear *l, rb_tensor *dst, const rb_tensor *x);
+/* The same with an activation, a gate and a residual fused in (rb_linear's
+ * epilogue; ep's bias is ignored: the layer's own is used):
+ * dst = res + gate * act(x W^T + b). */
+rb_status sd_linear_fwd_ep(sd_run *r, const sd_linear *l, rb_tensor *dst, const rb_tensor *x,
+                           const rb_linear_epilogue *ep);
+/* ep with an activation only / a residual only */
+static inline rb_linear_epilogue sd_ep_act(rb_unary_op act) {
+    rb_linear_epilogue e = {.has_act = true, .act = act};
+    return e;
+}
+static inline rb_linear_epilogue sd_ep_res(const rb_tensor *res) {
+    rb_linear_epilogue e = {.res = res};
+    return e;
+}
 /* 2-D convolution with the given stride and symmetric padding. */
 rb_status sd_conv_fwd(sd_run *r, const sd_conv *c, rb_tensor *dst, const rb_tensor *x, int stride, int pad);
 /* dst = GroupNorm(x), then SiLU in place when silu. */
@@ -77,7 +92,8 @@ typedef struct sd_attn {
 rb_status sd_bind_attn(sd_weights *ws, const char *prefix, int64_t dim, int64_t ctx_dim, int heads, bool qkv_bias,
                        const char *out_name, sd_attn *a, rb_error *err);
 /* res += out_proj(attention(q(x), k(ctx), v(ctx))): x [C, T, B]; ctx [Cc, Tc, B]
- * (NULL: self-attention over x); res [C, T, B], any strides. */
+ * (NULL: self-attention over x); res [C, T, B], any strides (the output
+ * projection adds into it directly). */
 rb_status sd_attn_fwd(sd_run *r, const sd_attn *a, rb_tensor *res, const rb_tensor *x, const rb_tensor *ctx,
                       bool causal);
 /* out [H*D, Tq, B] = softmax(q k^T / sqrt(D)) v per head; q, k, v [H*D, T, B] (rows contiguous). */

@@ -179,7 +179,7 @@ static rb_status attn_fwd(sd_run *r, const rb_t5_config *c, const t5_layer *L, r
     const int64_t T = x->ne[1], B = x->ne[2], H = c->n_heads, dk = c->d_kv, I = dk * H;
     const size_t mk = sd_mark(r);
     rb_tensor q = sd_stack(r, I, T, B, 1), k = sd_stack(r, I, T, B, 1), v = sd_stack(r, I, T, B, 1);
-    rb_tensor o = sd_stack(r, I, T, B, 1), oh = sd_stack(r, dk, 1, T, B), y = sd_stack(r, c->d_model, T, B, 1);
+    rb_tensor o = sd_stack(r, I, T, B, 1), oh = sd_stack(r, dk, 1, T, B);
     SD_TRY(sd_linear_fwd(r, &L->q, &q, n));
     SD_TRY(sd_linear_fwd(r, &L->k, &k, n));
     SD_TRY(sd_linear_fwd(r, &L->v, &v, n));
@@ -216,8 +216,8 @@ static rb_status attn_fwd(sd_run *r, const rb_t5_config *c, const t5_layer *L, r
         rb_tensor dst = sd_slice(&ov, 1, h, 1);
         SD_OP(r, rb_cast(r->be, &dst, &oh));
     }
-    SD_TRY(sd_linear_fwd(r, &L->o, &y, &o));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, &y));
+    const rb_linear_epilogue res = sd_ep_res(x);
+    SD_TRY(sd_linear_fwd_ep(r, &L->o, x, &o, &res));
     sd_release(r, mk);
     return RB_OK;
 }
@@ -225,17 +225,18 @@ static rb_status attn_fwd(sd_run *r, const rb_t5_config *c, const t5_layer *L, r
 static rb_status ff_fwd(sd_run *r, const rb_t5_config *c, const t5_layer *L, rb_tensor *x, const rb_tensor *n) {
     const int64_t T = x->ne[1], B = x->ne[2], F = c->d_ff;
     const size_t mk = sd_mark(r);
-    rb_tensor g = sd_stack(r, F, T, B, 1), y = sd_stack(r, c->d_model, T, B, 1);
-    SD_TRY(sd_linear_fwd(r, &L->wi0, &g, n));
+    rb_tensor g = sd_stack(r, F, T, B, 1);
     if (c->gated) {
         rb_tensor u = sd_stack(r, F, T, B, 1);
+        SD_TRY(sd_linear_fwd(r, &L->wi0, &g, n));
         SD_TRY(sd_linear_fwd(r, &L->wi1, &u, n));
         SD_OP(r, rb_glu(r->be, &g, &g, &u, RB_UNARY_GELU_TANH)); /* gelu_tanh(wi_0 x) * wi_1 x */
     } else {
-        SD_OP(r, rb_unary(r->be, RB_UNARY_RELU, &g, &g));
+        const rb_linear_epilogue relu = sd_ep_act(RB_UNARY_RELU);
+        SD_TRY(sd_linear_fwd_ep(r, &L->wi0, &g, n, &relu));
     }
-    SD_TRY(sd_linear_fwd(r, &L->wo, &y, &g));
-    SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, x, x, &y));
+    const rb_linear_epilogue res = sd_ep_res(x);
+    SD_TRY(sd_linear_fwd_ep(r, &L->wo, x, &g, &res));
     sd_release(r, mk);
     return RB_OK;
 }

@@ -51,22 +51,20 @@ static rb_status time_embed(sd_run *r, const fwd_ctx *f, rb_tensor *temb) {
     const size_t m = sd_mark(r);
     rb_tensor ts = sd_stack_f32(r, C0, B, 1, 1), h = sd_stack(r, T, B, 1, 1);
     SD_TRY(sd_upload(r, &ts, f->t_host, sizeof(float) * (size_t)(C0 * B)));
-    SD_TRY(sd_linear_fwd(r, &u->time_1, &h, &ts));
-    SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &h, &h));
+    const rb_linear_epilogue silu = sd_ep_act(RB_UNARY_SILU), add = sd_ep_res(temb);
+    SD_TRY(sd_linear_fwd_ep(r, &u->time_1, &h, &ts, &silu));
     SD_TRY(sd_linear_fwd(r, &u->time_2, temb, &h));
     if (c->timestep_post_act) SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, temb, temb));
     if (c->add_text_time) { /* add_embedding([text_embeds | embedded time_ids]) */
         const rb_tensor *te = f->in->text_embeds;
         const int64_t Dt = te->ne[0], P = c->projection_class_embeddings_input_dim;
-        rb_tensor a = sd_stack(r, P, B, 1, 1), tt = sd_stack_f32(r, P - Dt, B, 1, 1), g = sd_stack(r, T, B, 1, 1);
+        rb_tensor a = sd_stack(r, P, B, 1, 1), tt = sd_stack_f32(r, P - Dt, B, 1, 1);
         rb_tensor a_text = sd_slice(&a, 0, 0, Dt), a_time = sd_slice(&a, 0, Dt, P - Dt);
         SD_TRY(sd_upload(r, &tt, f->add_host, sizeof(float) * (size_t)((P - Dt) * B)));
         SD_OP(r, rb_cast(r->be, &a_text, te));
         SD_OP(r, rb_cast(r->be, &a_time, &tt));
-        SD_TRY(sd_linear_fwd(r, &u->add_1, &h, &a));
-        SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, &h, &h));
-        SD_TRY(sd_linear_fwd(r, &u->add_2, &g, &h));
-        SD_OP(r, rb_binary(r->be, RB_BINARY_ADD, temb, temb, &g));
+        SD_TRY(sd_linear_fwd_ep(r, &u->add_1, &h, &a, &silu));
+        SD_TRY(sd_linear_fwd_ep(r, &u->add_2, temb, &h, &add));
     }
     if (c->time_embedding_act) SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, temb, temb));
     SD_OP(r, rb_unary(r->be, RB_UNARY_SILU, temb, temb));

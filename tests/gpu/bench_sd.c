@@ -13,8 +13,9 @@
  * --ops adds one instrumented step: every op the UNet calls is timed with
  * the backend synchronised before and after it, the empty round trip
  * (measured, median of 200) subtracted, and the times summed per kind
- * (convolution, attention, matrix product, group norm, layer norm, binary
- * ops, casts, gated units, other elementwise ops, resampling), so the sum
+ * (convolution, attention, matrix product, linear layer with its fused
+ * epilogue, group norm, layer norm (also with adaLN modulation), rms norm,
+ * binary ops, casts, gated units, other elementwise ops, resampling), so the sum
  * shows where a step's time goes; the synchronisation
  * removes the overlap of launches, so the instrumented step is longer than a
  * plain one (each op's time includes its launch, ~5 us on an H100). This wraps the backend's operation table in place (a copy with
@@ -69,9 +70,11 @@ static double median(double *v, int n) {
 
 /* ---- per-op timing: a copy of the backend's table with timing entries ---- */
 
-enum { K_CONV, K_ATTN, K_MATMUL, K_GNORM, K_LNORM, K_BINARY, K_CAST, K_GLU, K_UNARY, K_RESAMPLE, K_COUNT };
-static const char *const k_kind_name[K_COUNT] = {"conv2d", "attention", "matmul", "group_norm", "layer_norm",
-                                                 "binary", "cast", "glu", "unary/affine/fill", "upsample"};
+enum { K_CONV, K_ATTN, K_MATMUL, K_LINEAR, K_GNORM, K_LNORM, K_RMS, K_BINARY, K_CAST, K_GLU, K_UNARY, K_RESAMPLE,
+       K_COUNT };
+static const char *const k_kind_name[K_COUNT] = {"conv2d", "attention", "matmul", "linear+epilogue", "group_norm",
+                                                 "layer_norm(+mod)", "rms_norm", "binary", "cast", "glu",
+                                                 "unary/affine/fill", "upsample"};
 
 typedef struct op_timer {
     rb_backend_vtable vt; /* first: the backend's vt points here while timing */
@@ -121,6 +124,17 @@ static rb_status w_layer_norm(rb_backend *be, rb_tensor *d, const rb_tensor *s, 
                               float eps) {
     TIMED(K_LNORM, layer_norm(be, d, s, w, b, eps));
 }
+static rb_status w_layer_norm_mod(rb_backend *be, rb_tensor *d, const rb_tensor *s, const rb_tensor *sh,
+                                  const rb_tensor *sc, float eps) {
+    TIMED(K_LNORM, layer_norm_mod(be, d, s, sh, sc, eps));
+}
+static rb_status w_rms_norm(rb_backend *be, rb_tensor *d, const rb_tensor *s, const rb_tensor *w, float eps) {
+    TIMED(K_RMS, rms_norm(be, d, s, w, eps));
+}
+static rb_status w_linear(rb_backend *be, rb_tensor *d, const rb_tensor *a, const rb_tensor *b,
+                          const rb_linear_epilogue *ep) {
+    TIMED(K_LINEAR, linear(be, d, a, b, ep));
+}
 static rb_status w_group_norm(rb_backend *be, rb_tensor *d, const rb_tensor *s, int g, const rb_tensor *w,
                               const rb_tensor *b, float eps) {
     TIMED(K_GNORM, group_norm(be, d, s, g, w, b, eps));
@@ -156,6 +170,9 @@ static void timer_install(rb_backend *be, op_timer *t) {
     t->vt.glu = w_glu;
     t->vt.cast = w_cast;
     t->vt.layer_norm = w_layer_norm;
+    t->vt.rms_norm = w_rms_norm;
+    if (t->vt.layer_norm_mod) t->vt.layer_norm_mod = w_layer_norm_mod;
+    if (t->vt.linear) t->vt.linear = w_linear;
     t->vt.group_norm = w_group_norm;
     if (t->vt.group_norm_act) t->vt.group_norm_act = w_group_norm_act;
     t->vt.matmul = w_matmul;

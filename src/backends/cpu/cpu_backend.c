@@ -224,6 +224,8 @@ static const rb_backend_vtable k_cpu_vtable = {
     .conv2d = rb_cpu_conv2d,
     .upsample = rb_cpu_upsample,
     .group_norm_act = rb_cpu_group_norm_act,
+    .layer_norm_mod = rb_cpu_layer_norm_mod,
+    .linear = rb_cpu_linear,
 };
 
 rb_status rb_cpu_backend_create(const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

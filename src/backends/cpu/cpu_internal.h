@@ -51,5 +51,8 @@ static inline char *rb_cpu_data(const rb_tensor *t) { return (char *)t->buf->hos
 
 /* matmul (matmul.c) */
 rb_status rb_cpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b);
+/* rb_cpu_matmul with rb_linear's epilogue (ep non-NULL) fused into its tile stores */
+rb_status rb_cpu_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                        const rb_linear_epilogue *ep);
 
 #endif

@@ -5,7 +5,9 @@
  * activation rows it computes tiles of (weight rows x activation rows) so a
  * weight row is loaded once per tile instead of once per activation row.
  * In the llama.cpp numerics mode f32 x f32 products are summed in llama.cpp's
- * order instead (llamacpp_numerics.c). */
+ * order instead (llamacpp_numerics.c). rb_cpu_linear is the same product
+ * with rb_linear's epilogue applied as each output tile is stored (always
+ * the default summation order). */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/llamacpp_numerics.h"
 #include "backends/cpu/matmul_plan.h"
@@ -59,6 +61,22 @@ rb_status rb_cpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, cons
     rb_mm_plan p;
     st = rb_mm_plan_init(&p, cb, dst, a, b);
     if (st != RB_OK) return st;
+    rb_threadpool_run(cb->pool, rb_mm_convert_task, &p);
+    rb_threadpool_run(cb->pool, rb_mm_compute_task, &p);
+    return RB_OK;
+}
+
+rb_status rb_cpu_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                        const rb_linear_epilogue *ep) {
+    if (!ep->bias && !ep->has_act && !ep->gate && !ep->res) return rb_cpu_matmul(be, dst, a, b);
+    rb_cpu_backend *cb = rb_cpu(be);
+    rb_status st = check_args(cb, dst, a, b);
+    if (st != RB_OK) return st;
+    if (rb_tensor_nelements(dst) == 0) return RB_OK;
+    rb_mm_plan p;
+    st = rb_mm_plan_init(&p, cb, dst, a, b);
+    if (st != RB_OK) return st;
+    p.ep = ep;
     rb_threadpool_run(cb->pool, rb_mm_convert_task, &p);
     rb_threadpool_run(cb->pool, rb_mm_compute_task, &p);
     return RB_OK;

@@ -1,6 +1,7 @@
 /* The two parallel phases of rb_cpu_matmul (see matmul_plan.h): activation
  * conversion into scratch, then tiled dot products over the weight rows. */
 #include "backends/cpu/matmul_plan.h"
+#include "backends/cpu/ops_common.h"
 #include "backends/cpu/pack_pull.h"
 
 #include <stdint.h>
@@ -177,9 +178,48 @@ void rb_mm_convert_task(void *ctx, int ith, int nth) {
     }
 }
 
+/* Writes an nr x nc tile through rb_linear's epilogue: bias, activation,
+ * gate, residual, each as its own f32 step in the order (and with the
+ * operand order) of the separate rb_binary / rb_unary calls, so an f32 dst
+ * gets the same bits; rounded once into dst. */
+static void store_tile_ep(const rb_mm_plan *p, const float *tile, int ldt, int nr, int nc, int64_t n0, int64_t m0,
+                          int64_t i2, int64_t i3) {
+    const rb_linear_epilogue *e = p->ep;
+    const rb_tensor *d = &p->dst;
+    float y[RB_CPU_MATVEC_RUN], v[RB_CPU_MATVEC_RUN];
+    for (int c = 0; c < nc; c++) {
+        const int64_t m = m0 + c;
+        const float *t = tile + (size_t)c * (size_t)ldt;
+        if (e->bias) {
+            const char *bp = rb_cpu_data(e->bias) + (size_t)n0 * e->bias->nb[0];
+            for (int r = 0; r < nr; r++) v[r] = rb_cpu_load_f(e->bias->dtype, bp + (size_t)r * e->bias->nb[0]);
+            for (int r = 0; r < nr; r++) y[r] = t[r] + v[r];
+        } else {
+            memcpy(y, t, (size_t)nr * sizeof(float));
+        }
+        if (e->has_act) rb_cpu_unary_row(e->act, y, y, nr);
+        if (e->gate) {
+            const char *gp = rb_cpu_brow(e->gate, m, i2, i3) + (size_t)n0 * e->gate->nb[0];
+            for (int r = 0; r < nr; r++) v[r] = rb_cpu_load_f(e->gate->dtype, gp + (size_t)r * e->gate->nb[0]);
+            for (int r = 0; r < nr; r++) y[r] = y[r] * v[r];
+        }
+        if (e->res) { /* res may be dst's own view: each element is read before it is written */
+            const char *rp = rb_cpu_row(e->res, m, i2, i3) + (size_t)n0 * e->res->nb[0];
+            for (int r = 0; r < nr; r++) v[r] = rb_cpu_load_f(e->res->dtype, rp + (size_t)r * e->res->nb[0]);
+            for (int r = 0; r < nr; r++) y[r] = v[r] + y[r];
+        }
+        char *row = rb_cpu_row(d, m, i2, i3) + (size_t)n0 * d->nb[0];
+        for (int r = 0; r < nr; r++) rb_cpu_store_f(d->dtype, row + (size_t)r * d->nb[0], y[r]);
+    }
+}
+
 /* Writes an nr x nc tile (tile[c * ldt + r]) to dst at (n0, m0) of batch (i2, i3). */
 static void store_tile(const rb_mm_plan *p, const float *tile, int ldt, int nr, int nc, int64_t n0, int64_t m0,
                        int64_t i2, int64_t i3) {
+    if (p->ep) {
+        store_tile_ep(p, tile, ldt, nr, nc, n0, m0, i2, i3);
+        return;
+    }
     const rb_tensor *d = &p->dst;
     char *base = rb_cpu_data(d) + (size_t)i2 * d->nb[2] + (size_t)i3 * d->nb[3];
     for (int c = 0; c < nc; c++) {

@@ -31,6 +31,7 @@ typedef struct rb_mm_plan {
     float *wbuf;          /* tposed f16/bf16: per-thread RB_CPU_T_ROWS weight rows as f32 */
     size_t wbuf_stride;   /* tposed: floats per thread in wbuf */
     int nth;
+    const rb_linear_epilogue *ep; /* rb_linear's epilogue applied as tiles are stored, or NULL */
 } rb_mm_plan;
 
 rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *dst, const rb_tensor *a,

@@ -30,6 +30,9 @@ rb_status rb_cpu_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *del
                               rb_tensor *h);
 rb_status rb_cpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                             const rb_tensor *b, float eps);
+/* layer norm (no affine) * (1 + scale) + shift (ops_reduce.c) */
+rb_status rb_cpu_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                                const rb_tensor *scale, float eps);
 rb_status rb_cpu_group_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, int n_groups, const rb_tensor *w,
                             const rb_tensor *b, float eps);
 /* group norm then act (silu, gelu, gelu_tanh, relu), each value rounded

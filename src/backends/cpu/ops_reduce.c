@@ -1,15 +1,18 @@
 /* CPU row reductions and normalisations: reduce (sum/mean/max/min/argmax),
  * softmax with scale and broadcast additive mask, rms_norm, the fused
  * residual add + rms_norm (same float operations as rb_binary(ADD) then
- * rb_rms_norm, so bit-identical to them), layer_norm and group_norm. Values are f32; sums accumulate in double so rows of any length
- * stay within ~1e-6 relative. Rows (or groups) are split across threads. */
+ * rb_rms_norm, so bit-identical to them), layer_norm, layer_norm with adaLN
+ * modulation (the float operations of layer_norm, affine, mul and add, so
+ * bit-identical to them in f32) and group_norm. Values are f32; sums
+ * accumulate in double so rows of any length stay within ~1e-6 relative.
+ * Rows (or groups) are split across threads. */
 #include "backends/cpu/ops_common.h"
 
 #include "backends/cpu/llamacpp_numerics.h"
 
 #include <math.h>
 
-typedef enum red_kind { RK_REDUCE, RK_SOFTMAX, RK_RMS, RK_LAYER, RK_ADD_RMS } red_kind;
+typedef enum red_kind { RK_REDUCE, RK_SOFTMAX, RK_RMS, RK_LAYER, RK_ADD_RMS, RK_LAYER_MOD } red_kind;
 
 typedef struct red_ctx {
     rb_cpu_backend *cb;
@@ -18,6 +21,7 @@ typedef struct red_ctx {
     rb_tensor *dst;
     const rb_tensor *src, *mask, *w, *b;
     const rb_tensor *delta; /* RK_ADD_RMS: src += delta in place, dst = rms_norm(src) */
+    const rb_tensor *shift, *mscale; /* RK_LAYER_MOD: rows broadcast to dst's (nullable) */
     float scale, eps;
     char *scratch;
     size_t stride;
@@ -93,11 +97,25 @@ static void add_row(const red_ctx *c, float *x, int64_t n, int64_t i1, int64_t i
     rb_cpu_row_from_f32(c->cb, s->dtype, x, rb_cpu_row(s, i1, i2, i3), s->nb[0], n);
 }
 
+/* RK_LAYER_MOD: x = x * (1 + scale) + shift with the rows of row (i1, i2, i3) */
+static void modulate_row(const red_ctx *c, float *x, int64_t n, int64_t i1, int64_t i2, int64_t i3, float *tmp) {
+    if (c->mscale) {
+        rb_cpu_row_to_f32(c->cb, c->mscale->dtype, rb_cpu_brow(c->mscale, i1, i2, i3), c->mscale->nb[0], tmp, n);
+        for (int64_t i = 0; i < n; i++) tmp[i] = tmp[i] + 1.0f;
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] * tmp[i];
+    }
+    if (c->shift) {
+        rb_cpu_row_to_f32(c->cb, c->shift->dtype, rb_cpu_brow(c->shift, i1, i2, i3), c->shift->nb[0], tmp, n);
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] + tmp[i];
+    }
+}
+
 static void norm_row(const red_ctx *c, float *x, int64_t n, const float *w, const float *b) {
-    if (c->kind != RK_LAYER && c->cb->llamacpp_numerics) {
+    const bool layer = c->kind == RK_LAYER || c->kind == RK_LAYER_MOD;
+    if (!layer && c->cb->llamacpp_numerics) {
         const float k = rb_cpu_rms_scale_llamacpp(x, n, c->eps);
         for (int64_t i = 0; i < n; i++) x[i] *= k;
-    } else if (c->kind != RK_LAYER) {
+    } else if (!layer) {
         double ss = 0.0;
         for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
         const float k = (float)(1.0 / sqrt(ss / (double)n + c->eps));
@@ -138,6 +156,10 @@ static void red_task(void *p, int ith, int nth) {
             /* fall through - then the rms_norm of the sum */
         case RK_RMS:
         case RK_LAYER: norm_row(c, x, n, w, b); break;
+        case RK_LAYER_MOD: /* no w or b: t1 is free */
+            norm_row(c, x, n, NULL, NULL);
+            modulate_row(c, x, n, i1, i2, i3, t1);
+            break;
         }
         rb_cpu_row_from_f32(c->cb, c->dst->dtype, x, drow, c->dst->nb[0], n);
     }
@@ -181,6 +203,12 @@ rb_status rb_cpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src
                             const rb_tensor *b, float eps) {
     red_ctx c = {.kind = RK_LAYER, .dst = dst, .src = src, .w = w, .b = b, .eps = eps};
     return red_run(be, &c, 3);
+}
+
+rb_status rb_cpu_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                                const rb_tensor *scale, float eps) {
+    red_ctx c = {.kind = RK_LAYER_MOD, .dst = dst, .src = src, .shift = shift, .mscale = scale, .eps = eps};
+    return red_run(be, &c, 4);
 }
 
 /* ---- group norm: one task item per (group, n) ---- */

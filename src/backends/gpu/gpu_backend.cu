@@ -65,28 +65,31 @@ static void scratch_unref(gpu_backend *g, gpu_scratch_blk *b) {
     free(b);
 }
 
-rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out) {
+/* One scratch region (the first, or the second one of gpu_scratch_aux):
+ * its pointer, capacity and block in the backend. */
+static rb_status scratch_take(rb_backend *be, void **sp, size_t *scap, gpu_scratch_blk **sblk, size_t bytes,
+                              void **out) {
     gpu_backend *g = gb(be);
-    if (bytes <= g->scratch_cap && g->scratch) {
-        *out = g->scratch;
+    if (bytes <= *scap && *sp) {
+        *out = *sp;
         return RB_OK;
     }
     if (be->capturing) /* a capture cannot allocate or wait for queued work */
         return rb_backend_fail(be, RB_E_NOMEM,
                                "device scratch must grow from %zu to %zu bytes while a graph is being captured on "
                                "%s: run the same step once eagerly before capturing it",
-                               g->scratch_cap, bytes, be->name);
-    size_t cap = g->scratch_cap ? g->scratch_cap : ((size_t)1 << 20);
+                               *scap, bytes, be->name);
+    size_t cap = *scap ? *scap : ((size_t)1 << 20);
     while (cap < bytes) {
         if (cap > SIZE_MAX / 2) return rb_backend_fail(be, RB_E_NOMEM, "scratch of %zu bytes is too large", bytes);
         cap *= 2;
     }
     gpu_scratch_blk *b = (gpu_scratch_blk *)calloc(1, sizeof *b);
     if (!b) return rb_backend_fail(be, RB_E_NOMEM, "out of host memory for a scratch descriptor");
-    scratch_unref(g, g->scratch_blk); /* frees the old region unless a graph holds it */
-    g->scratch_blk = NULL;
-    g->scratch = NULL;
-    g->scratch_cap = 0;
+    scratch_unref(g, *sblk); /* frees the old region unless a graph holds it */
+    *sblk = NULL;
+    *sp = NULL;
+    *scap = 0;
     cudaError_t e = cudaMalloc(&b->p, cap);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -96,11 +99,21 @@ rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out) {
     }
     b->cap = cap;
     b->refs = 1;
-    g->scratch_blk = b;
-    g->scratch = b->p;
-    g->scratch_cap = cap;
+    *sblk = b;
+    *sp = b->p;
+    *scap = cap;
     *out = b->p;
     return RB_OK;
+}
+
+rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out) {
+    gpu_backend *g = gb(be);
+    return scratch_take(be, &g->scratch, &g->scratch_cap, &g->scratch_blk, bytes, out);
+}
+
+rb_status gpu_scratch_aux(rb_backend *be, size_t bytes, void **out) {
+    gpu_backend *g = gb(be);
+    return scratch_take(be, &g->scratch2, &g->scratch2_cap, &g->scratch2_blk, bytes, out);
 }
 
 int *gpu_ids_guard(rb_backend *be) { return be->capturing ? gb(be)->ids_err : NULL; }
@@ -185,6 +198,7 @@ static void g_destroy(rb_backend *be) {
         if (g->staging[i]) (void)cudaFreeHost(g->staging[i]);
     }
     scratch_unref(g, g->scratch_blk); /* graphs still alive keep theirs (they must be freed first) */
+    scratch_unref(g, g->scratch2_blk);
     if (g->ids_err) (void)cudaFree(g->ids_err);
     if (g->ids_err_host) (void)cudaFreeHost(g->ids_err_host);
     if (g->att_cnt) (void)cudaFree(g->att_cnt);
@@ -401,7 +415,7 @@ static rb_status g_buffer_copy(rb_backend *be, rb_buffer *dst, size_t dst_offs, 
 
 struct gpu_graph {
     cudaGraphExec_t exec;
-    gpu_scratch_blk *blk; /* the scratch its kernels address (referenced) */
+    gpu_scratch_blk *blk, *blk2; /* the scratch regions its kernels address (referenced) */
     bool exports;         /* its last kernel writes the ids check's flag into ids_err_host */
 };
 
@@ -474,6 +488,8 @@ static rb_status g_capture_end(rb_backend *be, rb_graph *out) {
     gg->exports = exports;
     gg->blk = g->scratch_blk;
     if (gg->blk) gg->blk->refs++;
+    gg->blk2 = g->scratch2_blk;
+    if (gg->blk2) gg->blk2->refs++;
     out->impl = gg;
     return RB_OK;
 }
@@ -495,6 +511,7 @@ static void g_graph_free(rb_backend *be, rb_graph *graph) {
     (void)cudaStreamSynchronize(g->stream); /* a replay may still be running */
     (void)cudaGraphExecDestroy(gg->exec);
     scratch_unref(g, gg->blk);
+    scratch_unref(g, gg->blk2);
     free(gg);
     graph->impl = NULL;
 }
@@ -590,6 +607,8 @@ static const rb_backend_vtable k_gpu_vtable = {
     .group_norm_act = gpu_group_norm_act,
     .matmul_id = gpu_matmul_id,
     .swiglu_clamp = gpu_swiglu_clamp,
+    .layer_norm_mod = gpu_layer_norm_mod,
+    .linear = gpu_linear,
 };
 
 static rb_status create(int index, const rb_backend_config *cfg, rb_backend **out, rb_error *err) {

@@ -40,6 +40,9 @@ struct gpu_backend {
     void *scratch; /* device scratch, used by one op at a time (stream-ordered) */
     size_t scratch_cap;
     struct gpu_scratch_blk *scratch_blk; /* owns scratch; captured graphs hold a reference too */
+    void *scratch2; /* the second region (gpu_scratch_aux), kept apart from the first */
+    size_t scratch2_cap;
+    struct gpu_scratch_blk *scratch2_blk;
     int *ids_err;      /* graphs: device i32[4] {bad, op, id, limit} of the first out-of-range id */
     int *ids_err_host; /* pinned mirror read back after a replay */
     int *ids_err_host_dev; /* its device view (NULL: copied back by DMA) */
@@ -97,6 +100,10 @@ rb_status gpu_fail(rb_backend *be, cudaError_t e, const char *what);
 rb_status gpu_check_launch(rb_backend *be, const char *what);
 /* Device scratch of at least bytes, valid until the next call. */
 rb_status gpu_scratch(rb_backend *be, size_t bytes, void **out);
+/* A second device scratch region under the same rules, for an op that
+ * keeps an intermediate result there while the ops it calls use
+ * gpu_scratch (rb_linear's product before its epilogue). */
+rb_status gpu_scratch_aux(rb_backend *be, size_t bytes, void **out);
 /* Copies an i32 index tensor to the host and checks 0 <= id < limit. */
 rb_status gpu_check_ids(rb_backend *be, const rb_tensor *ids, int64_t limit, const char *op);
 /* While capturing a graph ids cannot be read on the host: kernels check them
@@ -145,6 +152,12 @@ rb_status gpu_add_rms_norm(rb_backend *be, rb_tensor *x, const rb_tensor *delta,
                            rb_tensor *h);
 rb_status gpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *w,
                          const rb_tensor *b, float eps);
+rb_status gpu_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                             const rb_tensor *scale, float eps);
+/* rb_linear (matmul/ops_linear.cu): the product by gpu_matmul, then its
+ * epilogue in one pass */
+rb_status gpu_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b,
+                     const rb_linear_epilogue *ep);
 rb_status gpu_get_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *table, const rb_tensor *ids);
 rb_status gpu_set_rows(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *ids);
 rb_status gpu_rope(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *pos,

@@ -1,4 +1,6 @@
-/* GPU row-wise ops: rms_norm, layer_norm, the fused residual add + rms_norm,
+/* GPU row-wise ops: rms_norm, layer_norm, layer_norm with adaLN modulation
+ * (k_norm_mod: the row staged in shared memory where it fits, so it is read
+ * from memory once), the fused residual add + rms_norm,
  * softmax (scale + broadcast mask) and the row reductions (sum, mean, max,
  * min, argmax). One block per row; block reductions from gpu_common.cuh, f32
  * accumulation (tree-ordered, so its rounding error grows with log(n), well
@@ -50,6 +52,46 @@ __global__ void k_norm(gt d, gt s, gt w, gt b, float eps, bool layer) {
             float y = (ldf(s.dt, sx + i * s.nb[0]) - mean) * k;
             if (w.p) y *= ldf(w.dt, w.p + i * w.nb[0]);
             if (b.p) y += ldf(b.dt, b.p + i * b.nb[0]);
+            stf(d.dt, dx + i * d.nb[0], y);
+        }
+    }
+}
+
+/* dst = layer_norm(src) * (1 + scale) + shift over each row; scale and
+ * shift rows ([n], broadcast over dims 1..3 where their extent is 1) may
+ * have p == NULL. With stage (n floats of dynamic shared memory) the row is
+ * read once into shared memory, else three times from src. Mean, then the
+ * variance about it (two passes, as k_norm), in f32. */
+__global__ void k_norm_mod(gt d, gt s, gt sh, gt sc, float eps, int stage) {
+    rb_grid_dep_trigger();
+    extern __shared__ float nm_row[];
+    __shared__ float red[32];
+    const int64_t n = s.ne[0], nrows = s.ne[1] * s.ne[2] * s.ne[3];
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        int64_t c[4];
+        row_coords(r, s.ne, c);
+        const char *sx = s.p + c[1] * s.nb[1] + c[2] * s.nb[2] + c[3] * s.nb[3];
+        char *dx = d.p + c[1] * d.nb[1] + c[2] * d.nb[2] + c[3] * d.nb[3];
+        c[0] = 0;
+        const char *shx = sh.p ? sh.p + boffs(sh, c) : NULL, *scx = sc.p ? sc.p + boffs(sc, c) : NULL;
+        float acc = 0.0f;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float x = ldf(s.dt, sx + i * s.nb[0]);
+            if (stage) nm_row[i] = x;
+            acc += x;
+        }
+        const float mean = block_sum(acc, red) / (float)n;
+        acc = 0.0f;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) { /* each thread reads back its own elements */
+            const float x = (stage ? nm_row[i] : ldf(s.dt, sx + i * s.nb[0])) - mean;
+            acc += x * x;
+        }
+        const float k = rsqrtf(block_sum(acc, red) / (float)n + eps);
+        __syncthreads(); /* dst may alias src: every read of the row is done */
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float y = ((stage ? nm_row[i] : ldf(s.dt, sx + i * s.nb[0])) - mean) * k;
+            if (scx) y *= 1.0f + ldf(sc.dt, scx + i * sc.nb[0]);
+            if (shx) y += ldf(sh.dt, shx + i * sh.nb[0]);
             stf(d.dt, dx + i * d.nb[0], y);
         }
     }
@@ -319,6 +361,19 @@ rb_status gpu_layer_norm(rb_backend *be, rb_tensor *dst, const rb_tensor *src, c
     k_norm<<<row_blocks(src), ROW_THREADS, 0, gb(be)->stream>>>(gview(dst), gview(src), opt_view(w), opt_view(b), eps,
                                                                true);
     return gpu_check_launch(be, "layer_norm");
+}
+
+/* rows up to this many floats are staged in shared memory (k_norm_mod) */
+#define NORM_MOD_STAGE_MAX 8192
+
+rb_status gpu_layer_norm_mod(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *shift,
+                             const rb_tensor *scale, float eps) {
+    if (rb_tensor_nelements(src) == 0) return RB_OK;
+    const int stage = src->ne[0] <= NORM_MOD_STAGE_MAX;
+    const size_t smem = stage ? (size_t)src->ne[0] * sizeof(float) : 0;
+    k_norm_mod<<<row_blocks(src), ROW_THREADS, smem, gb(be)->stream>>>(gview(dst), gview(src), opt_view(shift),
+                                                                      opt_view(scale), eps, stage);
+    return gpu_check_launch(be, "layer_norm_mod");
 }
 
 rb_status gpu_softmax(rb_backend *be, rb_tensor *dst, const rb_tensor *src, const rb_tensor *mask, float scale) {
