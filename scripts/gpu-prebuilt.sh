@@ -53,7 +53,7 @@
 #   ops        bench_gpu ops (matrix products per format, copy bandwidth)
 #   q8         bench_gpu q8 (int8 tensor-core products of q4_0/q8_0/q4_K/q5_K/q6_K weights,
 #              M = 1..256, at 4096x4096, 4096x14336, 2048x8192, beside the paths before
-#              them, the first int8 kernel and the int8 kernel forced outside its rows)
+#              them, the first int8 kernel, the int8 kernel outside its rows and unsplit)
 #   attn       bench_gpu attn (prefill and decode attention, auto and generic kernels;
 #              then the diffusion shapes on att_fa.cuh and att_tc.cuh side by side)
 #   worker     llm-worker-rbee on cuda:0 at --parallel 1/4/8/16

@@ -231,7 +231,9 @@ static int bench_matvec(rb_backend *be, double copy_bw) {
  *           (gemm_q8_plain);
  *   q8:     gemm_q8.cuh at an M the default gives another path
  *           (gemm_q8_min_m = 1, gemm_q8_max_m = 256: where its row range
- *           should end).
+ *           should end);
+ *   whole:  gemm_q8.cuh without splitting K (gemm_q8_split = 1) where the
+ *           default takes it (whether its split rule pays).
  * Times as bench_matvec's (weights rotate over >= 200 MB; median of 50
  * runs, eager and one graph replay a run); GB/s = weight bytes / time,
  * ratio = that / the copy bandwidth. Ends with a table of the times (us,
@@ -240,8 +242,8 @@ static int bench_q8(rb_backend *be, double copy_bw) {
     const rb_dtype dts[] = {RB_Q4_0, RB_Q8_0, RB_Q4_K, RB_Q5_K, RB_Q6_K};
     const int64_t shapes[3][2] = {{4096, 4096}, {4096, 14336}, {2048, 8192}};
     const int64_t Ms[] = {1, 4, 8, 16, 32, 64, 128, 256};
-    enum { NS = 3, ND = 5, NM = 8, NV = 4 };
-    const char *vname[NV] = {"default", "before", "first", "q8"};
+    enum { NS = 3, ND = 5, NM = 8, NV = 5 };
+    const char *vname[NV] = {"default", "before", "first", "q8", "whole"};
     static double tab[NS][ND][NM][NV];
     const bool graphs = rb_backend_graphs_supported(be);
     for (int si = 0; si < NS; si++)
@@ -273,9 +275,10 @@ static int bench_q8(rb_backend *be, double copy_bw) {
                         t.gemm_q8_min_m = 1;
                         t.gemm_q8_max_m = 256;
                     }
+                    if (v == 4) t.gemm_q8_split = 1;
                     /* the variants that take a path of their own at this M */
                     const bool run = v == 0 || (v == 1 && M > 8) || (v == 2 && q40 && M > 8 && M <= 64) ||
-                                     (v == 3 && (M <= 8 || M > 64));
+                                     (v == 3 && (M <= 8 || M > 64)) || (v == 4 && M > 8 && M <= 64);
                     tab[si][di][mi][v] = 0;
                     if (!run) continue;
                     if (rb_gpu_backend_tune(be, &t) != RB_OK && v > 0) continue; /* not a GPU: the default only */
@@ -306,7 +309,7 @@ static int bench_q8(rb_backend *be, double copy_bw) {
             }
             for (int i = 0; i < nrot; i++) rb_tensor_free(&w[i]);
         }
-    printf("\nus a product (graph replay where the backend has graphs), default [before / first / q8 where run]; "
+    printf("\nus a product (graph replay where the backend has graphs), default [before / first / q8 / whole where run]; "
            "copy %.0f GB/s\n| K x N | weights |",
            copy_bw);
     for (int mi = 0; mi < NM; mi++) printf(" M=%lld |", (long long)Ms[mi]);

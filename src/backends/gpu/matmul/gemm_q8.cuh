@@ -13,7 +13,8 @@
  *    elements through a STAGES-deep cp.async pipeline: the raw weight bytes
  *    of a step (any 2-byte phase, 16-byte pieces as matvec.cuh copies them)
  *    and its activation rows and records, so the loads of the next steps are
- *    in flight while a step's tensor-core work runs. Each warp decodes its
+ *    in flight while a step's tensor-core work runs (STAGES deep where the
+ *    device's shared memory holds it, else fewer, else the GEMM path). Each warp decodes its
  *    16 weight rows from shared memory straight into mma A fragments and
  *    multiplies them with every activation tile (gemm_q8_fmt.cuh).
  *  - Split K: where the (weight tiles x activation tiles x slices) blocks
@@ -76,8 +77,7 @@ template <int DT, int NA8> struct gq_cfg {
     static constexpr int PPR = (CB + 30) / 16;            /* 16-byte pieces covering them at any 2-byte phase */
     static constexpr int SBR = (PPR | 1) * 16;            /* stage row stride: an odd number of pieces (banks) */
     static constexpr int W = BN * SBR, AQ = BM16 * GQ_LDA, AR = BM16 * GQ_REC, STAGE = W + AQ + AR;
-    static constexpr int STAGES = 4 * STAGE <= 100 * 1024 ? 4 : 3;
-    static constexpr int SMEM = STAGES * STAGE;
+    static constexpr int STAGES = 4 * STAGE <= 100 * 1024 ? 4 : 3; /* the depth wanted; fewer where it does not fit */
     static constexpr int MINB = NA8 <= 4 ? 2 : 1;
     static constexpr int APR = GQ_KS / 16 + GQ_REC / 16; /* 16-byte pieces of an activation row a step */
 };
@@ -91,7 +91,15 @@ struct gq_args {
     int nk;     /* steps of K: ceil(K / GQ_KS) */
     int mt, bm; /* activation tiles and rows a tile (the last may hold fewer) */
     int nsplit;
+    int stages; /* pipeline depth, 2..4 */
 };
+
+/* waits until at most n (0..2) committed copy groups are in flight */
+__device__ __forceinline__ void gq_wait(int n) {
+    if (n >= 2) tile_cp_wait<2>();
+    else if (n == 1) tile_cp_wait<1>();
+    else tile_cp_wait<0>();
+}
 
 /* One 16-byte piece of a weight row from global g into shared s: the whole
  * piece where it ends inside the row (row end re), else its part inside
@@ -110,7 +118,7 @@ template <int DT, int NA8>
 __global__ void __launch_bounds__(gq_cfg<DT, NA8>::THREADS, gq_cfg<DT, NA8>::MINB) k_gq(const gq_args p) {
 #if defined(RB_TILE_MMA)
     typedef gq_cfg<DT, NA8> C;
-    constexpr int S = C::STAGES;
+    const int S = p.stages;
     extern __shared__ int4 gq_dsmem[];
     char *sm = (char *)gq_dsmem;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -160,11 +168,9 @@ __global__ void __launch_bounds__(gq_cfg<DT, NA8>::THREADS, gq_cfg<DT, NA8>::MIN
     /* the first steps' weights ahead of the dependency wait (launched with
      * programmatic dependent launch only for constant weights); the first
      * commit group holds them all */
-#pragma unroll
     for (int i = 0; i < S - 1; i++)
         if (i < ns) issue_w(s0 + i, i);
     rb_grid_dep_wait();
-#pragma unroll
     for (int i = 0; i < S - 1; i++) {
         if (i < ns) issue_a(s0 + i, i);
         tile_cp_commit();
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(gq_cfg<DT, NA8>::THREADS, gq_cfg<DT, NA8>::MIN
     for (int nt = 0; nt < NA8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 
     for (int i = 0; i < ns; i++) {
-        tile_cp_wait<S - 2>();
+        gq_wait(S - 2);
         __syncthreads(); /* step i landed for all; everyone is done with step i - 1's stage */
         const int in = i + S - 1;
         if (in < ns) {
@@ -303,8 +309,10 @@ static int gq_splits(const gpu_backend *g, int64_t base, int occ, int nk) {
     } else {
         const int64_t target = (int64_t)g->n_sm * occ;
         if (base * 4 < target * 3) {
-            const int64_t want = (target + base - 1) / base, cap = nk / 2 > 1 ? nk / 2 : 1;
-            ns = (int)(want < cap ? (want < 16 ? want : 16) : cap);
+            int64_t want = (target + base - 1) / base;
+            if (want > nk / 2) want = nk / 2;
+            if (want > 16) want = 16;
+            ns = (int)want;
         }
     }
     return ns < 1 ? 1 : ns > nk ? nk : ns;
@@ -312,18 +320,28 @@ static int gq_splits(const gpu_backend *g, int64_t base, int occ, int nk) {
 
 template <int DT, int NA8>
 static rb_status gq_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2, int64_t r3,
-                        bool a_const, int mt, int bm) {
+                        bool a_const, int mt, int bm, bool *done) {
     typedef gq_cfg<DT, NA8> C;
     gpu_backend *g = gb(be);
     const int64_t K = av.ne[0], N = av.ne[1], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
     const int nk = (int)((K + GQ_KS - 1) / GQ_KS);
     const int64_t nt = (N + C::BN - 1) / C::BN;
-    if (nt * mt > 0x7fffffffLL)
-        return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld weight rows are too many for %s", (long long)N,
-                               be->name);
-    int occ = 1;
-    rb_status s = mv_occupancy(be, (const void *)k_gq<DT, NA8>, C::THREADS, C::SMEM, &occ);
+    if (nt * mt > 0x7fffffffLL) return RB_OK; /* not done: the GEMM path */
+    /* the pipeline depth: C::STAGES where the device's shared memory a block
+     * holds it (sm_90: always), else fewer, down to 2 (double buffering);
+     * where not even that fits (sm_86 / sm_89 at the widest tiles) the
+     * product takes the GEMM path */
+    size_t lim = 0;
+    rb_status s = mv_smem_limit(be, &lim);
     if (s != RB_OK) return s;
+    int stages = C::STAGES;
+    while (stages > 2 && (size_t)stages * C::STAGE + 1024 > lim) stages--;
+    if ((size_t)stages * C::STAGE + 1024 > lim) return RB_OK;
+    const size_t smem = (size_t)stages * C::STAGE;
+    int occ = 1;
+    s = mv_occupancy(be, (const void *)k_gq<DT, NA8>, C::THREADS, smem, &occ);
+    if (s != RB_OK) return s;
+    *done = true;
     const int nsplit = gq_splits(g, nt * mt * slices, occ, nk);
     /* scratch: quantized activations, their records, partial sums */
     const size_t qb = gq_up256((size_t)(slices * M) * (size_t)nk * GQ_KS), rb = gq_up256((size_t)(slices * M) * (size_t)nk * GQ_REC);
@@ -344,6 +362,7 @@ static rb_status gq_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
     p.mt = mt;
     p.bm = bm;
     p.nsplit = nsplit;
+    p.stages = stages;
     /* the quantizer, then the product (programmatic dependent launch: it
      * copies constant weights while the quantizer runs) */
     const int64_t groups = slices * M * nk;
@@ -359,7 +378,7 @@ static rb_status gq_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
     s = gpu_check_launch(be, "matmul (activation quantization)");
     if (s != RB_OK) return s;
     (void)gpu_launch_pdl(g, a_const, k_gq<DT, NA8>, dim3((unsigned)(nt * mt), (unsigned)nsplit, (unsigned)slices),
-                         dim3(C::THREADS), (size_t)C::SMEM, p);
+                         dim3(C::THREADS), smem, p);
     s = gpu_check_launch(be, "matmul (quantized weights, int8 tensor-core tiles)");
     if (s != RB_OK || nsplit == 1) return s;
     const int64_t total = slices * M * N;
@@ -369,14 +388,14 @@ static rb_status gq_run(rb_backend *be, const gt &dv, const gt &av, const gt &bv
 
 template <int DT>
 static rb_status gq_run_m(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
-                          int64_t r3, bool a_const) {
+                          int64_t r3, bool a_const, bool *done) {
     const int64_t M = bv.ne[1];
     const int mt = (int)((M + GQ_TILE_M - 1) / GQ_TILE_M), bm = (int)((M + mt - 1) / mt);
-    if (bm <= 8) return gq_run<DT, 1>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
-    if (bm <= 16) return gq_run<DT, 2>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
-    if (bm <= 32) return gq_run<DT, 4>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
-    if (bm <= 48) return gq_run<DT, 6>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
-    return gq_run<DT, 8>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm);
+    if (bm <= 8) return gq_run<DT, 1>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm, done);
+    if (bm <= 16) return gq_run<DT, 2>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm, done);
+    if (bm <= 32) return gq_run<DT, 4>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm, done);
+    if (bm <= 48) return gq_run<DT, 6>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm, done);
+    return gq_run<DT, 8>(be, dv, av, bv, bf, r2, r3, a_const, mt, bm, done);
 }
 
 /* Whether gpu_gemm_q8 takes weights of dtype dt with rows of K elements. */
@@ -389,16 +408,19 @@ static bool gq_takes(rb_dtype dt, int64_t K) {
 /* The product d = a b through the kernels above: a's dtype as gq_takes
  * says, rows as gpu_units_aligned says, M <= GQ_MAX_M activation rows of
  * any f32/f16/bf16 view bv (bf: the same as contiguous 16-byte aligned f32
- * rows, or NULL), any destination view; a_const: constant weights. */
+ * rows, or NULL), any destination view; a_const: constant weights. *done =
+ * false (nothing queued) where the tiles do not fit the device's shared
+ * memory or the grid: the caller takes another path. */
 static rb_status gpu_gemm_q8(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
-                             int64_t r3, bool a_const) {
+                             int64_t r3, bool a_const, bool *done) {
+    *done = false;
     switch (av.dt) {
-    case RB_Q4_0: return gq_run_m<RB_Q4_0>(be, dv, av, bv, bf, r2, r3, a_const);
-    case RB_Q8_0: return gq_run_m<RB_Q8_0>(be, dv, av, bv, bf, r2, r3, a_const);
-    case RB_Q4_K: return gq_run_m<RB_Q4_K>(be, dv, av, bv, bf, r2, r3, a_const);
-    case RB_Q5_K: return gq_run_m<RB_Q5_K>(be, dv, av, bv, bf, r2, r3, a_const);
-    case RB_Q6_K: return gq_run_m<RB_Q6_K>(be, dv, av, bv, bf, r2, r3, a_const);
-    default: return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: no int8 GEMM for dtype %d", av.dt);
+    case RB_Q4_0: return gq_run_m<RB_Q4_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q8_0: return gq_run_m<RB_Q8_0>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q4_K: return gq_run_m<RB_Q4_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q5_K: return gq_run_m<RB_Q5_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    case RB_Q6_K: return gq_run_m<RB_Q6_K>(be, dv, av, bv, bf, r2, r3, a_const, done);
+    default: return RB_OK;
     }
 }
 

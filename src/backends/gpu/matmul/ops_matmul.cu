@@ -288,6 +288,37 @@ rb_status gpu_matmul_fused(rb_backend *be, rb_tensor *dst, const rb_tensor *a, c
     return gpu_binary(be, RB_BINARY_ADD, dst, dst, f->tmp_out);
 }
 
+#if !defined(RBEE_GPU_HIP)
+/* q4_0 / q8_0 weights by the first int8 kernel (gemm_q8_plain.cuh), for the
+ * benchmark's before / after: activations quantized by mv_quant_acts (bf:
+ * bv as contiguous aligned f32 rows, or NULL), 9..64 rows. */
+static rb_status gemm_q8_plain(rb_backend *be, const gt &dv, const gt &av, const gt &bv, const gt *bf, int64_t r2,
+                               int64_t r3) {
+    gpu_backend *g = gb(be);
+    const int64_t K = av.ne[0], N = av.ne[1], M = bv.ne[1], slices = dv.ne[2] * dv.ne[3];
+    const int8_t *xq = NULL;
+    const int2 *xs = NULL;
+    rb_status s = mv_quant_acts<false>(be, bv, bf, slices, M, K, &xq, &xs);
+    if (s != RB_OK) return s;
+    const int64_t mt = (M + Q8P_BM - 1) / Q8P_BM;
+    const int bn = gemm_q8p_bn(N, mt, slices, g->n_sm);
+    const int64_t nt = (N + bn - 1) / bn;
+    if (nt > 0x7fffffffLL) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld rows", (long long)N);
+    const dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)slices);
+    const bool q4 = av.dt == RB_Q4_0;
+    if (bn == 64)
+        (q4 ? k_gemm_q8_plain<64, RB_Q4_0> : k_gemm_q8_plain<64, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+            dv, av, xq, xs, M, r2, r3);
+    else if (bn == 32)
+        (q4 ? k_gemm_q8_plain<32, RB_Q4_0> : k_gemm_q8_plain<32, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+            dv, av, xq, xs, M, r2, r3);
+    else
+        (q4 ? k_gemm_q8_plain<16, RB_Q4_0> : k_gemm_q8_plain<16, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
+            dv, av, xq, xs, M, r2, r3);
+    return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, first int8 tensor-core kernel)");
+}
+#endif
+
 rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
     gpu_backend *g = gb(be);
     const rb_dtype_traits *at = rb_dtype_info((int)a->dtype);
@@ -381,29 +412,12 @@ rb_status gpu_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const r
     if (q8 && M <= q8_max) {
         const bool b_ok = b->dtype == RB_F32 && b->nb[0] == 4 && al16(bv.p) && b->nb[1] % 16 == 0 &&
                           b->nb[2] % 16 == 0 && b->nb[3] % 16 == 0;
-        if (!g->tune.gemm_q8_plain || (a->dtype != RB_Q4_0 && a->dtype != RB_Q8_0))
-            return gpu_gemm_q8(be, dv, av, bv, b_ok ? &bv : NULL, r2, r3, a->buf->constant);
-        /* the first kernel (gemm_q8_plain.cuh), for the benchmark's before / after */
-        const int8_t *xq = NULL;
-        const int2 *xs = NULL;
-        rb_status s = mv_quant_acts<false>(be, bv, b_ok ? &bv : NULL, B2 * B3, M, K, &xq, &xs);
-        if (s != RB_OK) return s;
-        const int64_t mt = (M + Q8P_BM - 1) / Q8P_BM;
-        const int bn = gemm_q8p_bn(N, mt, B2 * B3, g->n_sm);
-        const int64_t nt = (N + bn - 1) / bn;
-        if (nt > 0x7fffffffLL) return rb_backend_fail(be, RB_E_UNSUPPORTED, "rb_matmul: %lld rows", (long long)N);
-        const dim3 grid((unsigned)nt, (unsigned)mt, (unsigned)(B2 * B3));
-        const bool q4 = a->dtype == RB_Q4_0;
-        if (bn == 64)
-            (q4 ? k_gemm_q8_plain<64, RB_Q4_0> : k_gemm_q8_plain<64, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
-                dv, av, xq, xs, M, r2, r3);
-        else if (bn == 32)
-            (q4 ? k_gemm_q8_plain<32, RB_Q4_0> : k_gemm_q8_plain<32, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
-                dv, av, xq, xs, M, r2, r3);
-        else
-            (q4 ? k_gemm_q8_plain<16, RB_Q4_0> : k_gemm_q8_plain<16, RB_Q8_0>)<<<grid, Q8P_THREADS, 0, g->stream>>>(
-                dv, av, xq, xs, M, r2, r3);
-        return gpu_check_launch(be, "matmul (q4_0 / q8_0 weights, first int8 tensor-core kernel)");
+        if (g->tune.gemm_q8_plain && (a->dtype == RB_Q4_0 || a->dtype == RB_Q8_0))
+            return gemm_q8_plain(be, dv, av, bv, b_ok ? &bv : NULL, r2, r3);
+        bool done = false;
+        rb_status s = gpu_gemm_q8(be, dv, av, bv, b_ok ? &bv : NULL, r2, r3, a->buf->constant, &done);
+        if (s != RB_OK || done) return s;
+        /* not done: tiles too large for this device's shared memory, the GEMM path */
     }
 #endif
 
