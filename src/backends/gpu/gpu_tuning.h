@@ -24,6 +24,7 @@ typedef struct rb_gpu_tuning {
     bool own_conv;          /* every rb_conv2d by our kernels (ops_conv.cu), never cuDNN (conv_cudnn.cu) */
     bool no_gemm_q8;        /* q4_0 / q8_0 products of 9..64 rows as before gemm_q8.cuh (matrix-vector, GEMM) */
     int mv_max_m;           /* > 0: the matrix-vector kernels take products of up to this many rows (<= 32) */
+    bool no_lt_epilogue;    /* rb_linear's bias by our epilogue kernel after the GEMM, never in cuBLASLt's epilogue */
 } rb_gpu_tuning;
 
 /* What the backend's rb_conv2d calls ran on, for tests: whether cuDNN is
