@@ -1,7 +1,7 @@
 /* Denoiser step benchmark (not a ctest; run on the device machine by
  * scripts/gpu-prebuilt.sh `sd`): `bench_sd [SPEC] [--preset
  * sd15|sd21|sdxl|sd3m|sd35m] [--dtype f16|bf16|f32] [--batch B] [--latent N]
- * [--t5-tokens T] [--reps R] [--ops] [--own-conv]` builds the preset's UNet
+ * [--t5-tokens T] [--reps R] [--ops] [--own-conv] [--no-lt]` builds the preset's UNet
  * (SD3: MMDiT) at its published shapes with random weights
  * (rb_sd_model_create_random), weights and activations in dtype, and times
  * rb_unet_forward / rb_mmdit_forward at batch B (the CFG pair: 2) on N x N
@@ -24,6 +24,9 @@
  * it would use cuDNN (rb_gpu_tuning.own_conv), for an A/B of the two; the
  * device line printed first says whether cuDNN is loaded ("cudnn-9.x.y" in
  * its features) and the last line how many convolutions each path ran.
+ * --no-lt puts every linear layer's bias through the GPU backend's own
+ * epilogue kernel after the GEMM where it would use cuBLASLt's epilogue
+ * (rb_gpu_tuning.no_lt_epilogue), for an A/B of the two.
  * Prints a table and one JSON line per measurement. */
 #include "backends/gpu/gpu_tuning.h"
 #include "core/backend_impl.h"
@@ -231,7 +234,7 @@ static rb_status step(den *d, rb_tensor *out, rb_error *err) {
 int main(int argc, char **argv) {
     const char *spec = "cuda:0", *preset = "sd15", *dts = "f16";
     int batch = 2, latent = 0, reps = 10, t5_tokens = 256;
-    bool ops = false, own_conv = false;
+    bool ops = false, own_conv = false, no_lt = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dts = argv[++i];
@@ -241,9 +244,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--t5-tokens") && i + 1 < argc) t5_tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) ops = true;
         else if (!strcmp(argv[i], "--own-conv")) own_conv = true;
+        else if (!strcmp(argv[i], "--no-lt")) no_lt = true;
         else if (argv[i][0] != '-') spec = argv[i];
         else DIE("usage: bench_sd [SPEC] [--preset sd15|sd21|sdxl|sd3m|sd35m] [--dtype f16|bf16|f32] [--batch B] "
-                 "[--latent N] [--t5-tokens T] [--reps R] [--ops] [--own-conv]");
+                 "[--latent N] [--t5-tokens T] [--reps R] [--ops] [--own-conv] [--no-lt]");
     }
     const rb_dtype dt = !strcmp(dts, "f32") ? RB_F32 : !strcmp(dts, "bf16") ? RB_BF16 : RB_F16;
     if (batch < 1 || batch > 16 || reps < 1 || reps > 1000 || t5_tokens < 1 || t5_tokens > 512)
@@ -254,11 +258,13 @@ int main(int argc, char **argv) {
     rb_error err;
     rb_error_clear(&err);
     if (rb_backend_create(spec, NULL, &be, &err) != RB_OK) DIE("backend %s: %s", spec, err.msg);
-    const rb_gpu_tuning tune = {.own_conv = own_conv};
-    if (own_conv && rb_gpu_backend_tune(be, &tune) != RB_OK) DIE("--own-conv: %s is not a GPU backend", spec);
+    const rb_gpu_tuning tune = {.own_conv = own_conv, .no_lt_epilogue = no_lt};
+    if ((own_conv || no_lt) && rb_gpu_backend_tune(be, &tune) != RB_OK)
+        DIE("--own-conv / --no-lt: %s is not a GPU backend", spec);
     rb_device_info di;
     if (rb_backend_device_info(be, &di) == RB_OK)
-        fprintf(stderr, "%s: %s, %s%s\n", spec, di.name, di.features, own_conv ? " (--own-conv)" : "");
+        fprintf(stderr, "%s: %s, %s%s%s\n", spec, di.name, di.features, own_conv ? " (--own-conv)" : "",
+                no_lt ? " (--no-lt)" : "");
     rb_sd_model_opts mo;
     rb_sd_model_opts_init(&mo);
     mo.weight_dtype = dt;

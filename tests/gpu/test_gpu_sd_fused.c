@@ -10,8 +10,9 @@
  *    xn the normalised value and r the half ulp of a 16-bit dst (2^-11 f16,
  *    2^-8 bf16).
  *  - rb_linear through every product path (matrix-vector at 2 and 3 rows,
- *    the hi/lo split GEMM at 20, cuBLAS or the tiled GEMM above; each case
- *    also with rb_gpu_tuning.tiled_gemm, the HIP path) and every epilogue
+ *    the hi/lo split GEMM at 20, cuBLAS or the tiled GEMM above, a bias
+ *    (and ReLU) in cuBLASLt's epilogue; each case also with
+ *    rb_gpu_tuning.tiled_gemm, the HIP path, and no_lt_epilogue) and every epilogue
  *    kernel (rows of 4, generic strided, the tiled transposing one for a dst
  *    seen as the tokens of an image, the residual in place through the
  *    second scratch region): bias, activation, adaLN gate [N, 1, B],
@@ -236,6 +237,10 @@ static const lcase k_cases[] = {
      RB_UNARY_SILU, DV_TOKENS, GP_SLICE, GP_CONTIG},
     {"unet attn out: res += W o + b", 64, 64, 300, 2, RB_F16, RB_F16, RB_F16, E_BIAS | E_INPLACE, RB_UNARY_SILU,
      DV_PLAIN, GP_CONTIG, GP_PAD},
+    {"bias + relu, 16-bit (cuBLASLt epilogue)", 128, 96, 64, 2, RB_F16, RB_F16, RB_F16, E_BIAS | E_ACT, RB_UNARY_RELU,
+     DV_PLAIN, GP_CONTIG, GP_CONTIG},
+    {"bf16 bias (cuBLASLt epilogue)", 128, 64, 80, 2, RB_BF16, RB_BF16, RB_BF16, E_BIAS, RB_UNARY_SILU, DV_PLAIN,
+     GP_CONTIG, GP_CONTIG},
     {"no epilogue", 64, 32, 40, 1, RB_F16, RB_F16, RB_F16, 0, RB_UNARY_SILU, DV_PLAIN, GP_CONTIG, GP_SLICE},
     {"q8_0 weights, residual in place", 256, 64, 300, 1, RB_Q8_0, RB_F32, RB_F32, E_BIAS | E_INPLACE, RB_UNARY_SILU,
      DV_PLAIN, GP_CONTIG, GP_CONTIG},
@@ -367,13 +372,13 @@ static void test_linear(void **state) {
         TU_OK(rb_linear(e->c, &s.dc, &s.a.c, &s.b.c, c->ep ? &s.ec : NULL));
         double *cpu = read_as(&s.d, &s.dc, &s.dg, 0);
         if (!quant) check_bounds(c->what, "cpu", cpu, ref, bnd, n);
-        for (int tiled = 0; tiled < (e->g ? 2 : 0); tiled++) {
-            const rb_gpu_tuning tune = {.tiled_gemm = tiled != 0};
+        for (int tiled = 0; tiled < (e->g ? 3 : 0); tiled++) { /* default, tiled GEMM, no cuBLASLt */
+            const rb_gpu_tuning tune = {.tiled_gemm = tiled == 1, .no_lt_epilogue = tiled == 2};
             TU_OK(rb_gpu_backend_tune(e->g, &tune));
             reset_gpu(&s.d, !(c->ep & E_INPLACE));
             TU_OK(rb_linear(e->g, &s.dg, &s.a.g, &s.b.g, c->ep ? &s.eg : NULL));
             char what[128];
-            snprintf(what, sizeof what, "%s%s", c->what, tiled ? " (tiled GEMM)" : "");
+            snprintf(what, sizeof what, "%s%s", c->what, tiled == 1 ? " (tiled GEMM)" : tiled == 2 ? " (no cuBLASLt)" : "");
             double *got = read_as(&s.d, &s.dc, &s.dg, 1);
             if (quant) { /* against the CPU */
                 for (int64_t i = 0; i < n; i++) bnd[i] = 2e-2 * S[i] + 1e-6;

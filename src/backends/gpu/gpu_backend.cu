@@ -189,6 +189,7 @@ static void g_destroy(rb_backend *be) {
     gpu_trace_finish(g);
 #if !defined(RBEE_GPU_HIP)
     if (g->blas) cublasDestroy(g->blas);
+    if (g->blas_lt) cublasLtDestroy(g->blas_lt);
 #endif
 #if defined(RBEE_CUDNN)
     gpu_cudnn_close(g);
@@ -663,6 +664,7 @@ static rb_status create(int index, const rb_backend_config *cfg, rb_backend **ou
             g->blas = NULL;
             s = rb_error_set(err, RB_E_BACKEND, "%s: cuBLAS initialisation failed (status %d)", g->base.name, (int)bs);
         }
+        if (s == RB_OK && cublasLtCreate(&g->blas_lt) != CUBLAS_STATUS_SUCCESS) g->blas_lt = NULL; /* optional */
     }
 #endif
     if (s != RB_OK) {

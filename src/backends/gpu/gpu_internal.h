@@ -15,6 +15,7 @@ extern "C" {
 #include "backends/gpu/gpu_tuning.h"
 
 #if !defined(RBEE_GPU_HIP)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #endif
 
@@ -62,6 +63,7 @@ struct gpu_backend {
     int n_pinned;
 #if !defined(RBEE_GPU_HIP)
     cublasHandle_t blas;
+    cublasLtHandle_t blas_lt; /* rb_linear's bias in the GEMM epilogue (ops_linear.cu); NULL: our kernel */
 #endif
 #if defined(RBEE_CUDNN)
     struct gpu_cudnn *dnn; /* cuDNN loaded at run time (conv_cudnn.cu); NULL only out of host memory */

@@ -26,6 +26,7 @@ typedef struct rb_gpu_tuning {
     bool gemm_q8_plain;     /* q4_0 / q8_0 products of 9..64 rows by the first, unpipelined kernel (gemm_q8_plain.cuh) */
     bool no_att_fa;         /* plain prefill attention (no mask, softcap, sinks) by att_tc.cuh, not att_fa.cuh */
     int mv_max_m;           /* > 0: the matrix-vector kernels take products of up to this many rows (<= 32) */
+    bool no_lt_epilogue;    /* rb_linear's bias by our epilogue kernel after the GEMM, never in cuBLASLt's epilogue */
     int gemm_q8_min_m;      /* > 0: gemm_q8.cuh takes products from this many rows (else Q8_MIN_M) */
     int gemm_q8_max_m;      /* > 0: gemm_q8.cuh takes products of up to this many rows (<= 256; else Q8_MAX_M) */
     int gemm_q8_split;      /* > 0: gemm_q8.cuh splits K in this many parts (at most one a step), not by its rule */
