@@ -62,13 +62,14 @@ static int teardown(void **state) {
 
 static double half_ulp(rb_dtype dt) { return dt == RB_F16 ? 1.0 / 2048 : dt == RB_BF16 ? 1.0 / 256 : 0.0; }
 
-/* The GPU side of x back to its bytes at creation; with nan, its view set
- * to NaN first (so an element left unwritten shows). */
-static void reset_gpu(gp *x, bool nan) {
+/* The GPU side of x back to its bytes at creation; with nan, the view v of
+ * it (x's own view where v is NULL) set to NaN first (so an element left
+ * unwritten shows, and only there: bytes outside the view keep their values). */
+static void reset_gpu(gp *x, const rb_tensor *v, bool nan) {
     unsigned char *p = malloc(x->size);
     assert_non_null(p);
     memcpy(p, x->orig, x->size);
-    const rb_tensor *t = &x->g;
+    const rb_tensor *t = v ? v : &x->g;
     const size_t es = rb_dtype_info((int)t->dtype)->type_size;
     const unsigned char nan32[4] = {0x00, 0x00, 0xc0, 0x7f}, nan16[2] = {0x00, 0x7e}, nanb16[2] = {0xc0, 0x7f};
     const unsigned char *nb = t->dtype == RB_F32 ? nan32 : t->dtype == RB_F16 ? nan16 : nanb16;
@@ -172,7 +173,7 @@ static void test_layer_norm_mod(void **state) {
                  (long long)B, rb_dtype_name(cs[k].st), rb_dtype_name(d.c.dtype), cs[k].in_place ? " in place" : "");
         TU_OK(rb_layer_norm_mod(e->c, &d.c, &x.c, cs[k].shift ? &shc : NULL, cs[k].scale ? &scc : NULL, eps));
         if (e->g) {
-            if (!cs[k].in_place) reset_gpu(&d, true);
+            if (!cs[k].in_place) reset_gpu(&d, NULL, true);
             TU_OK(rb_layer_norm_mod(e->g, &d.g, &x.g, cs[k].shift ? &shg : NULL, cs[k].scale ? &scg : NULL, eps));
         }
         for (int side = 0; side < (e->g ? 2 : 1); side++) {
@@ -375,7 +376,7 @@ static void test_linear(void **state) {
         for (int tiled = 0; tiled < (e->g ? 3 : 0); tiled++) { /* default, tiled GEMM, no cuBLASLt */
             const rb_gpu_tuning tune = {.tiled_gemm = tiled == 1, .no_lt_epilogue = tiled == 2};
             TU_OK(rb_gpu_backend_tune(e->g, &tune));
-            reset_gpu(&s.d, !(c->ep & E_INPLACE));
+            reset_gpu(&s.d, &s.dg, !(c->ep & E_INPLACE));
             TU_OK(rb_linear(e->g, &s.dg, &s.a.g, &s.b.g, c->ep ? &s.eg : NULL));
             char what[128];
             snprintf(what, sizeof what, "%s%s", c->what, tiled == 1 ? " (tiled GEMM)" : tiled == 2 ? " (no cuBLASLt)" : "");
@@ -419,7 +420,7 @@ static void test_linear_graph(void **state) {
     TU_OK(rb_linear(e->g, &s.dg, &s.a.g, &s.b.g, &s.eg)); /* eager: sizes the scratch */
     TU_OK(rb_backend_sync(e->g));
     double *eager = read_as(&s.d, &s.dc, &s.dg, 1);
-    reset_gpu(&s.d, false);
+    reset_gpu(&s.d, NULL, false);
     rb_graph *gr = NULL;
     TU_OK(rb_backend_capture_begin(e->g));
     const rb_status st = rb_linear(e->g, &s.dg, &s.a.g, &s.b.g, &s.eg);
