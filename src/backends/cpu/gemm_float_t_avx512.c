@@ -6,9 +6,10 @@
  * f32 16 values of k at a time into a small stack buffer, one chunk ahead of
  * the FMAs that use it, so the conversion's loads run under the previous
  * chunk's FMAs instead of stalling them (and no f32 copy of the weight rows
- * is ever written out). A call keeps nr x 2 accumulators (nr <= RB_CPU_T_ROWS
- * = 14 weight rows x 32 activation rows) in registers for the whole row, so
- * every output is one f32 FMA chain in k order. */
+ * is ever written out). A call keeps R x 2 accumulators (R = RB_CPU_T_ROWS
+ * = 14 weight rows x 32 activation rows; a last group of fewer rows runs as
+ * calls of 4 and 1 rows, which keeps the code small) in registers for the
+ * whole row, so every output is one f32 FMA chain in k order. */
 #include "backends/cpu/kernels_avx512.h"
 
 #include <immintrin.h>
@@ -39,22 +40,26 @@ RB_AI void fma_step(__m512 acc[RB_CPU_T_ROWS][2], const float *b, const float *y
 }
 
 /* One full chunk of FMAs (k < CHUNK) whose step k < R also converts row k of
- * the next chunk (16 values at wn + k * lda, or with FULL == 0 those that m
- * selects) into nb[k * CHUNK]: the conversion's loads and stores spread over
- * the FMAs, and every accumulator stays in a register. */
-RB_AI void chunk(__m512 acc[RB_CPU_T_ROWS][2], const float *b, const float *y, const char *wn, size_t lda,
-                 __mmask16 m, float *nb, const int FULL, const int R, const int MB, const int BF) {
+ * the next chunk (16 values at wn + k * lda) into nb[k * CHUNK]: the
+ * conversion's loads and stores spread over the FMAs, and every accumulator
+ * stays in a register. */
+RB_AI void chunk(__m512 acc[RB_CPU_T_ROWS][2], const float *b, const float *y, const char *wn, size_t lda, float *nb,
+                 const int R, const int MB, const int BF) {
 #pragma GCC unroll 16
     for (int k = 0; k < CHUNK; k++) {
         if (k < R) {
-            _mm512_store_ps(nb + k * CHUNK, load_w(wn, m, FULL, BF));
+            _mm512_store_ps(nb + k * CHUNK, load_w(wn, 0, 1, BF));
             wn += lda;
         }
         fma_step(acc, b, y, k, R, MB);
     }
 }
 
-static inline __mmask16 first_n(int n) { return (__mmask16)(n >= CHUNK ? 0xffffu : (1u << n) - 1u); }
+/* Converts the first kc values of R rows (kc < 16: masked) into nb[r * CHUNK]. */
+RB_AI void convert(const char *w, size_t lda, int kc, float *nb, const int R, const int BF) {
+    const __mmask16 m = (__mmask16)(kc >= CHUNK ? 0xffffu : (1u << kc) - 1u);
+    for (int r = 0; r < R; r++) _mm512_store_ps(nb + r * CHUNK, load_w(w + (size_t)r * lda, m, 0, BF));
+}
 
 /* R weight rows x (MB * 16) activation rows; out[r * 32 + c] */
 RB_AI void tile_t(int64_t n, const char *w, size_t lda, const float *yt, float *out, const char *pf, size_t pf_lines,
@@ -64,42 +69,40 @@ RB_AI void tile_t(int64_t n, const char *w, size_t lda, const float *yt, float *
     for (int r = 0; r < R; r++)
         for (int j = 0; j < MB; j++) acc[r][j] = _mm512_setzero_ps();
     const int64_t nfull = n / CHUNK, nch = (n + CHUNK - 1) / CHUNK;
-    const int rem = (int)(n % CHUNK);
     size_t pf_acc = 0; /* the prefetches of the next rows, spread evenly over the chunks */
 #define PREFETCH_SHARE()                                                                                     \
     for (pf_acc += pf_lines; pf_acc >= (size_t)nch; pf_acc -= (size_t)nch, pf += 64) _mm_prefetch(pf, _MM_HINT_T1)
-    /* chunk 0 up front; each full chunk converts the one after it (the last
-     * full one the partial chunk, or nothing: an empty mask reads nothing) */
-    for (int r = 0; r < R; r++)
-        _mm512_store_ps(buf[0] + r * CHUNK, load_w(w + (size_t)r * lda, first_n(nfull ? CHUNK : rem), 0, BF));
+    /* chunk 0 up front; each full chunk but the last converts the one after
+     * it; the last chunk and the last full one go through a plain loop */
+    convert(w, lda, n < CHUNK ? (int)n : CHUNK, buf[0], R, BF);
     int64_t c = 0;
     for (; c + 1 < nfull; c++) {
         PREFETCH_SHARE();
-        chunk(acc, buf[c & 1], yt + c * CHUNK * RB_CPU_T_COLS, w + (c + 1) * CHUNK * 2, lda, 0, buf[(c + 1) & 1], 1, R,
-              MB, BF);
+        chunk(acc, buf[c & 1], yt + c * CHUNK * RB_CPU_T_COLS, w + (c + 1) * CHUNK * 2, lda, buf[(c + 1) & 1], R, MB,
+              BF);
     }
-    if (nfull) {
+    for (; c < nch; c++) {
         PREFETCH_SHARE();
-        chunk(acc, buf[c & 1], yt + c * CHUNK * RB_CPU_T_COLS, w + (c + 1) * CHUNK * 2, lda, first_n(rem),
-              buf[(c + 1) & 1], 0, R, MB, BF);
-        c++;
-    }
-    if (rem) {
-        PREFETCH_SHARE();
-        for (int k = 0; k < rem; k++) fma_step(acc, buf[c & 1], yt + c * CHUNK * RB_CPU_T_COLS, k, R, MB);
+        const int kc = n - c * CHUNK < CHUNK ? (int)(n - c * CHUNK) : CHUNK;
+        if (c + 1 < nch) convert(w + (c + 1) * CHUNK * 2, lda, (int)(n - (c + 1) * CHUNK), buf[(c + 1) & 1], R, BF);
+        for (int k = 0; k < kc; k++) fma_step(acc, buf[c & 1], yt + c * CHUNK * RB_CPU_T_COLS, k, R, MB);
     }
 #undef PREFETCH_SHARE
     for (int r = 0; r < R; r++)
         for (int j = 0; j < MB; j++) _mm512_storeu_ps(out + r * RB_CPU_T_COLS + j * 16, acc[r][j]);
 }
 
-#define TILE_CASE(R, BF)                                                                                     \
-    case R:                                                                                                  \
+/* Row counts the kernel is compiled for: a group of fewer than RB_CPU_T_ROWS
+ * rows (the last of a matrix) runs as a few of these. */
+#define TILE(R, BF)                                                                                          \
+    do {                                                                                                     \
         if (mb == 2)                                                                                         \
-            tile_t(n, w, lda, yt, out, pf, pf_lines, R, 2, BF);                                              \
+            tile_t(n, w + (size_t)r0 * lda, lda, yt, out + r0 * RB_CPU_T_COLS, pf, pf_lines, R, 2, BF);      \
         else                                                                                                 \
-            tile_t(n, w, lda, yt, out, pf, pf_lines, R, 1, BF);                                              \
-        break;
+            tile_t(n, w + (size_t)r0 * lda, lda, yt, out + r0 * RB_CPU_T_COLS, pf, pf_lines, R, 1, BF);      \
+        r0 += R;                                                                                             \
+        pf_lines = 0; /* all of them in the first call */                                                    \
+    } while (0)
 
 #define GEMM_T(NAME, BF)                                                                                     \
     void NAME(int64_t n, int nr, int nc, const void *wv, size_t lda, const float *yt, float *dst, size_t ldd, \
@@ -107,13 +110,10 @@ RB_AI void tile_t(int64_t n, const char *w, size_t lda, const float *yt, float *
         float out[RB_CPU_T_ROWS * RB_CPU_T_COLS];                                                            \
         const char *w = wv, *pf = pfv;                                                                       \
         const int mb = nc > 16 ? 2 : 1;                                                                      \
-        switch (nr) {                                                                                        \
-            TILE_CASE(1, BF) TILE_CASE(2, BF) TILE_CASE(3, BF) TILE_CASE(4, BF) TILE_CASE(5, BF)             \
-            TILE_CASE(6, BF) TILE_CASE(7, BF) TILE_CASE(8, BF) TILE_CASE(9, BF) TILE_CASE(10, BF)            \
-            TILE_CASE(11, BF) TILE_CASE(12, BF) TILE_CASE(13, BF)                                            \
-        default:                                                                                             \
-            TILE_CASE(RB_CPU_T_ROWS, BF)                                                                     \
-        }                                                                                                    \
+        int r0 = 0;                                                                                          \
+        if (nr >= RB_CPU_T_ROWS) TILE(RB_CPU_T_ROWS, BF);                                                    \
+        while (nr - r0 >= 4) TILE(4, BF);                                                                    \
+        while (nr - r0 >= 1) TILE(1, BF);                                                                    \
         for (int c = 0; c < nc; c++)                                                                         \
             for (int r = 0; r < nr; r++) dst[(size_t)c * ldd + (size_t)r] = out[r * RB_CPU_T_COLS + c];      \
     }
