@@ -482,64 +482,92 @@ static void test_float_matvec_runs(void **state) {
     assert_true(tested > 0);
 }
 
-/* The float-weight prefill kernel (gemm_t): every output bit-identical to
- * one f32 FMA chain in k order (fmaf), within float rounding of a double
- * reference, for 1..RB_CPU_T_ROWS weight rows, 1/3/16/17/32 activation rows
- * (unused lanes hold garbage that must not leak) and odd lengths; the
- * prefetch hint changes nothing. */
+/* The float-weight prefill kernels (gemm_t, f16 and bf16 rows): every output
+ * bit-identical to one f32 FMA chain in k order (fmaf) of the exactly
+ * converted weights (rb_f16_to_f32 / rb_bf16_to_f32), within float rounding of
+ * a double reference, for 1..RB_CPU_T_ROWS weight rows, 1/3/16/17/32
+ * activation rows (unused lanes hold garbage that must not leak) and lengths
+ * around the kernels' 16-value chunks. Rows are 2-byte aligned, lda apart,
+ * the last one ends where its allocation ends (a read past it is an ASan
+ * error), and some weights are f16 subnormals; the prefetch hint changes
+ * nothing. */
 static void test_float_gemm_t(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_seed(&r, 616);
-    const int64_t lens[] = {1, 7, 300};
+    const int64_t lens[] = {1, 7, 16, 17, 33, 300};
     const int ncs[] = {1, 3, 16, 17, 32};
+    const rb_dtype wts[] = {RB_F16, RB_BF16};
     int tested = 0;
     for (int isa = 0; isa <= (int)rb_cpu_isa_detect(); isa++) {
         const struct rb_cpu_kernels *k = rb_cpu_kernels_get((rb_cpu_isa)isa);
-        if (!k->gemm_t[RB_F16]) continue;
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            const int64_t n = lens[li];
-            const size_t ldw = (size_t)n + 3; /* rows not packed */
-            float *w = malloc(sizeof(float) * ldw * RB_CPU_T_ROWS);
-            float *yt = malloc(sizeof(float) * (size_t)n * RB_CPU_T_COLS);
-            assert_true(w && yt);
-            mm_fill(&r, w, ldw * RB_CPU_T_ROWS, 1.0f);
-            for (size_t ci = 0; ci < sizeof ncs / sizeof ncs[0]; ci++) {
-                const int nc = ncs[ci];
-                for (int64_t kk = 0; kk < n; kk++)
-                    for (int c = 0; c < RB_CPU_T_COLS; c++)
-                        yt[kk * RB_CPU_T_COLS + c] = c < nc ? (float)tu_rng_normal(&r) : NAN;
-                for (int nr = 1; nr <= RB_CPU_T_ROWS; nr++) {
-                    float dst[RB_CPU_T_COLS * RB_CPU_T_ROWS];
-                    for (size_t j = 0; j < sizeof dst / sizeof dst[0]; j++) dst[j] = -7.0f;
-                    const int pf = nr % 2; /* with and without prefetches (of the weights themselves) */
-                    k->gemm_t[RB_F16](n, nr, nc, w, ldw, yt, dst, RB_CPU_T_ROWS, pf ? (const void *)w : NULL,
-                                      pf ? (size_t)n * 4 / 64 : 0);
-                    for (int c = 0; c < RB_CPU_T_COLS; c++)
-                        for (int rr = 0; rr < RB_CPU_T_ROWS; rr++) {
-                            const float got = dst[c * RB_CPU_T_ROWS + rr];
-                            if (c >= nc || rr >= nr) {
-                                assert_true(got == -7.0f); /* outside the tile: untouched */
-                                continue;
-                            }
-                            float chain = 0.0f;
-                            double ref = 0.0, abs_sum = 0.0;
-                            for (int64_t kk = 0; kk < n; kk++) {
-                                const float a = w[(size_t)rr * ldw + (size_t)kk], b = yt[kk * RB_CPU_T_COLS + c];
-                                chain = fmaf(a, b, chain);
-                                ref += (double)a * b;
-                                abs_sum += fabs((double)a * b);
-                            }
-                            if (memcmp(&chain, &got, sizeof got) != 0)
-                                fail_msg("gemm_t isa %s n=%lld %dx%d [%d,%d]: %.9g vs fma chain %.9g",
-                                         rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, nr, nc, rr, c, got, chain);
-                            assert_true(fabs(got - ref) <= 2e-6 * abs_sum + 1e-30);
+        for (size_t ti = 0; ti < sizeof wts / sizeof wts[0]; ti++) {
+            const rb_dtype wt = wts[ti];
+            if (!k->gemm_t[wt]) continue;
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const int64_t n = lens[li];
+                const size_t lda = (size_t)n * 2 + 6; /* rows not packed, 2-byte aligned */
+                const size_t wbytes = lda * (RB_CPU_T_ROWS - 1) + (size_t)n * 2;
+                uint16_t *w = malloc(wbytes);
+                float *wf = malloc(sizeof(float) * (size_t)n * RB_CPU_T_ROWS); /* the weights as f32 */
+                float *yt = malloc(sizeof(float) * (size_t)n * RB_CPU_T_COLS);
+                assert_true(w && wf && yt);
+                memset(w, 0xff, wbytes); /* padding: NaN in both dtypes, never read */
+                for (int rr = 0; rr < RB_CPU_T_ROWS; rr++)
+                    for (int64_t kk = 0; kk < n; kk++) {
+                        float v = (float)tu_rng_normal(&r);
+                        if (tu_rng_u64(&r) % 8 == 0) v *= 1e-6f; /* f16 subnormal range */
+                        uint16_t h;
+                        if (wt == RB_F16) {
+                            rb_f16 x = rb_f32_to_f16(v);
+                            memcpy(&h, &x, 2);
+                            wf[rr * n + kk] = rb_f16_to_f32(x);
+                        } else {
+                            rb_bf16 x = rb_f32_to_bf16(v);
+                            memcpy(&h, &x, 2);
+                            wf[rr * n + kk] = rb_bf16_to_f32(x);
                         }
-                    tested++;
+                        memcpy((char *)w + (size_t)rr * lda + (size_t)kk * 2, &h, 2);
+                    }
+                for (size_t ci = 0; ci < sizeof ncs / sizeof ncs[0]; ci++) {
+                    const int nc = ncs[ci];
+                    for (int64_t kk = 0; kk < n; kk++)
+                        for (int c = 0; c < RB_CPU_T_COLS; c++)
+                            yt[kk * RB_CPU_T_COLS + c] = c < nc ? (float)tu_rng_normal(&r) : NAN;
+                    for (int nr = 1; nr <= RB_CPU_T_ROWS; nr++) {
+                        float dst[RB_CPU_T_COLS * RB_CPU_T_ROWS];
+                        for (size_t j = 0; j < sizeof dst / sizeof dst[0]; j++) dst[j] = -7.0f;
+                        const int pf = nr % 2; /* with and without prefetches (of the weights themselves) */
+                        k->gemm_t[wt](n, nr, nc, w, lda, yt, dst, RB_CPU_T_ROWS, pf ? (const void *)w : NULL,
+                                      pf ? wbytes / 64 : 0);
+                        for (int c = 0; c < RB_CPU_T_COLS; c++)
+                            for (int rr = 0; rr < RB_CPU_T_ROWS; rr++) {
+                                const float got = dst[c * RB_CPU_T_ROWS + rr];
+                                if (c >= nc || rr >= nr) {
+                                    assert_true(got == -7.0f); /* outside the tile: untouched */
+                                    continue;
+                                }
+                                float chain = 0.0f;
+                                double ref = 0.0, abs_sum = 0.0;
+                                for (int64_t kk = 0; kk < n; kk++) {
+                                    const float a = wf[rr * n + kk], b = yt[kk * RB_CPU_T_COLS + c];
+                                    chain = fmaf(a, b, chain);
+                                    ref += (double)a * b;
+                                    abs_sum += fabs((double)a * b);
+                                }
+                                if (memcmp(&chain, &got, sizeof got) != 0)
+                                    fail_msg("gemm_t %s isa %s n=%lld %dx%d [%d,%d]: %.9g vs fma chain %.9g",
+                                             rb_dtype_name(wt), rb_cpu_isa_name((rb_cpu_isa)isa), (long long)n, nr,
+                                             nc, rr, c, got, chain);
+                                assert_true(fabs(got - ref) <= 2e-6 * abs_sum + 1e-30);
+                            }
+                        tested++;
+                    }
                 }
+                free(w);
+                free(wf);
+                free(yt);
             }
-            free(w);
-            free(yt);
         }
     }
     if (rb_cpu_isa_detect() >= RB_CPU_ISA_AVX512) assert_true(tested > 0);

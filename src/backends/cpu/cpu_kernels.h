@@ -68,15 +68,15 @@ typedef void (*rb_gemm_packed_fn)(int64_t n, int nr, int nc, const void *packed,
                                   const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd,
                                   rb_pack_prefetch *pf);
 #define RB_CPU_PACK_ROWS 16
-/* Optional prefill kernel for float weights (f32, f16, bf16: the matmul hands
- * it f32 weight rows, converting f16/bf16 ones exactly): for r < nr <=
- * RB_CPU_T_ROWS and c < nc <= RB_CPU_T_COLS,
- *   dst[c * ldd + r] = sum over k in order of w[r * ldw + k] * yt[k * RB_CPU_T_COLS + c]
- * as one f32 FMA chain per output, where yt holds the block's activation
- * rows k-major (lanes c >= nc are read but ignored). It spreads prefetches of
- * the pf_lines cache lines from pf (the weight rows the matmul converts next)
- * over the row. */
-typedef void (*rb_gemm_t_fn)(int64_t n, int nr, int nc, const float *w, size_t ldw, const float *yt, float *dst,
+/* Optional prefill kernel for float weights (f16, bf16), by weight dtype: for
+ * r < nr <= RB_CPU_T_ROWS and c < nc <= RB_CPU_T_COLS,
+ *   dst[c * ldd + r] = sum over k in order of f32(w_r[k]) * yt[k * RB_CPU_T_COLS + c]
+ * as one f32 FMA chain per output, where row w_r starts lda bytes after
+ * w_(r-1) and holds the weights in the table entry's dtype (each converted
+ * to f32 exactly), and yt holds the block's activation rows k-major (lanes
+ * c >= nc are read but ignored). It spreads prefetches of the pf_lines cache
+ * lines from pf (the weight rows the matmul multiplies next) over the row. */
+typedef void (*rb_gemm_t_fn)(int64_t n, int nr, int nc, const void *w, size_t lda, const float *yt, float *dst,
                              size_t ldd, const void *pf, size_t pf_lines);
 #define RB_CPU_T_ROWS 14
 #define RB_CPU_T_COLS 32

@@ -165,7 +165,7 @@ const struct rb_cpu_kernels rb_cpu_kernels_avx512 = {
     },
     /* f32 weights keep the 4 x 4 tiles: one FMA chain per output moved the f32
      * test models' logits away from llama.cpp's past their tests' bounds */
-    .gemm_t = {[RB_F16] = rb_gemm_t_f32_avx512, [RB_BF16] = rb_gemm_t_f32_avx512},
+    .gemm_t = {[RB_F16] = rb_gemm_t_f16_avx512, [RB_BF16] = rb_gemm_t_bf16_avx512},
     .pack_bytes = {
         [RB_Q4_0] = RB_CPU_PACK_BLOCK_BYTES, [RB_Q8_0] = RB_CPU_PACK_BLOCK_BYTES,
         [RB_Q2_K] = RB_CPU_PACK_KQ_BYTES(16), [RB_Q3_K] = RB_CPU_PACK_KQ_BYTES(16),

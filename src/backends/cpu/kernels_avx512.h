@@ -53,8 +53,10 @@ void rb_gemm_packed_kq32_avx512(int64_t n, int nr, int nc, const void *packed, c
 void rb_gemm_packed_kq16_avx512(int64_t n, int nr, int nc, const void *packed, const void *y, size_t ldb,
                                 const rb_act_aux *aux, size_t ld_aux, float *dst, size_t ldd, rb_pack_prefetch *pf);
 
-/* Float-weight prefill kernel (gemm_float_t_avx512.c), see rb_gemm_t_fn. */
-void rb_gemm_t_f32_avx512(int64_t n, int nr, int nc, const float *w, size_t ldw, const float *yt, float *dst,
+/* Float-weight prefill kernels (gemm_float_t_avx512.c), see rb_gemm_t_fn. */
+void rb_gemm_t_f16_avx512(int64_t n, int nr, int nc, const void *w, size_t lda, const float *yt, float *dst,
                           size_t ldd, const void *pf, size_t pf_lines);
+void rb_gemm_t_bf16_avx512(int64_t n, int nr, int nc, const void *w, size_t lda, const float *yt, float *dst,
+                           size_t ldd, const void *pf, size_t pf_lines);
 
 #endif

@@ -65,7 +65,6 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
         p->tile_r = RB_CPU_T_ROWS;
         p->tile_c = RB_CPU_T_COLS;
         p->mblk = (p->M + RB_CPU_T_COLS - 1) / RB_CPU_T_COLS;
-        p->wbuf_stride = a->dtype == RB_F32 ? 0 : align64((size_t)RB_CPU_T_ROWS * (size_t)p->K * sizeof(float)) / 4;
     }
     if (p->packed) {
         p->tile_r = RB_CPU_PACK_ROWS;
@@ -80,9 +79,9 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     size_t act_bytes = align64(n_act_rows * p->row_b);
     if (p->tposed) {
         size_t blocks = (size_t)(p->mblk * p->B2 * p->B3), blk_bytes = (size_t)p->K * RB_CPU_T_COLS * sizeof(float);
-        if (blocks > SIZE_MAX / blk_bytes || p->wbuf_stride > SIZE_MAX / 4 / (size_t)p->nth)
+        if (blocks > SIZE_MAX / blk_bytes)
             return rb_backend_fail(&cb->base, RB_E_RANGE, "matmul: activation scratch too large");
-        act_bytes = align64(blocks * blk_bytes) + p->wbuf_stride * 4 * (size_t)p->nth;
+        act_bytes = align64(blocks * blk_bytes);
     }
     size_t fbuf_bytes = align64((size_t)p->K * sizeof(float));
     p->abuf_stride = a_strided ? align64((size_t)p->tile_r * p->a_row) : 0;
@@ -92,10 +91,7 @@ rb_status rb_mm_plan_init(rb_mm_plan *p, rb_cpu_backend *cb, const rb_tensor *ds
     char *s = rb_cpu_scratch(cb, total);
     if (!s) return rb_backend_fail(&cb->base, RB_E_NOMEM, "matmul: cannot allocate %zu bytes of scratch", total);
     p->act = s;
-    if (p->tposed) {
-        p->act_t = (float *)(void *)s;
-        p->wbuf = p->wbuf_stride ? p->act_t + (size_t)(p->mblk * p->B2 * p->B3) * (size_t)p->K * RB_CPU_T_COLS : NULL;
-    }
+    if (p->tposed) p->act_t = (float *)(void *)s;
     p->fbuf = (float *)(s + act_bytes);
     p->abuf = a_strided ? s + act_bytes + fbuf_bytes * (size_t)p->nth : NULL;
     char *tail = s + act_bytes + fbuf_bytes * (size_t)p->nth + p->abuf_stride * (size_t)p->nth;
@@ -269,24 +265,10 @@ static void next_rows(const rb_mm_plan *p, int64_t it, rb_pack_prefetch *pf) {
     pf->rows = (int)(p->N - n0 < R ? p->N - n0 : R);
 }
 
-/* tposed: nr weight rows (as f32, converted into the thread's wbuf unless
- * they are f32 already) times every activation block of the batch. */
-static void compute_t(const rb_mm_plan *p, int ith, const char *arow, size_t lda, int nr, int64_t n0, int64_t batch,
+/* tposed: nr weight rows (the kernel converts them as it goes) times every
+ * activation block of the batch. */
+static void compute_t(const rb_mm_plan *p, const char *arow, size_t lda, int nr, int64_t n0, int64_t batch,
                       const rb_pack_prefetch *next) {
-    const float *w = (const float *)(const void *)arow;
-    size_t ldw = lda / sizeof(float);
-    if (p->a.dtype != RB_F32) {
-        float *wb = p->wbuf + p->wbuf_stride * (size_t)ith;
-        for (int r = 0; r < nr; r++) {
-            const void *src = arow + (size_t)r * lda;
-            if (p->a.dtype == RB_F16)
-                p->k->f16_to_f32((const rb_f16 *)src, wb + (size_t)r * (size_t)p->K, p->K);
-            else
-                p->k->bf16_to_f32((const rb_bf16 *)src, wb + (size_t)r * (size_t)p->K, p->K);
-        }
-        w = wb;
-        ldw = (size_t)p->K;
-    }
     float tile[RB_CPU_T_ROWS * RB_CPU_T_COLS];
     const int64_t i2 = batch % p->B2, i3 = batch / p->B2;
     for (int64_t mb = 0; mb < p->mblk; mb++) {
@@ -298,7 +280,7 @@ static void compute_t(const rb_mm_plan *p, int ith, const char *arow, size_t lda
         const size_t lines = contig ? next->row_bytes * (size_t)next->rows / 64 : 0;
         const size_t l0 = lines * (size_t)mb / (size_t)p->mblk, l1 = lines * (size_t)(mb + 1) / (size_t)p->mblk;
         const char *pf = lines ? next->p + l0 * 64 : NULL;
-        p->k->gemm_t[p->a.dtype](p->K, nr, nc, w, ldw, yt, tile, RB_CPU_T_ROWS, pf, l1 - l0);
+        p->k->gemm_t[p->a.dtype](p->K, nr, nc, arow, lda, yt, tile, RB_CPU_T_ROWS, pf, l1 - l0);
         store_tile(p, tile, RB_CPU_T_ROWS, nr, nc, n0, m0, i2, i3);
     }
 }
@@ -333,7 +315,7 @@ void rb_mm_compute_task(void *ctx, int ith, int nth) {
         if (p->tposed) {
             rb_pack_prefetch pf = {0};
             if (it + 1 < hi) next_rows(p, it + 1, &pf);
-            compute_t(p, ith, arow, lda, nr, n0, batch, &pf);
+            compute_t(p, arow, lda, nr, n0, batch, &pf);
             continue;
         }
         const char *acts = p->act + (size_t)(batch * p->M) * p->row_b;

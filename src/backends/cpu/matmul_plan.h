@@ -28,8 +28,6 @@ typedef struct rb_mm_plan {
     bool tposed;          /* prefill through gemm_t: activation blocks stored k-major */
     float *act_t;         /* tposed: blocks of RB_CPU_T_COLS rows, K x RB_CPU_T_COLS floats each */
     int64_t mblk;         /* tposed: blocks per batch, ceil(M / RB_CPU_T_COLS) */
-    float *wbuf;          /* tposed f16/bf16: per-thread RB_CPU_T_ROWS weight rows as f32 */
-    size_t wbuf_stride;   /* tposed: floats per thread in wbuf */
     int nth;
     const rb_linear_epilogue *ep; /* rb_linear's epilogue applied as tiles are stored, or NULL */
 } rb_mm_plan;
