@@ -577,6 +577,22 @@ rb_status rb_topk(rb_backend *be, rb_tensor *values, rb_tensor *indices, const r
 
 /* ---- matmul ---- */
 
+/* a's dtype and the shapes of dst = a^T b (rb_matmul, rb_linear) */
+static rb_status check_product(const opc *c, const rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
+    if (!is_float(a->dtype) && !is_quant(a->dtype))
+        return fail(c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
+    if (a->ne[0] != b->ne[0])
+        return fail(c, RB_E_INVALID, "inner dims differ: a %s vs b %s (ne[0] is K for both)", D(a).s, D(b).s);
+    if (a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3])
+        return fail(c, RB_E_INVALID, "a %s cannot broadcast over b %s in dims 2/3 (need B2 %% A2 == 0, B3 %% A3 == 0)",
+                    D(a).s, D(b).s);
+    if (dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] || dst->ne[3] != b->ne[3])
+        return fail(c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld] for a %s, b %s", D(dst).s,
+                    (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3], D(a).s,
+                    D(b).s);
+    return RB_OK;
+}
+
 rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb_tensor *b) {
     NEED_BE();
     opc c = {be, "rb_matmul"};
@@ -585,17 +601,7 @@ rb_status rb_matmul(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     TRY(check_float(&c, "b", b));
     if (!is_float(dst->dtype))
         return fail(&c, RB_E_INVALID, "dst has dtype %s; expected f32, f16 or bf16", rb_dtype_name(dst->dtype));
-    if (!is_float(a->dtype) && !is_quant(a->dtype))
-        return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
-    if (a->ne[0] != b->ne[0])
-        return fail(&c, RB_E_INVALID, "inner dims differ: a %s vs b %s (ne[0] is K for both)", D(a).s, D(b).s);
-    if (a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3])
-        return fail(&c, RB_E_INVALID, "a %s cannot broadcast over b %s in dims 2/3 (need B2 %% A2 == 0, B3 %% A3 == 0)",
-                    D(a).s, D(b).s);
-    if (dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] || dst->ne[3] != b->ne[3])
-        return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld] for a %s, b %s", D(dst).s,
-                    (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3], D(a).s,
-                    D(b).s);
+    TRY(check_product(&c, dst, a, b));
     TRY(writable(&c, "dst", dst));
     return be->vt->matmul(be, dst, a, b);
 }
@@ -617,17 +623,7 @@ rb_status rb_linear(rb_backend *be, rb_tensor *dst, const rb_tensor *a, const rb
     TRY(check_float(&c, "dst", dst));
     TRY(check_t(&c, "a", a));
     TRY(check_float(&c, "b", b));
-    if (!is_float(a->dtype) && !is_quant(a->dtype))
-        return fail(&c, RB_E_INVALID, "a has dtype %s; expected f32, f16, bf16 or quantized", rb_dtype_name(a->dtype));
-    if (a->ne[0] != b->ne[0])
-        return fail(&c, RB_E_INVALID, "inner dims differ: a %s vs b %s (ne[0] is K for both)", D(a).s, D(b).s);
-    if (a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3])
-        return fail(&c, RB_E_INVALID, "a %s cannot broadcast over b %s in dims 2/3 (need B2 %% A2 == 0, B3 %% A3 == 0)",
-                    D(a).s, D(b).s);
-    if (dst->ne[0] != a->ne[1] || dst->ne[1] != b->ne[1] || dst->ne[2] != b->ne[2] || dst->ne[3] != b->ne[3])
-        return fail(&c, RB_E_INVALID, "dst %s must be [%lld, %lld, %lld, %lld] for a %s, b %s", D(dst).s,
-                    (long long)a->ne[1], (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3], D(a).s,
-                    D(b).s);
+    TRY(check_product(&c, dst, a, b));
     const int64_t N = a->ne[1];
     TRY(check_row_param(&c, "bias", ep->bias, N));
     if (ep->has_act && (unsigned)ep->act >= RB_UNARY_COUNT_)
